@@ -1,0 +1,126 @@
+/* Work split: tasks are contiguous chunks of weight rows; inside a chunk each weight row is
+ * streamed once from memory and applied to all n activation rows in tiles of
+ * QUANT_DOT_MAX_NX while it sits in L1, so a batch of n costs about one pass over W. */
+#include "matmul.h"
+
+#include <string.h>
+
+#define WORK_ALIGN 64
+
+typedef struct {
+    const quant_kernels *k;
+    const matmul_weight *w;
+    const float *x;
+    float *y;
+    int n;
+    quant_act act;
+    size_t w_row_bytes;
+    const void *xq;      /* activations in act format, or x itself for QUANT_ACT_F32 */
+    size_t xq_stride;    /* bytes between activation rows */
+    void *xq_out;        /* quantization target */
+    float *row_scratch;  /* (n_threads, cols) dequantized weight rows, fallback path */
+    int64_t rows_per_task;
+} mm_job;
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static size_t act_bytes(const matmul_weight *w, int n, quant_act act) {
+    return round_up((size_t)n * quant_act_row_bytes(act, w->cols), WORK_ALIGN);
+}
+
+size_t matmul_work_size(const matmul_weight *w, int n, int n_threads) {
+    if (w == NULL || n < 1 || quant_row_bytes(w->type, w->cols) == 0 || w->cols < 1) return 0;
+    if (n_threads < 1) n_threads = 1;
+    quant_act act = quant_act_format(w->type);
+    size_t s = WORK_ALIGN;
+    if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_K) s += act_bytes(w, n, act);
+    if (act == QUANT_ACT_NONE) s += (size_t)n_threads * round_up((size_t)w->cols * sizeof(float), WORK_ALIGN);
+    return s;
+}
+
+static void quantize_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    const float *src = j->x + (size_t)task * (size_t)j->w->cols;
+    void *dst = (char *)j->xq_out + (size_t)task * j->xq_stride;
+    if (j->act == QUANT_ACT_Q8_A)
+        j->k->quantize_q8_a(src, dst, j->w->cols);
+    else
+        j->k->quantize_q8_K(src, dst, j->w->cols);
+}
+
+static void rows_task(void *ctx, int task, int thread) {
+    const mm_job *j = ctx;
+    const int64_t rows = j->w->rows, cols = j->w->cols;
+    int64_t r0 = (int64_t)task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task < rows ? r0 + j->rows_per_task : rows;
+    const char *wrow = (const char *)j->w->data + (size_t)r0 * j->w_row_bytes;
+    if (j->act == QUANT_ACT_NONE) {
+        float *wf = j->row_scratch + (size_t)thread * round_up((size_t)cols * sizeof(float), WORK_ALIGN) / sizeof(float);
+        for (int64_t r = r0; r < r1; r++, wrow += j->w_row_bytes) {
+            quant_dequantize_row(j->w->type, wrow, wf, cols);
+            for (int i = 0; i < j->n; i++) j->y[(size_t)i * (size_t)rows + (size_t)r] = j->k->dot_f32(wf, j->x + (size_t)i * (size_t)cols, cols);
+        }
+        return;
+    }
+    quant_dot_fn dot = j->k->dot[j->w->type];
+    for (int64_t r = r0; r < r1; r++, wrow += j->w_row_bytes) {
+        for (int i = 0; i < j->n; i += QUANT_DOT_MAX_NX) {
+            int nx = j->n - i < QUANT_DOT_MAX_NX ? j->n - i : QUANT_DOT_MAX_NX;
+            float out[QUANT_DOT_MAX_NX];
+            dot(cols, wrow, (const char *)j->xq + (size_t)i * j->xq_stride, j->xq_stride, nx, out);
+            for (int t = 0; t < nx; t++) j->y[(size_t)(i + t) * (size_t)rows + (size_t)r] = out[t];
+        }
+    }
+}
+
+int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
+                tp_pool *pool, void *work, size_t work_size) {
+    if (k == NULL || w == NULL || x == NULL || y == NULL || w->data == NULL || n < 1 || w->rows < 1) return QUANT_ERR_ARG;
+    if (!quant_type_valid(w->type)) return QUANT_ERR_TYPE;
+    if (w->cols < 1 || quant_row_bytes(w->type, w->cols) == 0) return QUANT_ERR_SIZE;
+    int n_threads = tp_n_threads(pool);
+    size_t need = matmul_work_size(w, n, n_threads);
+    if (need > WORK_ALIGN && (work == NULL || work_size < need)) return QUANT_ERR_WORK;
+
+    mm_job j;
+    memset(&j, 0, sizeof j);
+    j.k = k;
+    j.w = w;
+    j.x = x;
+    j.y = y;
+    j.n = n;
+    j.act = quant_act_format(w->type);
+    /* Every set is filled from the reference, which has a kernel for each direct type. */
+    if (j.act != QUANT_ACT_NONE && k->dot[w->type] == NULL) return QUANT_ERR_TYPE;
+    j.w_row_bytes = quant_row_bytes(w->type, w->cols);
+    char *base = work == NULL ? NULL : (char *)round_up((size_t)(uintptr_t)work, WORK_ALIGN);
+    if (j.act == QUANT_ACT_F32) {
+        j.xq = x;
+        j.xq_stride = (size_t)w->cols * sizeof(float);
+    } else if (j.act == QUANT_ACT_NONE) {
+        j.row_scratch = (float *)(void *)base;
+    } else {
+        j.xq_out = base;
+        j.xq = base;
+        j.xq_stride = quant_act_row_bytes(j.act, w->cols);
+        /* Quantizing a row costs about what one weight row's dot does; only spread it
+         * when there are rows enough to keep every thread busy. */
+        if (n >= 2 * n_threads)
+            tp_parallel_for(pool, n, quantize_task, &j);
+        else
+            for (int i = 0; i < n; i++) quantize_task(&j, i, 0);
+    }
+    /* About 8 chunks per thread balances rows of uneven cost without making tasks so
+     * small that the shared counter dominates. */
+    int64_t per = (w->rows + (int64_t)n_threads * 8 - 1) / ((int64_t)n_threads * 8);
+    if (per < 4) per = 4;
+    j.rows_per_task = per;
+    int64_t n_tasks = (w->rows + per - 1) / per;
+    tp_parallel_for(pool, (int)n_tasks, rows_task, &j);
+    return QUANT_OK;
+}
+
+int matmul(const matmul_weight *w, const float *x, float *y, int n, tp_pool *pool, void *work, size_t work_size) {
+    return matmul_with(quant_kernels_get(), w, x, y, n, pool, work, work_size);
+}

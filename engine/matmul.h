@@ -1,0 +1,40 @@
+/* y = W x for a batch of activation rows, threaded: the matrix kernel of the engine.
+ *
+ * W is a row-major GGUF weight matrix (rows = output features, cols = input features, each
+ * row quant_row_bytes(type, cols) bytes). For the types with a direct dot kernel the
+ * activations are first quantized to 8 bits (quant_act_format), then each weight block is
+ * decoded once and applied to up to QUANT_DOT_MAX_NX activation rows; other types are
+ * dequantized a row at a time and that row is used for all n activation rows. */
+#ifndef TQ_ENGINE_MATMUL_H
+#define TQ_ENGINE_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quants.h"
+#include "threadpool.h"
+
+typedef struct matmul_weight {
+    int type;         /* quant_type */
+    int64_t rows;     /* output features */
+    int64_t cols;     /* input features; a whole number of the type's blocks */
+    const void *data; /* (rows, quant_row_bytes(type, cols)) bytes, any alignment, read only */
+} matmul_weight;
+
+/* Bytes of work buffer matmul needs for n activation rows on a pool of n_threads (64-byte
+ * slack included, so any address will do). 0 if the weight's type or shape is invalid. */
+size_t matmul_work_size(const matmul_weight *w, int n, int n_threads);
+
+/* x: (n, cols) floats, y: (n, rows) floats; y must not overlap x or work. work: caller-owned
+ * scratch of at least matmul_work_size(w, n, tp_n_threads(pool)) bytes. pool may be NULL
+ * (single thread). Uses quant_kernels_get(). Returns QUANT_OK, QUANT_ERR_ARG (NULL pointer,
+ * n < 1, rows < 1), QUANT_ERR_TYPE, QUANT_ERR_SIZE (cols not whole blocks) or
+ * QUANT_ERR_WORK; on error y is untouched. Not reentrant on the same pool. */
+int matmul(const matmul_weight *w, const float *x, float *y, int n, tp_pool *pool, void *work,
+           size_t work_size);
+
+/* As matmul with an explicit kernel set (from quant_kernels_list), for tests and benches. */
+int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
+                tp_pool *pool, void *work, size_t work_size);
+
+#endif

@@ -1,0 +1,326 @@
+/* AVX2 + FMA + F16C kernels (compile this file alone with -mavx2 -mfma -mf16c).
+ *
+ * Integer dots use maddubs (u8 x s8 -> pairs summed to s16) and madd (s16 x s16 -> s32),
+ * so each block's integer sum equals the scalar reference exactly; only the float
+ * accumulation across blocks is reordered. Signed weights go through the usual sign
+ * trick: |w| as unsigned times sign(w)*y, which keeps maddubs in range because activations
+ * are within [-127, 127] (quant_quantize_*: symmetric, never -128).
+ *
+ * Each kernel decodes a weight block once and applies it to NX activation rows; NX is a
+ * compile-time constant in every inlined instance so the accumulators stay in registers. */
+#include "quants.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE float f16_load(const uint8_t p[2]) {
+    uint16_t h;
+    memcpy(&h, p, 2); /* x86 is little-endian, as the file format */
+    return _cvtsh_ss(h);
+}
+
+ALWAYS_INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 32 bytes: byte k is 0xFF where bit k of m is set (Q5_0 high bits, ggml qh order). */
+ALWAYS_INLINE __m256i bits_to_bytes(uint32_t m) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* 16 packed nibbles -> 32 bytes: low nibbles are elements 0..15, high 16..31. */
+ALWAYS_INLINE __m256i nibbles_32(const uint8_t *qs) {
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+/* ---- activation quantization ----------------------------------------------------------- */
+
+/* Same arithmetic as quantize_block_ref; cvtps rounds half-even under the default MXCSR. */
+ALWAYS_INLINE __m256i quantize_32(const float *x, __m256 id) {
+    __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+    __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+    __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+    __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    /* packs work per 128-bit lane; restore element order. */
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static float absmax(const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static void quantize_q8_a_avx2(const float *x, void *dst, int64_t n) {
+    quant_block_q8_a *b = dst;
+    for (int64_t i = 0; i < n / QUANT_QK; i++, x += QUANT_QK) {
+        float d = absmax(x, QUANT_QK) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        _mm256_storeu_si256((__m256i *)b[i].qs, quantize_32(x, _mm256_set1_ps(id)));
+    }
+}
+
+static void quantize_q8_K_avx2(const float *x, void *dst, int64_t n) {
+    quant_block_q8_K *b = dst;
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / QUANT_QK_K; i++, x += QUANT_QK_K) {
+        float d = absmax(x, QUANT_QK_K) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        b[i].d = d;
+        for (int g = 0; g < QUANT_QK_K / 32; g++) {
+            __m256i q = quantize_32(x + 32 * g, _mm256_set1_ps(id));
+            _mm256_storeu_si256((__m256i *)(b[i].qs + 32 * g), q);
+            /* Sums of 16: pairs via maddubs(1, q), then within each 128-bit lane. */
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, q), _mm256_set1_epi16(1));
+            __m128i lo = _mm256_castsi256_si128(s), hi = _mm256_extracti128_si256(s, 1);
+            lo = _mm_hadd_epi32(lo, hi);       /* 4 sums of 8 */
+            lo = _mm_hadd_epi32(lo, lo);       /* 2 sums of 16 */
+            b[i].bsums[2 * g] = (int16_t)_mm_cvtsi128_si32(lo);
+            b[i].bsums[2 * g + 1] = (int16_t)_mm_extract_epi32(lo, 1);
+        }
+    }
+}
+
+/* ---- float weights ---------------------------------------------------------------------- */
+
+static float dot_f32_avx2(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum_ps(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+enum { W_F32, W_F16, W_BF16 };
+
+ALWAYS_INLINE __m256 load_w8(const uint8_t *w, int64_t i, int kind) {
+    if (kind == W_F32) return _mm256_loadu_ps((const float *)(const void *)(w + 4 * i));
+    __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * i));
+    if (kind == W_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+ALWAYS_INLINE float load_w1(const uint8_t *w, int64_t i, int kind) {
+    uint16_t h;
+    if (kind == W_F32) {
+        float f;
+        memcpy(&f, w + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, w + 2 * i, 2);
+    return kind == W_F16 ? _cvtsh_ss(h) : quant_bf16_to_f32(h);
+}
+
+ALWAYS_INLINE void dot_float_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx,
+                                float *out, int kind) {
+    __m256 acc[QUANT_DOT_MAX_NX];
+    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv = load_w8(w, i, kind);
+        for (int r = 0; r < nx; r++)
+            acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(const void *)(x + r * xs) + i), acc[r]);
+    }
+    for (int r = 0; r < nx; r++) {
+        const float *xr = (const float *)(const void *)(x + r * xs);
+        float s = hsum_ps(acc[r]);
+        for (int64_t j = i; j < n; j++) s += load_w1(w, j, kind) * xr[j];
+        out[r] = s;
+    }
+}
+
+/* ---- 32-element blocks against q8_a -------------------------------------------------------- */
+
+enum { W_Q4_0, W_Q5_0, W_Q8_0 };
+
+/* Signed int8 weights of block i (row of kind `kind`) and its fp16 scale. */
+ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d) {
+    if (kind == W_Q8_0) {
+        const quant_block_q8_0 *b = (const quant_block_q8_0 *)(const void *)w + i;
+        *d = f16_load(b->d);
+        return load256(b->qs);
+    }
+    if (kind == W_Q4_0) {
+        const quant_block_q4_0 *b = (const quant_block_q4_0 *)(const void *)w + i;
+        *d = f16_load(b->d);
+        return _mm256_sub_epi8(nibbles_32(b->qs), _mm256_set1_epi8(8));
+    }
+    const quant_block_q5_0 *b = (const quant_block_q5_0 *)(const void *)w + i;
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    *d = f16_load(b->d);
+    /* q - 16 as int8: where the 5th bit is clear the value is nibble - 16, i.e. the nibble
+     * with the top four bits set; where it is set, the plain nibble. */
+    return _mm256_or_si256(nibbles_32(b->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
+}
+
+ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx,
+                             float *out, int kind) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[QUANT_DOT_MAX_NX];
+    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QUANT_QK; i++) {
+        float dw;
+        __m256i q = decode_32(w, i, kind, &dw);
+        __m256i aq = _mm256_sign_epi8(q, q);
+        for (int r = 0; r < nx; r++) {
+            const quant_block_q8_a *xb = (const quant_block_q8_a *)(const void *)(x + r * xs) + i;
+            __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(load256(xb->qs), q));
+            __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+            acc[r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw * xb->d), acc[r]);
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]);
+}
+
+/* ---- k-quants against q8_K ---------------------------------------------------------------- */
+
+ALWAYS_INLINE void dot_q4_K_nx(int64_t n, const quant_block_q4_K *w, const char *x, size_t xs,
+                               const int nx, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[QUANT_DOT_MAX_NX];
+    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(w[i].scales, sc, mn);
+        float dw = f16_load(w[i].d), dmw = f16_load(w[i].dmin);
+        __m256i isum[QUANT_DOT_MAX_NX];
+        for (int r = 0; r < nx; r++) isum[r] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i v = load256(w[i].qs + 32 * c);
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+            for (int r = 0; r < nx; r++) {
+                const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(xb->qs + 64 * c)), s_lo);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(xb->qs + 64 * c + 32)), s_hi);
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
+            }
+        }
+        /* Min term: m_j pairs with bsums 2j and 2j+1. */
+        __m256i mins = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3],
+                                         mn[4], mn[4], mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
+        for (int r = 0; r < nx; r++) {
+            const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
+            __m256i ms = _mm256_madd_epi16(load256(xb->bsums), mins);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(dw * xb->d), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmw * xb->d), acc[r]);
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]);
+}
+
+/* Q6_K: per half of 128, ql (64 bytes) and qh (32 bytes) give four 32-element runs;
+ * run k takes ql[k%2 half] nibble k/2 and qh bits 2k..2k+1; sub-blocks of 16 use scales
+ * 2k and 2k+1. The -32 bias is applied once per block via the bsums. */
+ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char *x, size_t xs,
+                               const int nx, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+    __m256 acc[QUANT_DOT_MAX_NX];
+    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
+        const quant_block_q6_K *b = &w[i];
+        float dw = f16_load(b->d);
+        __m256i isum[QUANT_DOT_MAX_NX];
+        for (int r = 0; r < nx; r++) isum[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i q0 = load256(b->ql + 64 * h), q1 = load256(b->ql + 64 * h + 32);
+            __m256i hb = load256(b->qh + 32 * h);
+            __m256i v[4];
+            v[0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2));
+            v[1] = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2));
+            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m2));
+            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2));
+            for (int k = 0; k < 4; k++) {
+                const int8_t *s = b->scales + 8 * h + 2 * k;
+                __m256i sv = _mm256_set_m128i(_mm_set1_epi16(s[1]), _mm_set1_epi16(s[0]));
+                for (int r = 0; r < nx; r++) {
+                    const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
+                    __m256i p = _mm256_maddubs_epi16(v[k], load256(xb->qs + 128 * h + 32 * k));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, sv));
+                }
+            }
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        for (int r = 0; r < nx; r++) {
+            const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
+            __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(load256(xb->bsums), sc16), 5);
+            __m256 s = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], bias));
+            acc[r] = _mm256_fmadd_ps(s, _mm256_set1_ps(dw * xb->d), acc[r]);
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]);
+}
+
+/* ---- entry points: one instance per constant nx ----------------------------------------- */
+
+#define NX_SWITCH(call)                                                                           \
+    switch (nx) {                                                                                 \
+    case 1: call(1); break;                                                                       \
+    case 2: call(2); break;                                                                       \
+    case 3: call(3); break;                                                                       \
+    default: call(4); break;                                                                      \
+    }
+
+#define CALL_FLOAT_W_F32(k) dot_float_nx(n, w, x, xs, k, out, W_F32)
+#define CALL_FLOAT_W_F16(k) dot_float_nx(n, w, x, xs, k, out, W_F16)
+#define CALL_FLOAT_W_BF16(k) dot_float_nx(n, w, x, xs, k, out, W_BF16)
+
+#define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
+#define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
+#define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
+#define CALL_Q4_K(k) dot_q4_K_nx(n, w, x, xs, k, out)
+#define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
+#define DEFINE_QUANT(name, call)                                                                  \
+    static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
+        NX_SWITCH(call)                                                                           \
+    }
+_Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
+DEFINE_QUANT(dot_f32_row_avx2, CALL_FLOAT_W_F32)
+DEFINE_QUANT(dot_f16_row_avx2, CALL_FLOAT_W_F16)
+DEFINE_QUANT(dot_bf16_row_avx2, CALL_FLOAT_W_BF16)
+DEFINE_QUANT(dot_q4_0_avx2, CALL_Q4_0)
+DEFINE_QUANT(dot_q5_0_avx2, CALL_Q5_0)
+DEFINE_QUANT(dot_q8_0_avx2, CALL_Q8_0)
+DEFINE_QUANT(dot_q4_K_avx2, CALL_Q4_K)
+DEFINE_QUANT(dot_q6_K_avx2, CALL_Q6_K)
+
+void quant_fill_avx2(quant_kernels *k) {
+    k->name = "avx2";
+    k->quantize_q8_a = quantize_q8_a_avx2;
+    k->quantize_q8_K = quantize_q8_K_avx2;
+    k->dot_f32 = dot_f32_avx2;
+    k->dot[QUANT_F32] = dot_f32_row_avx2;
+    k->dot[QUANT_F16] = dot_f16_row_avx2;
+    k->dot[QUANT_BF16] = dot_bf16_row_avx2;
+    k->dot[QUANT_Q4_0] = dot_q4_0_avx2;
+    k->dot[QUANT_Q5_0] = dot_q5_0_avx2;
+    k->dot[QUANT_Q8_0] = dot_q8_0_avx2;
+    k->dot[QUANT_Q4_K] = dot_q4_K_avx2;
+    k->dot[QUANT_Q6_K] = dot_q6_K_avx2;
+}

@@ -1,0 +1,291 @@
+/*
+ * turboquant.h — the public API of libturboquant.
+ *
+ * TurboQuant (Zandieh, Daliri, Hadian, Mirrokni, arXiv:2504.19874) compresses one vector at a
+ * time, online and without calibration: a seeded random rotation gives every coordinate of a
+ * unit vector a known density, a Lloyd-Max codebook for that density quantizes each coordinate
+ * to a few bits, and the packed indices plus a norm replace the fp32/fp16 data.
+ *
+ * General guarantees, valid for every function below unless its comment says otherwise:
+ *  - The library never prints, never exits or aborts, and never allocates in the encode,
+ *    decode, score and accumulate calls. Objects are created and freed by the caller through
+ *    tq_*_create / tq_*_free; every free function accepts NULL.
+ *  - Functions return a tq_status. TQ_OK is 0; every other value is a pinned error code whose
+ *    name tq_error_name() returns. On error, output buffers may have been partly written but
+ *    never past the capacity the caller gave.
+ *  - Objects (rotations, codecs) are immutable after creation, so one object may be used from
+ *    many threads at once. Creation itself is thread-safe.
+ *  - Vectors are arrays of float in row-major order: N vectors of dim D are N*D floats.
+ *  - Codes are byte strings in the layout written in doc/format.md; they may sit at any
+ *    address (no alignment is required) and are the same on every little- or big-endian host.
+ */
+#ifndef TURBOQUANT_H
+#define TURBOQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(TQ_BUILDING_SHARED)
+#define TQ_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define TQ_API __attribute__((visibility("default")))
+#else
+#define TQ_API
+#endif
+
+/* ---------------------------------------------------------------------------------------- */
+/* Version                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+#define TQ_VERSION_MAJOR 0
+#define TQ_VERSION_MINOR 1
+#define TQ_VERSION_PATCH 0
+#define TQ_VERSION_NUMBER (TQ_VERSION_MAJOR * 10000 + TQ_VERSION_MINOR * 100 + TQ_VERSION_PATCH)
+#define TQ_VERSION_STRING "0.1.0"
+
+/* The version of the library actually linked (compare with TQ_VERSION_NUMBER). */
+TQ_API int tq_version_number(void);
+TQ_API const char *tq_version_string(void);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Errors                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Values are pinned: they never change meaning between versions. */
+typedef enum tq_status {
+    TQ_OK = 0,
+    TQ_ERR_NULL = 1,          /* a required pointer argument was NULL */
+    TQ_ERR_DIM = 2,           /* dimension outside [TQ_MIN_DIM, TQ_MAX_DIM] or unsupported */
+    TQ_ERR_BITS = 3,          /* bit width outside [1, 8], or a fraction that does not split
+                                 the dimension into a whole number of coordinates */
+    TQ_ERR_VARIANT = 4,       /* unknown codec variant, rotation kind, split or norm format */
+    TQ_ERR_CAPACITY = 5,      /* an output buffer is smaller than the call needs */
+    TQ_ERR_NONFINITE = 6,     /* an input vector holds NaN or Inf */
+    TQ_ERR_RANGE = 7,         /* a finite value overflows what the format stores (e.g. a norm
+                                 beyond fp16 range with fp16 norms) */
+    TQ_ERR_NOMEM = 8,         /* memory allocation failed */
+    TQ_ERR_INVALID = 9,       /* an argument is inconsistent with the others */
+    TQ_ERR_CORRUPT = 10,      /* codes hold values no encoder produces (bad norm, NaN norm) */
+    TQ_ERR_UNSUPPORTED = 11,  /* the requested kernel set is not supported by this CPU */
+    /* Reserved for the KV cache and its files. */
+    TQ_ERR_SCHEME = 12,       /* a scheme string that does not parse */
+    TQ_ERR_IO = 13,           /* a file could not be read or written */
+    TQ_ERR_FORMAT = 14,       /* a file is not a cache file, or is truncated */
+    TQ_ERR_VERSION = 15,      /* a file of an unsupported format version */
+    TQ_ERR_CHECKSUM = 16,     /* a section's checksum does not match */
+    TQ_ERR_MISMATCH = 17,     /* a file's shapes or scheme do not match the caller's */
+    TQ_ERR_STATE = 18         /* the call is not valid in the object's current state */
+} tq_status;
+
+/* A static string naming the code ("TQ_ERR_BITS"); "TQ_ERR_UNKNOWN" for other values. */
+TQ_API const char *tq_error_name(tq_status status);
+/* A static one-line English description of the code. */
+TQ_API const char *tq_error_message(tq_status status);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kernels                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Hot loops have a scalar reference and SIMD versions; the best one the CPU supports is chosen
+ * once, at the first library call. The environment variable TQ_FORCE_REF=1 (read once, at that
+ * first call) or tq_set_kernels(TQ_KERNELS_REF) forces the scalar reference. Integer results
+ * (indices, packed codes) are identical on every kernel set; float results agree within the
+ * tolerances stated in tests/test_kernels.c. */
+typedef enum tq_kernels_kind {
+    TQ_KERNELS_AUTO = 0,  /* the best the CPU supports */
+    TQ_KERNELS_REF = 1,   /* portable scalar C */
+    TQ_KERNELS_AVX2 = 2,  /* AVX2 + FMA (x86-64) */
+    TQ_KERNELS_AVX512 = 3 /* AVX-512 F/BW/VL/DQ (x86-64) */
+} tq_kernels_kind;
+
+/* Selects the kernel set used by every later call. Not thread-safe against concurrent codec
+ * calls: select before starting work. Returns TQ_ERR_UNSUPPORTED if the CPU (or this build)
+ * lacks the set, TQ_ERR_VARIANT for an unknown kind. */
+TQ_API tq_status tq_set_kernels(tq_kernels_kind kind);
+/* The kernel set in use ("ref", "avx2", "avx512"). */
+TQ_API const char *tq_kernels_name(void);
+/* 1 if this CPU and build support the set, else 0. */
+TQ_API int tq_kernels_supported(tq_kernels_kind kind);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Rotation                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+#define TQ_MIN_DIM 2
+#define TQ_MAX_DIM 1024
+
+typedef enum tq_rotation_kind {
+    /* Hadamard for power-of-two dims, block Hadamard otherwise (measured equal to dense in
+     * doc/rotation.md). */
+    TQ_ROTATION_AUTO = 0,
+    /* Randomized Walsh–Hadamard, TQ_HADAMARD_ROUNDS rounds of (seeded ±1 signs, fast WHT),
+     * scaled to be orthonormal; power-of-two dims only. O(d log d). */
+    TQ_ROTATION_HADAMARD = 1,
+    /* Dense orthogonal matrix: Householder QR of a seeded Gaussian matrix. O(d^2). The
+     * reference for every dim. */
+    TQ_ROTATION_DENSE = 2,
+    /* Any dim: rounds of seeded signs and an orthonormal WHT over the first and the last
+     * 2^floor(log2 d) coordinates alternately (overlapping blocks). O(d log d). */
+    TQ_ROTATION_BLOCK_HADAMARD = 3
+} tq_rotation_kind;
+
+#define TQ_HADAMARD_ROUNDS 3
+
+typedef struct tq_rotation tq_rotation;
+
+/* Creates the rotation for (dim, seed, kind). The same arguments give the same rotation on
+ * every machine (own PRNG). Errors: TQ_ERR_NULL, TQ_ERR_DIM (dim outside [2, 1024], or a
+ * non-power-of-two dim with TQ_ROTATION_HADAMARD), TQ_ERR_VARIANT, TQ_ERR_NOMEM. */
+TQ_API tq_status tq_rotation_create(tq_rotation **out, int dim, uint64_t seed,
+                                    tq_rotation_kind kind);
+TQ_API void tq_rotation_free(tq_rotation *rotation);
+TQ_API int tq_rotation_dim(const tq_rotation *rotation);
+/* The kind actually used (AUTO resolved). */
+TQ_API tq_rotation_kind tq_rotation_get_kind(const tq_rotation *rotation);
+
+/* y = R x for n vectors (n*dim floats each). x == y (in place) is allowed; other overlap is
+ * not. Errors: TQ_ERR_NULL. */
+TQ_API tq_status tq_rotation_forward(const tq_rotation *rotation, const float *x, float *y,
+                                     size_t n);
+/* x = R^T y for n vectors; the exact inverse of tq_rotation_forward up to float rounding. */
+TQ_API tq_status tq_rotation_inverse(const tq_rotation *rotation, const float *y, float *x,
+                                     size_t n);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Codebooks                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The Lloyd-Max quantizer of one coordinate of a uniformly random unit vector in R^dim, whose
+ * density is f(t) = Γ(d/2) / (√π Γ((d−1)/2)) (1 − t²)^((d−3)/2) on [−1, 1] (paper §3.1).
+ * Values are scaled by √dim, so that for large dim they approach the N(0, 1) quantizer. */
+typedef struct tq_codebook {
+    int dim;
+    int bits;
+    int levels;               /* 2^bits */
+    const float *centroids;   /* (levels,) increasing, symmetric about 0, ×√dim */
+    const float *boundaries;  /* (levels − 1,) midpoints of adjacent centroids, ×√dim */
+    double mse;               /* D(b) = dim · E[(t − c(t))²]: the normalized MSE of a unit vector */
+} tq_codebook;
+
+/* Returns the codebook for (dim, bits), computing it on first use (Lloyd iterations on the exact
+ * density by numerical integration, a few ms) and caching it for the life of the process; the
+ * pointer stays valid until then. Thread-safe. Errors: TQ_ERR_NULL, TQ_ERR_DIM, TQ_ERR_BITS
+ * (bits outside [1, 8]), TQ_ERR_NOMEM. */
+TQ_API tq_status tq_codebook_get(int dim, int bits, const tq_codebook **out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Codecs                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef enum tq_variant {
+    TQ_VARIANT_MSE = 0,  /* Algorithm 1: minimum reconstruction error */
+    TQ_VARIANT_PROD = 1  /* Algorithm 2: (b−1)-bit MSE + 1-bit QJL sketch, unbiased ⟨q, x⟩ */
+} tq_variant;
+
+typedef enum tq_split {
+    /* Fractional bits: the first h rotated coordinates take ⌈b⌉ bits, the rest ⌊b⌋; one
+     * rotation and one norm. Needs no calibration (doc/fractional.md has the measurements). */
+    TQ_SPLIT_FIXED = 0,
+    /* Fractional bits: the h input channels of largest energy (cfg.channel_energy) form the
+     * ⌈b⌉-bit group; each group has its own rotation (dims h and d − h) and its own norm. */
+    TQ_SPLIT_ENERGY = 1
+} tq_split;
+
+typedef enum tq_norm_format {
+    TQ_NORM_F16 = 0,  /* IEEE half: 2 bytes, relative error ≤ 2^-11; |norm| ≤ 65504 */
+    TQ_NORM_F32 = 1   /* IEEE single: 4 bytes, any finite norm */
+} tq_norm_format;
+
+typedef struct tq_codec_config {
+    int dim;                      /* vector length, [2, 1024] */
+    float bits;                   /* average bits per coordinate, [1, 8]; fractional values
+                                     need bits·dim to split into whole groups (see below) */
+    tq_variant variant;
+    int norm_correction;          /* MSE only: store n/‖c[idx]‖ so decoded norms equal the
+                                     input's (DESIGN §1). Default 1; must be 0 for PROD. */
+    tq_norm_format norm_format;   /* default TQ_NORM_F16 */
+    tq_rotation_kind rotation;    /* default TQ_ROTATION_AUTO */
+    uint64_t seed;                /* rotation (and PROD sketch) seed; default 0x5475726230 */
+    tq_split split;               /* default TQ_SPLIT_FIXED */
+    const float *channel_energy;  /* (dim,) for TQ_SPLIT_ENERGY: mean square of each channel,
+                                     copied at create; ignored otherwise */
+} tq_codec_config;
+
+/* Fills cfg with the defaults above for (dim, bits, variant). cfg may not be NULL. */
+TQ_API void tq_codec_config_init(tq_codec_config *cfg, int dim, float bits, tq_variant variant);
+
+typedef struct tq_codec tq_codec;
+
+/* Creates a codec. Bit-width rules: with MSE, bits b in [1, 8]; with PROD, b in [1, 8] and
+ * the MSE part uses b − 1 bits (b = 1: sketch only). A fractional b = k + f (0 < f < 1) is
+ * valid when h = f·dim is a whole number (within 1e-4); h coordinates then take k + 1 bits
+ * (of the MSE part for PROD) and the rest k. With TQ_SPLIT_ENERGY both groups must have at
+ * least 2 channels. Errors: TQ_ERR_NULL, TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT,
+ * TQ_ERR_INVALID (norm correction with PROD, missing channel_energy, non-finite energy),
+ * TQ_ERR_NOMEM. */
+TQ_API tq_status tq_codec_create(tq_codec **out, const tq_codec_config *cfg);
+TQ_API void tq_codec_free(tq_codec *codec);
+/* A copy of the configuration the codec was created with (channel_energy set to NULL). */
+TQ_API tq_codec_config tq_codec_get_config(const tq_codec *codec);
+
+/* Exact bytes of one encoded vector; N vectors take N times this, contiguous. */
+TQ_API size_t tq_codec_bytes_per_vector(const tq_codec *codec);
+/* The same without creating a codec. Errors as tq_codec_create, except TQ_ERR_NOMEM. */
+TQ_API tq_status tq_codec_config_bytes(const tq_codec_config *cfg, size_t *bytes_per_vector);
+
+/* Encodes n vectors x (n·dim floats) into codes (n·bytes_per_vector bytes; codes_capacity is
+ * its size in bytes; never writes past it). A zero vector encodes to norm 0 and decodes to 0.
+ * Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY, TQ_ERR_NONFINITE (NaN/Inf in x, nothing written for
+ * that vector or any after it), TQ_ERR_RANGE (a norm beyond fp16 range with TQ_NORM_F16, or a
+ * vector whose squared norm overflows float). Vectors before the failing one are written. */
+TQ_API tq_status tq_codec_encode(const tq_codec *codec, const float *x, size_t n, void *codes,
+                                 size_t codes_capacity);
+/* Decodes n vectors into x (x_capacity floats, at least n·dim). Errors: TQ_ERR_NULL,
+ * TQ_ERR_CAPACITY, TQ_ERR_CORRUPT (a stored norm that is NaN, Inf or negative: the vector is
+ * written as zeros and decoding continues; the error is returned at the end). */
+TQ_API tq_status tq_codec_decode(const tq_codec *codec, const void *codes, size_t n, float *x,
+                                 size_t x_capacity);
+
+/* Scores without decoding (paper §3; DESIGN §3). A query is prepared once — rotated, and for
+ * PROD also sketched — into tq_codec_query_floats() floats; then each code costs dim codebook
+ * lookups and multiply-adds. */
+TQ_API size_t tq_codec_query_floats(const tq_codec *codec);
+/* Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY (prepared_capacity < tq_codec_query_floats),
+ * TQ_ERR_NONFINITE. */
+TQ_API tq_status tq_codec_prepare_query(const tq_codec *codec, const float *q, float *prepared,
+                                        size_t prepared_capacity);
+/* scores[t] = ⟨q, x̂_t⟩ for t < n (MSE: of the reconstruction; PROD: the paper's unbiased
+ * estimator of ⟨q, x_t⟩). Errors: TQ_ERR_NULL. */
+TQ_API tq_status tq_codec_scores(const tq_codec *codec, const float *prepared, const void *codes,
+                                 size_t n, float *scores);
+
+/* Decode-free weighted sums Σ_t w_t·x̂_t. An accumulator of tq_codec_accum_floats() floats lives
+ * in the rotated domain: zero it (tq_codec_accum_zero), add codes to it any number of times
+ * (tq_codec_accumulate), then tq_codec_accum_finish applies the single inverse rotation.
+ * Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY. */
+TQ_API size_t tq_codec_accum_floats(const tq_codec *codec);
+TQ_API tq_status tq_codec_accum_zero(const tq_codec *codec, float *acc, size_t acc_capacity);
+TQ_API tq_status tq_codec_accumulate(const tq_codec *codec, const void *codes, size_t n,
+                                     const float *weights, float *acc);
+/* out (dim floats) = the weighted sum in the original basis. acc is used as scratch. */
+TQ_API tq_status tq_codec_accum_finish(const tq_codec *codec, float *acc, float *out);
+/* One call: out = Σ_t weights[t]·x̂_t. Uses a stack accumulator (≤ 8 KiB). */
+TQ_API tq_status tq_codec_weighted_sum(const tq_codec *codec, const void *codes, size_t n,
+                                       const float *weights, float *out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Half precision helpers (IEEE binary16, round to nearest even)                              */
+/* ---------------------------------------------------------------------------------------- */
+
+TQ_API uint16_t tq_f32_to_f16(float x);
+TQ_API float tq_f16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TURBOQUANT_H */

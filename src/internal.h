@@ -1,0 +1,56 @@
+/* Declarations shared inside libturboquant; not part of the public API. */
+#ifndef TQ_INTERNAL_H
+#define TQ_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "turboquant.h"
+
+/* Deterministic PRNG (splitmix64): the same seed gives the same stream on every machine. */
+typedef struct tq_rng {
+    uint64_t state;
+} tq_rng;
+
+void tq_rng_seed(tq_rng *rng, uint64_t seed, uint64_t stream);
+uint64_t tq_rng_next(tq_rng *rng);
+/* Uniform in [0, 1) with 53 random bits. */
+double tq_rng_uniform(tq_rng *rng);
+/* Standard normal (Marsaglia's polar method). */
+double tq_rng_gauss(tq_rng *rng);
+
+/* Rotation internals used by the codecs: y ← R x up to a known scale, so that the scale can be
+ * folded into the quantizer's one multiply. After the call, R x = (*scale) · x. */
+void tq_rotation_forward_raw(const tq_rotation *rot, float *x, float *scale);
+
+static inline int tq_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+static inline int tq_log2i(int n) {
+    int l = 0;
+    while ((1 << (l + 1)) <= n) l++;
+    return l;
+}
+
+/* Little-endian loads and stores at any address. */
+static inline void tq_store_u16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline uint16_t tq_load_u16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline void tq_store_f32(uint8_t *p, float f) {
+    uint32_t v;
+    memcpy(&v, &f, 4);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+static inline float tq_load_f32(const uint8_t *p) {
+    uint32_t v = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                 ((uint32_t)p[3] << 24);
+    float f;
+    memcpy(&f, &v, 4);
+    return f;
+}
+
+#endif

@@ -1,0 +1,466 @@
+/* Weight formats and matrix kernels: golden dequantization (values from the gguf Python
+ * package, tests/golden/quants_*.bin, made by scripts/make_quant_golden.py), every kernel
+ * set the host runs against the scalar reference, threaded against single-threaded.
+ *
+ * Usage: test_quants [golden_dir]   (default tests/golden, run from the repository root) */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/matmul.h"
+#include "../engine/quants.h"
+#include "../engine/threadpool.h"
+#include "test_util.h"
+
+static const char *golden_dir = "tests/golden";
+
+static const int all_types[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q4_0, QUANT_Q4_1,
+                                QUANT_Q5_0, QUANT_Q5_1, QUANT_Q8_0, QUANT_Q2_K, QUANT_Q3_K,
+                                QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
+#define N_TYPES ((int)(sizeof all_types / sizeof all_types[0]))
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f; }
+
+static uint32_t rd_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void put_f16(uint8_t *p, float f) {
+    uint16_t h = quant_f32_to_f16(f);
+    p[0] = (uint8_t)(h & 0xFF);
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* Byte offsets of the fp16 scale fields in a block (ggml-common.h), set to finite values of
+ * model-like size in random blocks; -1 ends the list. */
+static const int *f16_fields(int type) {
+    static const int none[] = {-1}, at0[] = {0, -1}, at02[] = {0, 2, -1}, q2k[] = {80, 82, -1},
+                     q3k[] = {108, -1}, q6k[] = {208, -1};
+    switch (type) {
+    case QUANT_Q4_0: case QUANT_Q5_0: case QUANT_Q8_0: return at0;
+    case QUANT_Q4_1: case QUANT_Q5_1: case QUANT_Q4_K: case QUANT_Q5_K: return at02;
+    case QUANT_Q2_K: return q2k;
+    case QUANT_Q3_K: return q3k;
+    case QUANT_Q6_K: return q6k;
+    default: return none;
+    }
+}
+
+/* A random row of `type` with n elements into buf (quant_row_bytes bytes). */
+static void random_row(int type, uint8_t *buf, int64_t n) {
+    size_t bytes = quant_row_bytes(type, n);
+    if (type == QUANT_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            float f = rnd_uniform(-1.0f, 1.0f);
+            memcpy(buf + 4 * i, &f, 4);
+        }
+        return;
+    }
+    if (type == QUANT_F16 || type == QUANT_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            float f = rnd_uniform(-1.0f, 1.0f);
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            uint16_t h = type == QUANT_F16 ? quant_f32_to_f16(f) : (uint16_t)(u >> 16);
+            buf[2 * i] = (uint8_t)(h & 0xFF);
+            buf[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+        return;
+    }
+    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)rnd_u32();
+    size_t bs = quant_block_bytes(type);
+    for (size_t b = 0; b < bytes / bs; b++)
+        for (const int *f = f16_fields(type); *f >= 0; f++) put_f16(buf + b * bs + (size_t)*f, rnd_uniform(-0.05f, 0.05f));
+}
+
+/* ---- (1) golden dequantization ------------------------------------------------------------- */
+
+static uint8_t *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    uint8_t *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len)) != NULL &&
+            fread(buf, 1, (size_t)len, f) != (size_t)len) {
+            free(buf);
+            buf = NULL;
+        }
+        *size = (size_t)len;
+    }
+    fclose(f);
+    return buf;
+}
+
+static void test_golden_dequantize(void) {
+    for (int t = 0; t < N_TYPES; t++) {
+        int type = all_types[t];
+        char name[16], path[512];
+        size_t k = 0;
+        for (const char *s = quant_type_name(type); *s && k + 1 < sizeof name; s++)
+            name[k++] = (char)(*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
+        name[k] = '\0';
+        snprintf(path, sizeof path, "%s/quants_%s.bin", golden_dir, name);
+        size_t size = 0;
+        uint8_t *buf = read_file(path, &size);
+        CHECK_MSG(buf != NULL, "cannot read %s", path);
+        if (buf == NULL) continue;
+        CHECK(size >= 32 && memcmp(buf, "TQQG", 4) == 0 && rd_u32(buf + 4) == 1);
+        uint32_t n_blocks = rd_u32(buf + 12), be = rd_u32(buf + 16), bb = rd_u32(buf + 20);
+        CHECK(rd_u32(buf + 8) == (uint32_t)type);
+        CHECK(be == (uint32_t)quant_block_elems(type) && bb == quant_block_bytes(type));
+        size_t n = (size_t)n_blocks * be;
+        CHECK(size == 32 + (size_t)n_blocks * bb + 4 * n);
+        if (size != 32 + (size_t)n_blocks * bb + 4 * n) {
+            free(buf);
+            continue;
+        }
+        float *got = malloc(n * sizeof *got);
+        CHECK(quant_dequantize_row(type, buf + 32, got, (int64_t)n) == QUANT_OK);
+        /* Tolerance 0: numpy computes the same float32 products (scale * sub-scale, then
+         * times q, minus the min) in the same order, so every value must match bit for bit. */
+        int bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t a, b;
+            float want;
+            memcpy(&want, buf + 32 + (size_t)n_blocks * bb + 4 * i, 4);
+            memcpy(&a, &got[i], 4);
+            memcpy(&b, &want, 4);
+            if (a != b && bad++ < 3)
+                fprintf(stderr, "%s[%zu]: got %.9g want %.9g\n", quant_type_name(type), i, (double)got[i], (double)want);
+        }
+        CHECK_MSG(bad == 0, "%s: %d of %zu values differ (%u blocks from the model)", quant_type_name(type), bad, n,
+                  rd_u32(buf + 24));
+        free(got);
+        free(buf);
+    }
+}
+
+static void test_dequantize_errors(void) {
+    uint8_t blk[512] = {0};
+    float out[512];
+    CHECK(quant_dequantize_row(4, blk, out, 32) == QUANT_ERR_TYPE);
+    CHECK(quant_dequantize_row(99, blk, out, 32) == QUANT_ERR_TYPE);
+    CHECK(quant_dequantize_row(QUANT_Q4_K, blk, out, 255) == QUANT_ERR_SIZE);
+    CHECK(quant_dequantize_row(QUANT_Q4_0, blk, out, -32) == QUANT_ERR_SIZE);
+    CHECK(quant_dequantize_row(QUANT_Q4_0, NULL, out, 32) == QUANT_ERR_ARG);
+    CHECK(quant_row_bytes(QUANT_Q6_K, 512) == 420 && quant_row_bytes(QUANT_Q6_K, 100) == 0);
+    CHECK(strcmp(quant_status_name(QUANT_ERR_WORK), "QUANT_ERR_WORK") == 0);
+    /* Q8_K, our activation format, round-trips through its own dequantization. */
+    float x[256];
+    _Alignas(8) uint8_t q[sizeof(quant_block_q8_K)];
+    for (int i = 0; i < 256; i++) x[i] = rnd_uniform(-3.0f, 3.0f);
+    quant_quantize_q8_K_ref(x, q, 256);
+    CHECK(quant_dequantize_row(QUANT_Q8_K, q, out, 256) == QUANT_OK);
+    float d = ((quant_block_q8_K *)(void *)q)->d;
+    for (int i = 0; i < 256; i++) CHECK_NEAR(out[i], x[i], 0.5 * d * 1.0001); /* half a step */
+}
+
+static void test_f16_conversion(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = quant_f16_to_f32((uint16_t)h);
+        uint16_t back = quant_f32_to_f16(f);
+        int nan = (h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0;
+        if (nan ? (back & 0x7C00) != 0x7C00 || (back & 0x3FF) == 0 : back != h) bad++;
+    }
+    CHECK(bad == 0);
+    CHECK(quant_f32_to_f16(65520.0f) == 0x7C00);          /* rounds past max: inf */
+    CHECK(quant_f32_to_f16(1.0f + 1.0f / 2048) == 0x3C00); /* tie to even */
+    CHECK(quant_f32_to_f16(2.98023224e-08f) == 0x0000);    /* 2^-25: tie to even zero */
+}
+
+/* ---- (2) every kernel set against the reference --------------------------------------------- */
+
+static void test_quantize_matches_ref(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    enum { N = 1024 };
+    float *x = malloc((N + 1) * sizeof *x);
+    _Alignas(64) static uint8_t ref[N / 32 * sizeof(quant_block_q8_a) + N / 256 * sizeof(quant_block_q8_K)];
+    _Alignas(64) static uint8_t got[sizeof ref];
+    for (int i = 0; i <= N; i++) x[i] = rnd_uniform(-2.0f, 2.0f) * (i % 97 == 0 ? 50.0f : 1.0f);
+    for (int i = 32; i < 64; i++) x[i + 1] = 0.0f; /* an all-zero block */
+    for (int s = 0; s < ns; s++) {
+        /* x + 1: unaligned input. Bit-exact: same arithmetic and rounding as the reference. */
+        quant_quantize_q8_a_ref(x + 1, ref, N);
+        sets[s]->quantize_q8_a(x + 1, got, N);
+        CHECK_MSG(memcmp(ref, got, N / 32 * sizeof(quant_block_q8_a)) == 0, "%s q8_a", sets[s]->name);
+        quant_quantize_q8_K_ref(x + 1, ref, N);
+        sets[s]->quantize_q8_K(x + 1, got, N);
+        CHECK_MSG(memcmp(ref, got, N / 256 * sizeof(quant_block_q8_K)) == 0, "%s q8_K", sets[s]->name);
+    }
+    free(x);
+}
+
+/* Activation row of format `act` for x (n floats) into dst, with the reference quantizer;
+ * xhat gets the values it represents. Returns the byte stride. */
+static size_t make_act(quant_act act, const float *x, int64_t n, void *dst, float *xhat) {
+    if (act == QUANT_ACT_Q8_A) {
+        quant_quantize_q8_a_ref(x, dst, n);
+        const quant_block_q8_a *b = dst;
+        for (int64_t i = 0; i < n; i++) xhat[i] = b[i / 32].d * (float)b[i / 32].qs[i % 32];
+        return quant_act_row_bytes(act, n);
+    }
+    if (act == QUANT_ACT_Q8_K) {
+        quant_quantize_q8_K_ref(x, dst, n);
+        quant_dequantize_row(QUANT_Q8_K, dst, xhat, n);
+        return quant_act_row_bytes(act, n);
+    }
+    memcpy(dst, x, (size_t)n * sizeof *x);
+    memcpy(xhat, x, (size_t)n * sizeof *x);
+    return (size_t)n * sizeof *x;
+}
+
+static void test_dot_kernels_vs_ref(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    const quant_kernels *ref = sets[0];
+    CHECK(strcmp(ref->name, "ref") == 0);
+    for (int t = 0; t < N_TYPES; t++) {
+        int type = all_types[t];
+        quant_act act = quant_act_format(type);
+        if (act == QUANT_ACT_NONE) {
+            for (int s = 0; s < ns; s++) CHECK(sets[s]->dot[type] == NULL);
+            continue;
+        }
+        /* 21 blocks of 32 (odd: AVX-512 tail) for the small blocks, 3 super-blocks for k. */
+        int64_t n = quant_block_elems(type) == QUANT_QK_K ? 3 * QUANT_QK_K : 21 * QUANT_QK + (quant_block_elems(type) == 1 ? 5 : 0);
+        size_t wb = quant_row_bytes(type, n);
+        uint8_t *w = malloc(wb);
+        float *wf = malloc((size_t)n * sizeof *wf), *x = malloc((size_t)n * sizeof *x), *xhat = malloc((size_t)n * sizeof *xhat);
+        size_t stride = ((size_t)n * 4 + 300) / 4 * 4 + 4; /* rows not 32-byte aligned apart */
+        uint8_t *xq = aligned_alloc(64, (QUANT_DOT_MAX_NX * stride + 64 + 63) / 64 * 64);
+        double absdot[QUANT_DOT_MAX_NX];
+        for (int trial = 0; trial < 4; trial++) {
+            random_row(type, w, n);
+            quant_dequantize_row(type, w, wf, n);
+            for (int r = 0; r < QUANT_DOT_MAX_NX; r++) {
+                for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+                make_act(act, x, n, xq + 4 + r * stride, xhat); /* +4: off 64-byte alignment */
+                absdot[r] = 0;
+                for (int64_t i = 0; i < n; i++) absdot[r] += fabs((double)wf[i] * xhat[i]);
+            }
+            for (int nx = 1; nx <= QUANT_DOT_MAX_NX; nx++) {
+                float want[QUANT_DOT_MAX_NX], got[QUANT_DOT_MAX_NX];
+                ref->dot[type](n, w, xq + 4, stride, nx, want);
+                for (int s = 1; s < ns; s++) {
+                    sets[s]->dot[type](n, w, xq + 4, stride, nx, got);
+                    /* Tolerance 1e-5 * sum|w*x|: integer block sums are exact, only the
+                     * float32 accumulation order differs (a few ulp per term added). */
+                    for (int r = 0; r < nx; r++)
+                        CHECK_MSG(fabs((double)got[r] - want[r]) <= 1e-5 * absdot[r] + 1e-30,
+                                  "%s %s nx=%d r=%d: %.9g vs ref %.9g (sum|wx| %.3g)", sets[s]->name,
+                                  quant_type_name(type), nx, r, (double)got[r], (double)want[r], absdot[r]);
+                }
+            }
+        }
+        free(w);
+        free(wf);
+        free(x);
+        free(xhat);
+        free(xq);
+    }
+}
+
+/* y = W x for `set`, against float64 sums of the dequantized weights times x. */
+static void check_matmul_type(const quant_kernels *set, const quant_kernels *ref, int type, int64_t rows,
+                              int64_t cols, int n, tp_pool *pool) {
+    matmul_weight w = {type, rows, cols, NULL};
+    size_t rb = quant_row_bytes(type, cols);
+    uint8_t *wd = malloc((size_t)rows * rb);
+    for (int64_t r = 0; r < rows; r++) random_row(type, wd + (size_t)r * rb, cols);
+    w.data = wd;
+    float *xbuf = malloc(((size_t)n * (size_t)cols + 1) * sizeof(float));
+    float *x = xbuf + 1; /* unaligned activation buffer */
+    for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+    float *y = malloc((size_t)n * (size_t)rows * sizeof *y), *yref = malloc((size_t)n * (size_t)rows * sizeof *yref);
+    size_t ws = matmul_work_size(&w, n, tp_n_threads(pool));
+    uint8_t *work = malloc(ws + 1);
+    CHECK(matmul_with(set, &w, x, y, n, pool, work + 1, ws) == QUANT_OK); /* odd work address */
+    CHECK(matmul_with(ref, &w, x, yref, n, NULL, work + 1, matmul_work_size(&w, n, 1)) == QUANT_OK);
+    float *wf = malloc((size_t)cols * sizeof *wf);
+    quant_act act = quant_act_format(type);
+    int64_t ab = act == QUANT_ACT_Q8_A ? QUANT_QK : QUANT_QK_K;
+    int bad_ref = 0, bad_exact = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        quant_dequantize_row(type, wd + (size_t)r * rb, wf, cols);
+        for (int i = 0; i < n; i++) {
+            const float *xi = x + (size_t)i * (size_t)cols;
+            double exact = 0, absdot = 0, qbound = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                exact += (double)wf[c] * xi[c];
+                absdot += fabs((double)wf[c] * xi[c]);
+            }
+            if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_K) {
+                /* 8-bit activations move each x by at most half a step, max|x_block|/254. */
+                for (int64_t b0 = 0; b0 < cols; b0 += ab) {
+                    double amax = 0, wsum = 0;
+                    for (int64_t c = b0; c < b0 + ab; c++) {
+                        amax = fmax(amax, fabs(xi[c]));
+                        wsum += fabs(wf[c]);
+                    }
+                    qbound += wsum * amax / 254.0 * 1.0001;
+                }
+            }
+            double yv = y[(size_t)i * (size_t)rows + (size_t)r], yr = yref[(size_t)i * (size_t)rows + (size_t)r];
+            /* Against the reference set: 1e-5 * sum|w*x| (float accumulation order only). */
+            if (!(fabs(yv - yr) <= 1e-5 * absdot + 1e-30) && bad_ref++ < 3)
+                fprintf(stderr, "%s %s n=%d row %lld: %.9g vs ref %.9g\n", set->name, quant_type_name(type), n,
+                        (long long)r, yv, yr);
+            /* Against exact float math: activation quantization bound + 1e-5 * sum|w*x|. */
+            if (!(fabs(yv - exact) <= qbound + 1e-5 * absdot + 1e-30) && bad_exact++ < 3)
+                fprintf(stderr, "%s %s n=%d row %lld: %.9g vs exact %.9g (bound %.3g)\n", set->name,
+                        quant_type_name(type), n, (long long)r, yv, exact, qbound + 1e-5 * absdot);
+        }
+    }
+    CHECK_MSG(bad_ref == 0 && bad_exact == 0, "%s %s rows=%lld cols=%lld n=%d", set->name, quant_type_name(type),
+              (long long)rows, (long long)cols, n);
+    free(wd);
+    free(xbuf);
+    free(y);
+    free(yref);
+    free(work);
+    free(wf);
+}
+
+static void test_matmul_all_sets(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    static const int ns_rows[] = {1, 3, 7, 64};
+    for (int s = 0; s < ns; s++)
+        for (int t = 0; t < N_TYPES; t++)
+            for (int k = 0; k < 4; k++) {
+                int type = all_types[t];
+                int64_t cols = quant_block_elems(type) == QUANT_QK_K ? 512 : 32 * 7;
+                check_matmul_type(sets[s], sets[0], type, 13 + 2 * k, cols, ns_rows[k], NULL);
+            }
+}
+
+static void test_matmul_errors(void) {
+    uint8_t wd[64] = {0};
+    float x[32] = {0}, y[4];
+    matmul_weight w = {QUANT_Q8_0, 1, 32, wd};
+    CHECK(matmul(&w, x, y, 1, NULL, NULL, 0) == QUANT_ERR_WORK);
+    CHECK(matmul(&w, x, y, 0, NULL, wd, sizeof wd) == QUANT_ERR_ARG);
+    w.cols = 31;
+    CHECK(matmul(&w, x, y, 1, NULL, wd, sizeof wd) == QUANT_ERR_SIZE);
+    w.type = 5;
+    w.cols = 32;
+    CHECK(matmul(&w, x, y, 1, NULL, wd, sizeof wd) == QUANT_ERR_TYPE);
+    w.type = QUANT_F32;
+    w.cols = 8;
+    float wf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    w.data = wf;
+    CHECK(matmul(&w, x, y, 1, NULL, NULL, 0) == QUANT_OK); /* F32 needs no work buffer */
+}
+
+/* ---- (3) threaded equals single-threaded ------------------------------------------------------ */
+
+static void test_matmul_threaded(void) {
+    tp_pool *pool = tp_create(3);
+    CHECK(pool != NULL && tp_n_threads(pool) == 3);
+    static const int types[] = {QUANT_Q4_K, QUANT_Q5_0, QUANT_Q6_K, QUANT_Q8_0, QUANT_Q3_K, QUANT_F16};
+    static const int ns_rows[] = {1, 7, 64};
+    const quant_kernels *k = quant_kernels_get();
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int m = 0; m < 3; m++) {
+            int n = ns_rows[m];
+            matmul_weight w = {types[t], 203, 512, NULL};
+            size_t rb = quant_row_bytes(w.type, w.cols);
+            uint8_t *wd = malloc((size_t)w.rows * rb);
+            for (int64_t r = 0; r < w.rows; r++) random_row(w.type, wd + (size_t)r * rb, w.cols);
+            w.data = wd;
+            float *x = malloc((size_t)n * 512 * sizeof *x);
+            for (int i = 0; i < n * 512; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+            float *y1 = malloc((size_t)n * 203 * sizeof *y1), *y3 = malloc((size_t)n * 203 * sizeof *y3);
+            size_t ws = matmul_work_size(&w, n, 3);
+            void *work = malloc(ws);
+            CHECK(matmul_with(k, &w, x, y1, n, NULL, work, ws) == QUANT_OK);
+            CHECK(matmul_with(k, &w, x, y3, n, pool, work, ws) == QUANT_OK);
+            /* Bit-exact: each output is computed by the same code whichever thread runs it. */
+            CHECK_MSG(memcmp(y1, y3, (size_t)n * 203 * sizeof *y1) == 0, "%s n=%d", quant_type_name(w.type), n);
+            free(wd);
+            free(x);
+            free(y1);
+            free(y3);
+            free(work);
+        }
+    tp_free(pool);
+}
+
+typedef struct {
+    int *hits;
+    int *thread_seen;
+} tp_test_ctx;
+
+static void count_task(void *ctx, int task, int thread) {
+    tp_test_ctx *c = ctx;
+    c->hits[task]++;
+    if (thread >= 0 && thread < 4) c->thread_seen[task] = thread;
+}
+
+static void test_threadpool(void) {
+    for (int nt = 1; nt <= 4; nt++) {
+        tp_pool *pool = tp_create(nt);
+        CHECK(pool != NULL);
+        int hits[1000], seen[1000];
+        for (int round = 0; round < 20; round++) {
+            memset(hits, 0, sizeof hits);
+            tp_test_ctx c = {hits, seen};
+            int n_tasks = 1 + round * 50;
+            tp_parallel_for(pool, n_tasks, count_task, &c);
+            int ok = 1;
+            for (int i = 0; i < n_tasks; i++) ok &= hits[i] == 1 && seen[i] < nt;
+            CHECK_MSG(ok, "threads=%d tasks=%d", nt, n_tasks);
+        }
+        tp_parallel_for(pool, 0, count_task, NULL);
+        tp_free(pool);
+    }
+    tp_free(NULL);
+    CHECK(tp_n_threads(NULL) == 1);
+}
+
+static void test_dispatch(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    CHECK(ns >= 1);
+    printf("     kernel sets on this host:");
+    for (int s = 0; s < ns; s++) printf(" %s", sets[s]->name);
+    printf("; chosen: %s\n", quant_kernels_name());
+    quant_force_reference(1);
+    CHECK(strcmp(quant_kernels_name(), "ref") == 0);
+    quant_force_reference(0);
+    CHECK(quant_kernels_get() == sets[ns - 1]);
+    for (int s = 0; s < ns; s++) {
+        CHECK(sets[s]->quantize_q8_a && sets[s]->quantize_q8_K && sets[s]->dot_f32);
+        for (int t = 0; t < N_TYPES; t++)
+            CHECK((sets[s]->dot[all_types[t]] != NULL) == (quant_act_format(all_types[t]) != QUANT_ACT_NONE));
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) golden_dir = argv[1];
+    RUN_TEST(test_golden_dequantize);
+    RUN_TEST(test_dequantize_errors);
+    RUN_TEST(test_f16_conversion);
+    RUN_TEST(test_dispatch);
+    RUN_TEST(test_quantize_matches_ref);
+    RUN_TEST(test_dot_kernels_vs_ref);
+    RUN_TEST(test_matmul_all_sets);
+    RUN_TEST(test_matmul_errors);
+    RUN_TEST(test_threadpool);
+    RUN_TEST(test_matmul_threaded);
+    return test_report();
+}

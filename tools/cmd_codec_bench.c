@@ -1,0 +1,227 @@
+/*
+ * tq codec-bench: quality and speed of one codec configuration per bit width.
+ *
+ * Data: N vectors with i.i.d. N(0, 1) coordinates and N independent N(0, 1) queries, from
+ * --seed. Quality: mean of ‖x − x̂‖²/‖x‖² (compare with the codebook's D(b)), and the error
+ * of ⟨q, x⟩ as the codec scores it without decoding, normalized by ‖q‖·‖x‖ (bias, variance).
+ * Speed: best of 3 timed passes of encode and decode over all N vectors, split across
+ * --threads, and memcpy of the same fp32 data in the same run as the yardstick.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "common.h"
+#include "turboquant.h"
+
+#define MAX_BITS_LIST 16
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tq codec-bench [--dim D] [--bits B[,B...]] [--variant mse|prod] [--n N]\n"
+            "                      [--seed S] [--threads T] [--no-norm-correction] [--json]\n\n"
+            "  --dim D        vector length, 2..1024 (default 128)\n"
+            "  --bits LIST    bit widths, 1..8, fractions like 3.5 allowed (default 1,2,3,4,8)\n"
+            "  --variant V    mse (default) or prod\n"
+            "  --n N          vectors (default 100000)\n"
+            "  --seed S       data and rotation seed (default 1)\n"
+            "  --threads T    threads for the timed passes (default 1)\n"
+            "  --no-norm-correction   store the plain norm (MSE only)\n"
+            "  --json         one JSON object instead of a table\n");
+}
+
+typedef struct job {
+    const tq_codec *codec;
+    const float *x;
+    float *y;
+    uint8_t *codes;
+    size_t n, dim, bpv;
+    int threads, mode; /* 0 encode, 1 decode, 2 memcpy */
+    int failed;
+} job;
+
+static void job_part(void *p, int t) {
+    job *j = p;
+    size_t lo = j->n * (size_t)t / (size_t)j->threads, hi = j->n * (size_t)(t + 1) / (size_t)j->threads;
+    size_t cnt = hi - lo;
+    if (!cnt) return;
+    tq_status st = TQ_OK;
+    if (j->mode == 0)
+        st = tq_codec_encode(j->codec, j->x + lo * j->dim, cnt, j->codes + lo * j->bpv, cnt * j->bpv);
+    else if (j->mode == 1)
+        st = tq_codec_decode(j->codec, j->codes + lo * j->bpv, cnt, j->y + lo * j->dim, cnt * j->dim);
+    else
+        memcpy(j->y + lo * j->dim, j->x + lo * j->dim, cnt * j->dim * sizeof(float));
+    if (st) j->failed = 1;
+}
+
+/* Best of 3 passes, vectors per second. */
+static double timed(job *j, int mode) {
+    double best = 1e30;
+    j->mode = mode;
+    for (int r = 0; r < 3; r++) {
+        double t0 = tool_now();
+        tool_run_threads(j->threads, job_part, j);
+        double dt = tool_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return (double)j->n / best;
+}
+
+int cmd_codec_bench(int argc, char **argv) {
+    long dim = 128, n = 100000, threads = 1;
+    double bits[MAX_BITS_LIST] = {1, 2, 3, 4, 8};
+    int n_bits = 5, json = 0, norm_corr = 1;
+    uint64_t seed = 1;
+    tq_variant variant = TQ_VARIANT_MSE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--no-norm-correction")) {
+            norm_corr = 0;
+        } else if (!strcmp(a, "--dim") && v) {
+            if (!tool_parse_int(v, TQ_MIN_DIM, TQ_MAX_DIM, &dim)) goto bad_value;
+            i++;
+        } else if (!strcmp(a, "--n") && v) {
+            if (!tool_parse_int(v, 1, 100000000, &n)) goto bad_value;
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            if (!tool_parse_int(v, 1, 256, &threads)) goto bad_value;
+            i++;
+        } else if (!strcmp(a, "--seed") && v) {
+            if (!tool_parse_u64(v, &seed)) goto bad_value;
+            i++;
+        } else if (!strcmp(a, "--bits") && v) {
+            n_bits = tool_parse_double_list(v, 1, 8, bits, MAX_BITS_LIST);
+            if (n_bits < 1) goto bad_value;
+            i++;
+        } else if (!strcmp(a, "--variant") && v) {
+            if (!strcmp(v, "mse")) variant = TQ_VARIANT_MSE;
+            else if (!strcmp(v, "prod")) variant = TQ_VARIANT_PROD;
+            else goto bad_value;
+            i++;
+        } else {
+            fprintf(stderr, "tq codec-bench: unknown option or missing value: %s\n\n", a);
+            usage(stderr);
+            return TQ_EXIT_USAGE;
+        }
+        continue;
+    bad_value:
+        fprintf(stderr, "tq codec-bench: bad value for %s: '%s'\n\n", a, v);
+        usage(stderr);
+        return TQ_EXIT_USAGE;
+    }
+    if (variant == TQ_VARIANT_PROD) norm_corr = 0;
+
+    /* Validate every configuration before doing any work. */
+    for (int b = 0; b < n_bits; b++) {
+        tq_codec_config cfg;
+        tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);
+        cfg.norm_correction = norm_corr;
+        size_t bpv;
+        tq_status st = tq_codec_config_bytes(&cfg, &bpv);
+        if (st) {
+            fprintf(stderr, "tq codec-bench: --bits %g at --dim %ld: %s (%s)\n", bits[b], dim,
+                    tq_error_message(st), tq_error_name(st));
+            return TQ_EXIT_USAGE;
+        }
+    }
+
+    size_t nd = (size_t)n * (size_t)dim;
+    float *x = malloc(nd * sizeof(float)), *y = malloc(nd * sizeof(float));
+    float *q = malloc(nd * sizeof(float));
+    uint8_t *codes = NULL;
+    float *prep = malloc(2 * (size_t)dim * sizeof(float));
+    if (!x || !y || !q || !prep) {
+        fprintf(stderr, "tq codec-bench: out of memory for %ld vectors\n", n);
+        return 1;
+    }
+    tool_rng rng;
+    tool_rng_seed(&rng, seed);
+    for (size_t i = 0; i < nd; i++) x[i] = (float)tool_rng_gauss(&rng);
+    for (size_t i = 0; i < nd; i++) q[i] = (float)tool_rng_gauss(&rng);
+
+    if (json)
+        printf("{\"dim\":%ld,\"variant\":\"%s\",\"n\":%ld,\"threads\":%ld,\"kernels\":\"%s\","
+               "\"norm_correction\":%s,\"results\":[",
+               dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", n, threads, tq_kernels_name(),
+               norm_corr ? "true" : "false");
+    else
+        printf("codec-bench: dim %ld, variant %s, %ld vectors, %ld thread(s), kernels %s, norm "
+               "correction %s\n%6s %10s %11s %10s %7s %7s %12s %12s %12s %8s\n",
+               dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", n, threads, tq_kernels_name(),
+               norm_corr ? "on" : "off", "bits", "mse", "ip_bias", "ip_var", "bytes", "ratio",
+               "encode/s", "decode/s", "memcpy/s", "enc/mcp");
+    int rc = 0;
+    for (int b = 0; b < n_bits; b++) {
+        tq_codec_config cfg;
+        tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);
+        cfg.norm_correction = norm_corr;
+        cfg.seed = seed;
+        tq_codec *codec;
+        tq_status st = tq_codec_create(&codec, &cfg);
+        if (st) {
+            fprintf(stderr, "tq codec-bench: %s\n", tq_error_message(st));
+            rc = 1;
+            break;
+        }
+        size_t bpv = tq_codec_bytes_per_vector(codec);
+        free(codes);
+        codes = malloc((size_t)n * bpv);
+        if (!codes) {
+            fprintf(stderr, "tq codec-bench: out of memory\n");
+            tq_codec_free(codec);
+            rc = 1;
+            break;
+        }
+        job j = {codec, x, y, codes, (size_t)n, (size_t)dim, bpv, (int)threads, 0, 0};
+        double enc = timed(&j, 0), dec = timed(&j, 1), mcp = timed(&j, 2);
+        /* timed(…, 2) overwrote y: decode once more for the quality figures. */
+        st = tq_codec_decode(codec, codes, (size_t)n, y, nd);
+        if (st || j.failed) {
+            fprintf(stderr, "tq codec-bench: encode/decode failed: %s\n", tq_error_message(st));
+            tq_codec_free(codec);
+            rc = 1;
+            break;
+        }
+        double mse = 0, ip_sum = 0, ip_sq = 0;
+        for (long v = 0; v < n; v++) {
+            const float *xv = x + (size_t)v * (size_t)dim, *yv = y + (size_t)v * (size_t)dim;
+            const float *qv = q + (size_t)v * (size_t)dim;
+            double err = 0, nx = 0, nq = 0, ip = 0;
+            for (long i = 0; i < dim; i++) {
+                double e = (double)xv[i] - yv[i];
+                err += e * e, nx += (double)xv[i] * xv[i], nq += (double)qv[i] * qv[i];
+                ip += (double)qv[i] * xv[i];
+            }
+            mse += err / nx;
+            float score;
+            tq_codec_prepare_query(codec, qv, prep, 2 * (size_t)dim);
+            tq_codec_scores(codec, prep, codes + (size_t)v * bpv, 1, &score);
+            double e = (score - ip) / sqrt(nx * nq);
+            ip_sum += e, ip_sq += e * e;
+        }
+        mse /= (double)n;
+        double bias = ip_sum / (double)n, var = ip_sq / (double)n - bias * bias;
+        double ratio = (double)dim * 2.0 / (double)bpv;
+        if (json)
+            printf("%s{\"bits\":%g,\"mse\":%.6g,\"ip_bias\":%.4g,\"ip_var\":%.4g,"
+                   "\"bytes_per_vector\":%zu,\"ratio_vs_fp16\":%.4f,\"encode_vps\":%.4g,"
+                   "\"decode_vps\":%.4g,\"memcpy_vps\":%.4g}",
+                   b ? "," : "", bits[b], mse, bias, var, bpv, ratio, enc, dec, mcp);
+        else
+            printf("%6g %10.6f %11.3e %10.3e %7zu %6.2fx %12.4g %12.4g %12.4g %8.3f\n", bits[b], mse,
+                   bias, var, bpv, ratio, enc, dec, mcp, enc / mcp);
+        tq_codec_free(codec);
+    }
+    if (json && !rc) printf("]}\n");
+    free(x), free(y), free(q), free(codes), free(prep);
+    return rc;
+}

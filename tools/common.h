@@ -1,0 +1,31 @@
+/* Helpers shared by the tq subcommands: strict number parsing, timing, a seeded PRNG. */
+#ifndef TQ_TOOLS_COMMON_H
+#define TQ_TOOLS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit code for usage errors (bad flags or values), as the CLI documents. */
+#define TQ_EXIT_USAGE 2
+
+/* Strict parsers: the whole string must be a number in [lo, hi]. Return 1 on success. */
+int tool_parse_int(const char *s, long lo, long hi, long *out);
+int tool_parse_u64(const char *s, uint64_t *out);
+int tool_parse_double(const char *s, double lo, double hi, double *out);
+/* Comma-separated doubles, each in [lo, hi]; at most cap values. Returns the count or -1. */
+int tool_parse_double_list(const char *s, double lo, double hi, double *out, int cap);
+
+/* Monotonic seconds. */
+double tool_now(void);
+
+/* Deterministic PRNG for benchmark data (xorshift-based, independent of the library's). */
+typedef struct tool_rng {
+    uint64_t s;
+} tool_rng;
+void tool_rng_seed(tool_rng *r, uint64_t seed);
+double tool_rng_gauss(tool_rng *r);
+
+/* Runs fn(ctx, t) for t in [0, n_threads) on n_threads pthreads (inline when 1) and waits. */
+int tool_run_threads(int n_threads, void (*fn)(void *ctx, int t), void *ctx);
+
+#endif

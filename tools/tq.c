@@ -1,0 +1,46 @@
+/* tq: the command-line front end. One file per subcommand (tools/cmd_*.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "common.h"
+#include "turboquant.h"
+
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"codec-bench", cmd_codec_bench, "codec quality and throughput per bit width"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "tq %s — TurboQuant vector and KV-cache compression\n\n", tq_version_string());
+    fprintf(f, "usage: tq COMMAND [OPTIONS]   (tq COMMAND --help for a command's options)\n\n");
+    fprintf(f, "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return TQ_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tq %s (kernels: %s)\n", tq_version_string(), tq_kernels_name());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "tq: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return TQ_EXIT_USAGE;
+}
