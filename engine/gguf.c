@@ -268,7 +268,8 @@ static gguf_status table_sort(name_table *t, const char *pool) {
             size_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi) {
                 int32_t x = a[j];
-                /* <= keeps equal names in file order, so duplicates report the first one */
+                /* ties take the left run: equal names stay in file order, so a duplicate
+                 * is reported by its first occurrence */
                 if (name_cmp(t, pool, pool + t->off[x], t->len[x], a[i]) >= 0) b[k++] = a[i++];
                 else b[k++] = a[j++];
             }

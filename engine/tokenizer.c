@@ -183,7 +183,15 @@ static uint32_t pow2_at_least(uint64_t n) {
  * Special-token trie: finds which special texts occur in the input in one pass
  * ------------------------------------------------------------------------------------- */
 
-static uint32_t edge_hash(uint32_t key) { return (key * 2654435761u) ^ (key >> 15); }
+/* murmur3 fmix32: the low bits (used by the mask) depend on all key bits. */
+static uint32_t edge_hash(uint32_t key) {
+    key ^= key >> 16;
+    key *= 0x85ebca6bu;
+    key ^= key >> 13;
+    key *= 0xc2b2ae35u;
+    key ^= key >> 16;
+    return key;
+}
 
 static int32_t trie_child(const tokenizer *tok, int32_t node, unsigned char byte) {
     if (node == 0) return tok->root_child[byte];

@@ -284,6 +284,220 @@ TQ_API tq_status tq_codec_weighted_sum(const tq_codec *codec, const void *codes,
 TQ_API uint16_t tq_f32_to_f16(float x);
 TQ_API float tq_f16_to_f32(uint16_t h);
 
+/* ---------------------------------------------------------------------------------------- */
+/* KV cache                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A cache for one sequence: n_layers × n_kv_heads × head_dim keys and values (doc/kvcache.md).
+ * Storage is two-phase: the newest tokens stay in fp16 (the raw part); older ones are
+ * compressed in batches into the scheme's format (the compressed part). Token t of a layer is
+ * compressed iff t < tq_kv_cache_compressed_length(). Memory grows in pages of
+ * TQ_KV_PAGE_TOKENS tokens; growing never copies stored tokens. */
+
+#define TQ_KV_PAGE_TOKENS 256
+#define TQ_KV_BLOCK 32 /* elements per q8_0 / q4_0 block (one fp16 scale each) */
+
+/* How one of K or V is stored once compressed. */
+typedef enum tq_kv_format {
+    TQ_KV_F16 = 0,   /* IEEE half per element: 2·dim bytes */
+    TQ_KV_Q8_0 = 1,  /* blocks of 32: fp16 scale + 32 int8 (34 bytes); dim % 16 == 0, a last
+                        block of 16 takes 18 bytes */
+    TQ_KV_Q4_0 = 2,  /* blocks of 32: fp16 scale + 16 bytes of 4-bit values (18 bytes); dim % 16
+                        == 0, a last block of 16 takes 10 bytes */
+    TQ_KV_TURBO = 3  /* a TurboQuant codec record (tq_codec_bytes_per_vector) */
+} tq_kv_format;
+
+/* The storage of one layer. */
+typedef struct tq_kv_layer_scheme {
+    tq_kv_format key_format, value_format;
+    float key_bits, value_bits; /* TQ_KV_TURBO: bits per coordinate, [1, 8], fractional as for
+                                   tq_codec_create (split TQ_SPLIT_FIXED); ignored otherwise */
+    tq_variant key_variant;     /* TURBO keys: TQ_VARIANT_MSE (default) or PROD; values are
+                                   always MSE (PROD only helps inner products) */
+    int norm_correction;        /* TURBO MSE keys and values: default 1 (DESIGN §1) */
+    int key_mean;               /* TURBO keys: subtract the per-head mean of the first `batch`
+                                   keys before quantizing, add ⟨q, mean⟩ back to the scores
+                                   (models with a large k_proj bias). Default 0 */
+} tq_kv_layer_scheme;
+
+/* A whole-cache scheme: the layer scheme, optional higher precision at the edges, and the
+ * two-phase parameters. */
+typedef struct tq_kv_scheme {
+    tq_kv_layer_scheme layer;  /* every layer not at an edge */
+    tq_kv_layer_scheme edge;   /* the first edge_first and the last edge_last layers */
+    int edge_first, edge_last; /* default 0, 0 */
+    int raw_window;            /* newest tokens always kept fp16; default 0 */
+    int batch;                 /* pending tokens are compressed `batch` at a time; default 64 */
+    int quantized_kv_start;    /* nothing is compressed while the length is below this (the
+                                  mlx-vlm parameter); default 0 */
+    int prefill_raw;           /* 1 (default): multi-token appends stay raw until the first
+                                  single-token append (the first decode step) or
+                                  tq_kv_cache_compress, as mlx-swift-lm does; 0: compress on
+                                  every append. The final state is the same either way */
+    uint64_t seed;             /* rotation seed of every TURBO codec; default as
+                                  tq_codec_config_init */
+} tq_kv_scheme;
+
+/* Parses a scheme string into *out (every field set). Forms (doc/kvcache.md):
+ *   f16 | q8_0 | q4_0                        the same format for K and V
+ *   turboB                                   B-bit keys and values, B ∈ [1, 8], fractional ok
+ *                                            (turbo2, turbo3, turbo3.5, turbo4 …)
+ *   turboKvV                                 K-bit keys, V-bit values; 0 means fp16
+ *                                            (turbo4v2, turbo0v4, turbo8v4 …)
+ *   kKvV                                     the same (k3.5v3)
+ *   k=K:v=V[:option…]                        explicit; K, V a number, f16, q8_0 or q4_0
+ * followed by any of the options, each ":name=value":
+ *   variant=mse|prod  norm=0|1  mean=0|1  window=N  batch=N  start=N  prefill_raw=0|1
+ *   seed=N  first=N  last=N  edge=SCHEME (a form above, no options; default turbo8v4 if
+ *   first/last given, or the base when that has no TURBO part).
+ * Errors: TQ_ERR_NULL (text or out), TQ_ERR_SCHEME (does not parse; when err is not NULL a
+ * NUL-terminated message naming the bad part and listing the valid forms is written to err,
+ * truncated to err_capacity bytes). Bit widths are checked for range only here; whether a
+ * fraction splits a given head_dim is checked by tq_kv_cache_create. */
+TQ_API tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err,
+                                    size_t err_capacity);
+/* A static multi-line string listing the valid scheme forms. */
+TQ_API const char *tq_kv_scheme_help(void);
+/* Writes the canonical explicit form of *scheme (parses back to the same scheme) into buf
+ * (NUL-terminated). Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY (buf too small; 256 bytes always
+ * suffice), TQ_ERR_INVALID (a field out of range). */
+TQ_API tq_status tq_kv_scheme_format(const tq_kv_scheme *scheme, char *buf, size_t capacity);
+
+/* Exact bytes per token of one KV head once compressed, for keys of dim head_dim_k and values
+ * of dim head_dim_v (the raw fp16 part costs 2·(head_dim_k + head_dim_v)). Errors:
+ * TQ_ERR_NULL, TQ_ERR_DIM (q8_0/q4_0 with dim % 16 != 0, or a dim out of range), TQ_ERR_BITS,
+ * TQ_ERR_VARIANT. */
+TQ_API tq_status tq_kv_layer_scheme_bytes(const tq_kv_layer_scheme *layer, int head_dim_k,
+                                          int head_dim_v, size_t *key_bytes,
+                                          size_t *value_bytes);
+
+typedef struct tq_kv_cache_config {
+    int n_layers;                 /* [1, 4096] */
+    int n_kv_heads;               /* [1, 1024] */
+    int head_dim_k, head_dim_v;   /* [TQ_MIN_DIM, TQ_MAX_DIM] each */
+    tq_kv_scheme scheme;
+    const tq_kv_layer_scheme *layer_schemes; /* (n_layers,) per-layer overrides, copied at
+                                                create; wins over scheme.layer/edge; or NULL */
+    size_t reserve_tokens;        /* tokens of capacity allocated at create (default 0) */
+} tq_kv_cache_config;
+
+/* Fills cfg: the shapes given, scheme "f16", no overrides. cfg may not be NULL. */
+TQ_API void tq_kv_cache_config_init(tq_kv_cache_config *cfg, int n_layers, int n_kv_heads,
+                                    int head_dim_k, int head_dim_v);
+
+typedef struct tq_kv_cache tq_kv_cache;
+
+/* Creates an empty cache. Errors: TQ_ERR_NULL, TQ_ERR_INVALID (a count out of range, batch <
+ * 1, negative window/start/edges), TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT (as the codecs),
+ * TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg);
+TQ_API void tq_kv_cache_free(tq_kv_cache *cache);
+/* The config the cache was created with (layer_schemes NULL), and the scheme of one layer
+ * (overrides and edges resolved; a zeroed struct for a bad layer). */
+TQ_API tq_kv_cache_config tq_kv_cache_get_config(const tq_kv_cache *cache);
+TQ_API tq_kv_layer_scheme tq_kv_cache_layer_scheme(const tq_kv_cache *cache, int layer);
+
+/* Makes room for n_tokens tokens in every layer, so that appends up to that length allocate
+ * nothing. Errors: TQ_ERR_NULL, TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_cache_reserve(tq_kv_cache *cache, size_t n_tokens);
+
+/* Appends n_tokens tokens to one layer: k (n_tokens, n_kv_heads, head_dim_k) and v
+ * (n_tokens, n_kv_heads, head_dim_v) floats, already position-encoded. They are stored fp16
+ * and, per the scheme's two-phase rules, older raw tokens are then compressed (K and V in one
+ * pass). Allocates a page when the layer outgrows its capacity. Not thread-safe for the same
+ * layer; different layers may be appended from different threads at once.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer), TQ_ERR_NONFINITE (NaN/Inf in k or v:
+ * nothing is appended), TQ_ERR_RANGE (a value beyond fp16 range: nothing appended),
+ * TQ_ERR_NOMEM (nothing appended). */
+TQ_API tq_status tq_kv_cache_append(tq_kv_cache *cache, int layer, const float *k,
+                                    const float *v, size_t n_tokens);
+/* Compresses every pending raw token the scheme allows now (as a decode step would), for one
+ * layer or, with layer = -1, all. Errors: TQ_ERR_NULL, TQ_ERR_INVALID, TQ_ERR_RANGE (a norm
+ * beyond fp16; the layer stays valid, tokens from the failing one on stay raw). */
+TQ_API tq_status tq_kv_cache_compress(tq_kv_cache *cache, int layer);
+
+/* Tokens stored in a layer, and how many of them are compressed (0 for a bad layer). */
+TQ_API size_t tq_kv_cache_length(const tq_kv_cache *cache, int layer);
+TQ_API size_t tq_kv_cache_compressed_length(const tq_kv_cache *cache, int layer);
+
+/* Rolls every layer back to `length` tokens (speculative decoding, chat edits), across the
+ * raw/compressed boundary: tokens kept keep their exact stored bytes; pages are kept for reuse.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (length beyond some layer's length; nothing changed). */
+TQ_API tq_status tq_kv_cache_truncate(tq_kv_cache *cache, size_t length);
+
+/* Reads tokens [start, start + n) of a layer back as floats (dequantized; the key mean added
+ * back): k (n, n_kv_heads, head_dim_k), v (n, n_kv_heads, head_dim_v); either may be NULL.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer or range), TQ_ERR_CORRUPT. */
+TQ_API tq_status tq_kv_cache_read(const tq_kv_cache *cache, int layer, size_t start, size_t n,
+                                  float *k, float *v);
+
+typedef struct tq_kv_memory {
+    size_t tokens;          /* Σ over layers of the stored tokens */
+    size_t compressed_tokens;
+    size_t data_bytes;      /* exact bytes of stored token data (codes, scales, fp16) */
+    size_t allocated_bytes; /* everything the cache holds: pages, codecs' tables, metadata */
+    size_t f16_bytes;       /* what the same tokens take in fp16: 2·(dk+dv)·heads per token */
+} tq_kv_memory;
+
+/* Memory in use. Errors: TQ_ERR_NULL. */
+TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem);
+
+/* Creates *out, a cache of src's shapes with `scheme`, holding src's tokens (read back from
+ * src and re-appended; compressed per scheme as after a decode step). From an f16 cache this
+ * is the f16 → TurboQuant conversion. Errors: as tq_kv_cache_create and tq_kv_cache_append. */
+TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
+                                     tq_kv_cache **out);
+
+/* ---------------------------------------------------------------------------------------- */
+/* Attention                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+/* A fixed set of worker threads for the attention calls. Create once, reuse for every call.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (n_threads outside [1, 256]), TQ_ERR_NOMEM (also when a
+ * thread cannot be started). The caller's thread is one of the n_threads. A pool runs one call
+ * at a time: concurrent calls on one pool are serialized. */
+typedef struct tq_threadpool tq_threadpool;
+TQ_API tq_status tq_threadpool_create(tq_threadpool **out, int n_threads);
+TQ_API void tq_threadpool_free(tq_threadpool *pool);
+TQ_API int tq_threadpool_size(const tq_threadpool *pool);
+
+typedef struct tq_attn_params {
+    float scale;        /* score = scale·⟨q, k⟩ (then soft-capped); typically 1/√head_dim_k */
+    int causal;         /* 1: query i of n sits at position len − n + i and sees keys ≤ it */
+    int sliding_window; /* 0: none; W > 0: a query at p sees only keys > p − W (needs causal
+                           positions: with causal = 0 queries still sit at len − n + i) */
+    float softcap;      /* 0: none; c > 0: score = c·tanh(score/c) */
+} tq_attn_params;
+
+/* Fills p: scale 1/√head_dim_k, causal, no window, no soft-cap. */
+TQ_API void tq_attn_params_init(tq_attn_params *p, int head_dim_k);
+
+/* Bytes of workspace tq_kv_attention needs for this layer, n_q_heads, n_queries and pool size
+ * (threads; 1 without a pool). Independent of the cache length. 0 on a bad argument. */
+TQ_API size_t tq_kv_attention_workspace_size(const tq_kv_cache *cache, int layer,
+                                             int n_q_heads, size_t n_queries, int n_threads);
+
+/* Attention of n_queries query positions on one layer, on the compressed codes (DESIGN §3):
+ * q (n_queries, n_q_heads, head_dim_k), out (n_queries, n_q_heads, head_dim_v) floats; query
+ * head h reads KV head h / (n_q_heads / n_kv_heads). Scores and sums are fp32 with online
+ * softmax; nothing is dequantized beyond a small tile. pool may be NULL (caller's thread only);
+ * work is caller memory of work_bytes ≥ tq_kv_attention_workspace_size(...) (any alignment).
+ * Reads the cache only: concurrent calls on one cache are safe, but not concurrent with an
+ * append, compress or truncate of the same layer. A query that sees no key gets zeros.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer, n_q_heads not a positive multiple of
+ * n_kv_heads, n_queries > length, negative window, non-finite or ≤ 0 scale, negative softcap),
+ * TQ_ERR_CAPACITY (work too small), TQ_ERR_NONFINITE (NaN/Inf in q), TQ_ERR_CORRUPT. */
+TQ_API tq_status tq_kv_attention(const tq_kv_cache *cache, int layer, const float *q,
+                                 int n_q_heads, size_t n_queries, const tq_attn_params *params,
+                                 tq_threadpool *pool, void *work, size_t work_bytes, float *out);
+
+/* The reference: dequantizes the whole layer (tq_kv_cache_read), then exact softmax attention
+ * in double. Allocates (and frees) its buffers; slow; for tests. Same arguments and errors as
+ * tq_kv_attention, plus TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_attention_ref(const tq_kv_cache *cache, int layer, const float *q,
+                                     int n_q_heads, size_t n_queries,
+                                     const tq_attn_params *params, float *out);
+
 #ifdef __cplusplus
 }
 #endif

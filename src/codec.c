@@ -296,7 +296,13 @@ static float load_norm(const tq_codec *c, const uint8_t *p) {
     return c->cfg.norm_format == TQ_NORM_F32 ? tq_load_f32(p) : tq_f16_to_f32(tq_load_u16(p));
 }
 
-static int norm_ok(float v) { return isfinite(v) && v >= 0.0f; }
+/* What an encoder can store: finite, non-negative, and at most 2^66 (sqrt(FLT_MAX) ≈ 2^64 for
+ * the input norm, times at most 2 for norm correction). Anything else is corruption, and the
+ * bound keeps every decoded value finite. */
+static int norm_ok(float v) { return v >= 0.0f && v <= 0x1p66f; }
+
+/* PROD's γ = ‖u − ĉ‖ for a unit u: at most 1 + ‖ĉ‖ < 6 (largest centroid < 4.6·√d/√d). */
+static int gamma_ok(float g) { return g >= 0.0f && g <= 8.0f; }
 
 /* ---- small dense helpers (PROD sketch) ---- */
 
@@ -440,7 +446,7 @@ static int decode_rotated(const tq_codec *c, const tq_kernel_table *k, const uin
         }
         if (c->cfg.variant == TQ_VARIANT_PROD) {
             float g = load_norm(c, rec + c->gamma_off);
-            if (!norm_ok(g)) {
+            if (!gamma_ok(g)) {
                 memset(xu, 0, sizeof(float) * (size_t)u->dim);
                 ok = 0;
                 continue;
@@ -533,7 +539,7 @@ tq_status tq_codec_scores(const tq_codec *c, const float *prepared, const void *
             }
             if (c->cfg.variant == TQ_VARIANT_PROD) {
                 float g = load_norm(c, rec + c->gamma_off);
-                if (!norm_ok(g)) {
+                if (!gamma_ok(g)) {
                     st = TQ_ERR_CORRUPT;
                     continue;
                 }
@@ -582,7 +588,7 @@ tq_status tq_codec_accumulate(const tq_codec *c, const void *codes, size_t n,
             }
             if (c->cfg.variant == TQ_VARIANT_PROD) {
                 float g = load_norm(c, rec + c->gamma_off);
-                if (!norm_ok(g)) {
+                if (!gamma_ok(g)) {
                     st = TQ_ERR_CORRUPT;
                     continue;
                 }

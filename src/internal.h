@@ -23,6 +23,11 @@ double tq_rng_gauss(tq_rng *rng);
  * folded into the quantizer's one multiply. After the call, R x = (*scale) · x. */
 void tq_rotation_forward_raw(const tq_rotation *rot, float *x, float *scale);
 
+/* For tests: the sign vector (dim floats, ±1) of round r, and the number of rounds (0 for a
+ * dense rotation). */
+const float *tq_rotation_signs(const tq_rotation *rot, int round);
+int tq_rotation_rounds(const tq_rotation *rot);
+
 static inline int tq_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 static inline int tq_log2i(int n) {

@@ -138,6 +138,11 @@ tq_rotation_kind tq_rotation_get_kind(const tq_rotation *rot) {
     return rot ? rot->kind : TQ_ROTATION_AUTO;
 }
 
+const float *tq_rotation_signs(const tq_rotation *rot, int round) {
+    return rot->signs + (size_t)round * (size_t)rot->dim;
+}
+int tq_rotation_rounds(const tq_rotation *rot) { return rot->rounds; }
+
 /* Offset of round r's Hadamard block for the block kind: first, last, first, … */
 static int block_offset(const tq_rotation *rot, int r) {
     return (r & 1) ? rot->dim - (1 << rot->log2p) : 0;

@@ -9,6 +9,7 @@
  *
  * The model path comes from $TQ_MODEL, else models/gemma3-270m-q4_k_m.gguf. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -513,6 +514,54 @@ static void test_open_file(void) {
     if (fp) fclose(fp);
     CHECK(gguf_open(path, &f, err, sizeof err) == GGUF_ERR_TRUNCATED);
     remove(path);
+}
+
+/* Many keys and tensors: lookups through the sorted index, and a duplicate far from its
+ * twin, in file order after thousands of other names. */
+static void test_many_names(void) {
+    enum { N_KEYS = 20000, N_TENSORS = 3000 };
+    gguf_writer *w = gguf_writer_create();
+    gguf_file *f = NULL;
+    char name[32];
+    uint64_t d[1] = {8};
+    uint32_t u32;
+    blob bl;
+    for (uint32_t i = 0; i < N_KEYS; i++) {
+        snprintf(name, sizeof name, "k.%u", (i * 7919u) % N_KEYS); /* not in sorted order */
+        gguf_writer_add_u32(w, name, (i * 7919u) % N_KEYS);
+    }
+    for (uint32_t i = 0; i < N_TENSORS; i++) {
+        snprintf(name, sizeof name, "t.%u", N_TENSORS - 1 - i);
+        gguf_writer_add_tensor(w, name, GGUF_GGML_F32, 1, d, NULL, 32);
+    }
+    bl = finish(w);
+    CHECK(gguf_open_memory(bl.p, bl.n, &f, NULL, 0) == GGUF_OK);
+    if (f) {
+        CHECK(gguf_n_kv(f) == N_KEYS && gguf_n_tensors(f) == N_TENSORS);
+        for (uint32_t i = 0; i < N_KEYS; i += 97) {
+            snprintf(name, sizeof name, "k.%u", i);
+            CHECK(gguf_get_u32(f, name, &u32) == GGUF_OK && u32 == i);
+        }
+        for (uint32_t i = 0; i < N_TENSORS; i += 31) {
+            const gguf_tensor *t;
+            snprintf(name, sizeof name, "t.%u", i);
+            t = gguf_find_tensor(f, name);
+            CHECK(t != NULL && strcmp(t->name, name) == 0);
+        }
+        CHECK(gguf_get_u32(f, "k.20000", &u32) == GGUF_ERR_NOT_FOUND);
+        CHECK(gguf_get_u32(f, "k.", &u32) == GGUF_ERR_NOT_FOUND);
+        CHECK(gguf_find_tensor(f, "t.3000") == NULL && gguf_find_tensor(f, "t.") == NULL);
+    }
+    gguf_close(f);
+    free(bl.p);
+
+    w = gguf_writer_create();
+    for (uint32_t i = 0; i < N_KEYS; i++) {
+        snprintf(name, sizeof name, "k.%u", i);
+        gguf_writer_add_u32(w, name, i);
+    }
+    gguf_writer_add_u32(w, "k.12345", 0);
+    expect_blob(finish(w), GGUF_ERR_DUPLICATE_KEY, "'k.12345'");
 }
 
 /* ======================================================================================
@@ -1021,6 +1070,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_version2_and_alignment);
     RUN_TEST(test_empty_and_minimal);
     RUN_TEST(test_open_file);
+    RUN_TEST(test_many_names);
     RUN_TEST(test_invalid_args);
     RUN_TEST(test_truncated_everywhere);
     RUN_TEST(test_bad_magic);

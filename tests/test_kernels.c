@@ -78,7 +78,7 @@ static int guard_ok(const uint8_t *p, size_t len) {
 /* An exactly sized copy of src at `offset` bytes past a malloc'd base (reads past the end are
  * caught by AddressSanitizer). *base receives the pointer to free. */
 static void *exact_copy(const void *src, size_t len, size_t offset, void **base) {
-    uint8_t *b = malloc(offset + len + 1);
+    uint8_t *b = malloc(offset + len);
     if (!b) abort();
     memcpy(b + offset, src, len);
     *base = b;

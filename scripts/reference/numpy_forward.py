@@ -3,9 +3,10 @@
 
 It dequantizes every weight with the `gguf` package and runs the model in plain float32/float64
 (no activation quantization, no f16 KV cache, exact tanh-GELU), so it checks the architecture
-description rather than llama.cpp's rounding. It compares itself against the golden logits:
+description rather than llama.cpp's rounding. With --emulate-ggml it also applies the roundings
+of ggml's CPU backend listed in doc/gemma3.md, which shows how much of the gap they explain. It compares itself against the golden logits:
 
-  .venv-ref/bin/python scripts/reference/numpy_forward.py [--model M] [--golden G] [--prompts N]
+  .venv-ref/bin/python scripts/reference/numpy_forward.py [--emulate-ggml] [--model M] [--golden G]
 
 and prints, per prompt, the largest |logit difference| over the recorded top-20 and fixed ids,
 the logsumexp difference, and whether the argmax agrees. Not used by any test.
@@ -31,7 +32,10 @@ class Gemma3:
             if f.types and f.types[0].name not in ("ARRAY", "STRING") and f.data:
                 self.kv[k] = f.parts[f.data[0]].tolist()[0]
         self.t = {}
+        self.qtype = {}
+        self.emulate = False
         for t in r.tensors:
+            self.qtype[t.name] = t.tensor_type.name
             a = dequantize(t.data, t.tensor_type).astype(np.float32)
             # GGUF shape is (ne0, ne1): ne0 is the row length; numpy gets (ne1, ne0)
             self.t[t.name] = a.reshape([int(x) for x in reversed(t.shape.tolist())]) if a.ndim > 1 else a.reshape(-1)
@@ -47,6 +51,42 @@ class Gemma3:
         self.window = g("attention.sliding_window")
         self.is_swa = [(il % 6) < 5 for il in range(self.n_layer)]
 
+    # ---- optional emulation of ggml's CPU roundings (see doc/gemma3.md, "Numerics") -------------
+    @staticmethod
+    def q8_0(x):
+        """Round-trip x (..., n) through ggml's Q8_0 activation quantization (blocks of 32)."""
+        sh = x.shape
+        b = x.reshape(-1, 32).astype(np.float32)
+        amax = np.abs(b).max(-1, keepdims=True).astype(np.float32)
+        d = (amax / np.float32(127)).astype(np.float32)
+        # the x86 (AVX) quantizer: scale by 127/amax, round half to even, d stored as f16
+        idv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+        q = np.rint(b * idv)
+        return (q * d.astype(np.float16).astype(np.float32)).reshape(sh)
+
+    @staticmethod
+    def q8_k(x):
+        """Round-trip x (..., n) through ggml's Q8_K activation quantization (blocks of 256)."""
+        sh = x.shape
+        b = x.reshape(-1, 256).astype(np.float32)
+        idx = np.abs(b).argmax(-1)
+        mx = b[np.arange(len(b)), idx][:, None]
+        safe = np.where(mx != 0, mx, 1).astype(np.float32)
+        iscale = (np.float32(-127) / safe).astype(np.float32)
+        q = np.minimum(np.rint(iscale * b), 127)  # nearest_int: round half to even
+        d = (np.float32(1) / iscale).astype(np.float32)
+        return np.where(mx != 0, q * d, 0).astype(np.float32).reshape(sh)
+
+    @staticmethod
+    def f16(x):
+        return x.astype(np.float16).astype(np.float32)
+
+    def mm(self, x, name):
+        """x @ W.T, with the activation rounded the way ggml's CPU matmul sees it if emulating."""
+        if self.emulate:
+            x = self.q8_k(x) if self.qtype[name] in ("Q4_K", "Q6_K") else self.q8_0(x)
+        return x @ self.t[name].T
+
     def rms(self, x, w):
         x64 = x.astype(np.float64)
         return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + self.eps)).astype(np.float32) * w
@@ -61,6 +101,12 @@ class Gemma3:
         x0, x1 = x[..., : d // 2], x[..., d // 2:]
         return np.concatenate([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
 
+    def gelu(self, x):
+        if not self.emulate:
+            return self.gelu_tanh(x)
+        y = self.f16(self.gelu_tanh(self.f16(x)))
+        return np.where(x <= -10, 0, np.where(x >= 10, x, y)).astype(np.float32)
+
     @staticmethod
     def gelu_tanh(x):
         return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608028654) * (x + np.float32(0.044715) * x * x * x)))
@@ -73,14 +119,16 @@ class Gemma3:
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = self.rms(x, t[p + "attn_norm.weight"])
-            q = (h @ t[p + "attn_q.weight"].T).reshape(T, self.n_head, self.head_dim)
-            k = (h @ t[p + "attn_k.weight"].T).reshape(T, self.n_head_kv, self.head_dim)
-            v = (h @ t[p + "attn_v.weight"].T).reshape(T, self.n_head_kv, self.head_dim)
+            q = self.mm(h, p + "attn_q.weight").reshape(T, self.n_head, self.head_dim)
+            k = self.mm(h, p + "attn_k.weight").reshape(T, self.n_head_kv, self.head_dim)
+            v = self.mm(h, p + "attn_v.weight").reshape(T, self.n_head_kv, self.head_dim)
             q = self.rms(q, t[p + "attn_q_norm.weight"])
             k = self.rms(k, t[p + "attn_k_norm.weight"])
             base = self.base_local if self.is_swa[il] else self.base_global
             q = self.rope(q, pos, base) * np.float32(1.0 / np.sqrt(self.head_dim))
             k = self.rope(k, pos, base)
+            if self.emulate:  # f16 KV cache; Q rounded to f16 for K.q
+                q, k, v = self.f16(q), self.f16(k), self.f16(v)
             mask = pos[None, :] > pos[:, None]
             if self.is_swa[il]:
                 mask |= (pos[:, None] - pos[None, :]) >= self.window
@@ -91,15 +139,18 @@ class Gemma3:
                 s = np.where(mask, -np.inf, s).astype(np.float64)
                 s = np.exp(s - s.max(-1, keepdims=True))
                 s /= s.sum(-1, keepdims=True)
-                out[:, hh, :] = s.astype(np.float32) @ v[:, hh // g, :]
-            a = out.reshape(T, -1) @ t[p + "attn_output.weight"].T
+                s = s.astype(np.float32)
+                if self.emulate:  # probabilities rounded to f16 for the product with f16 V
+                    s = self.f16(s)
+                out[:, hh, :] = s @ v[:, hh // g, :]
+            a = self.mm(out.reshape(T, -1), p + "attn_output.weight")
             x = x + self.rms(a, t[p + "post_attention_norm.weight"])
             h = self.rms(x, t[p + "ffn_norm.weight"])
-            f = self.gelu_tanh(h @ t[p + "ffn_gate.weight"].T) * (h @ t[p + "ffn_up.weight"].T)
-            f = f @ t[p + "ffn_down.weight"].T
+            f = self.gelu(self.mm(h, p + "ffn_gate.weight")) * self.mm(h, p + "ffn_up.weight")
+            f = self.mm(f, p + "ffn_down.weight")
             x = x + self.rms(f, t[p + "post_ffw_norm.weight"])
         x = self.rms(x, t["output_norm.weight"])
-        return x @ t["token_embd.weight"].T  # tied output embedding, no soft-capping
+        return self.mm(x, "token_embd.weight")  # tied output embedding, no soft-capping
 
 
 def main():
@@ -107,8 +158,12 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "gemma3-270m-q4_k_m.gguf"))
     ap.add_argument("--golden", default=os.path.join(ROOT, "tests", "golden", "gemma3_logits.json"))
     ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--emulate-ggml", action="store_true",
+                    help="round activations (Q8_0/Q8_K), the KV cache (f16), attention probabilities "
+                         "and GELU (f16) as ggml's CPU backend does")
     args = ap.parse_args()
     m = Gemma3(args.model)
+    m.emulate = args.emulate_ggml
     gold = json.load(open(args.golden))
     fixed = gold["fixed_token_ids"]
     for pr in gold["prompts"][: args.prompts]:

@@ -2,16 +2,16 @@
  * AVX2 + FMA kernels; contracts in kernels.h, ground truth in ref.c.
  *
  * Compiled with -mavx2 -mfma -mf16c. Layout of a packed group (kernels.h): index i at bits
- * [i·b, (i+1)·b). Eight consecutive indices fill exactly b bytes, and index i of such a block
- * lies inside bytes ⌊i·b/8⌋ and ⌊i·b/8⌋ + 1 of it, so one 8-byte broadcast load, one vpshufb
- * that moves those two bytes into 32-bit lane i, one variable shift and one mask give eight
- * indices. Packing goes the other way, sixteen indices at a time, with multiply-adds: bytes →
- * pairs (vpmaddubsw), pairs → quads (vpmaddwd), quads → octets (64-bit shift and or), and one
- * vpshufb that glues the two octets' b bytes each together.
+ * [i·b, (i+1)·b). Eight consecutive indices fill exactly b bytes. For b ≤ 4 they fit in one
+ * 32-bit word: a broadcast load, one variable shift and one mask give eight indices. Above, index
+ * i of a block lies inside bytes ⌊i·b/8⌋ and ⌊i·b/8⌋ + 1 of it, so an 8-byte broadcast load, one
+ * vpshufb that moves those two bytes into 32-bit lane i, a shift and a mask do it. Packing goes the other way, sixteen indices at a time, with multiply-adds: bytes →
+ * pairs (vpmaddubsw), pairs → quads (vpmaddwd), quads → octets (64-bit shift and or), stored
+ * as two overlapping 8-byte writes b bytes apart.
  *
  * Quantization is the reference's branchless binary search, level by level for eight lanes at
- * once; the boundary each lane compares against comes from vpermps (≤ 8 candidates: the first
- * four levels of any width) and from a gather below that.
+ * once; the boundary each lane compares against comes from a broadcast, a blend, vpermps
+ * (levels 2..4 of any width) and from gathers below that.
  */
 #include "kernels.h"
 
@@ -21,6 +21,8 @@
 #include <string.h>
 
 #define TQ_INLINE static inline __attribute__((always_inline))
+/* Full unrolling keeps the register blocks in registers (no indexed stack arrays). */
+#define TQ_UNROLL _Pragma("GCC unroll 16")
 
 /* ---------------------------------------------------------------------------------------- */
 /* Fixed-order 16-lane sums (kernels.h): lanes 0..7 in lo, 8..15 in hi.                      */
@@ -90,21 +92,32 @@ TQ_INLINE __m256 wht8(__m256 v) {
     return v;
 }
 
+/* Butterflies between registers j and j + h (stride h·8 floats). */
+TQ_INLINE void cross_stage(__m256 *v, const int nv, const int h) {
+    TQ_UNROLL
+    for (int i = 0; i < nv; i += 2 * h)
+        TQ_UNROLL
+        for (int j = i; j < i + h; j++) {
+            __m256 a = v[j], b = v[j + h];
+            v[j] = _mm256_add_ps(a, b);
+            v[j + h] = _mm256_sub_ps(a, b);
+        }
+}
+
 /* Stages 1 .. 8·nv/2 of a block of nv registers (nv ≤ 16: 128 floats), in registers. */
 TQ_INLINE void rht_block(float *x, const float *signs, const int nv, const int with_signs) {
     __m256 v[16];
+    TQ_UNROLL
     for (int j = 0; j < nv; j++) {
         v[j] = _mm256_loadu_ps(x + 8 * j);
         if (with_signs) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(signs + 8 * j));
         v[j] = wht8(v[j]);
     }
-    for (int h = 1; h < nv; h <<= 1)
-        for (int i = 0; i < nv; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                __m256 a = v[j], b = v[j + h];
-                v[j] = _mm256_add_ps(a, b);
-                v[j + h] = _mm256_sub_ps(a, b);
-            }
+    if (nv > 1) cross_stage(v, nv, 1);
+    if (nv > 2) cross_stage(v, nv, 2);
+    if (nv > 4) cross_stage(v, nv, 4);
+    if (nv > 8) cross_stage(v, nv, 8);
+    TQ_UNROLL
     for (int j = 0; j < nv; j++) _mm256_storeu_ps(x + 8 * j, v[j]);
 }
 
@@ -178,6 +191,12 @@ static void avx2_rht(float *x, const float *signs, int log2n) {
 /* The 8 indices held in the low b bytes of raw. */
 TQ_INLINE __m256i unpack8(uint64_t raw, const int b) {
     if (b == 8) return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)raw));
+    if (b <= 4) {
+        /* All eight indices lie in the low 32 bits: broadcast, shift lane i by i·b, mask. */
+        const __m256i sh = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 4 * b, 5 * b, 6 * b, 7 * b);
+        __m256i v = _mm256_set1_epi32((int)(uint32_t)raw);
+        return _mm256_and_si256(_mm256_srlv_epi32(v, sh), _mm256_set1_epi32((1 << b) - 1));
+    }
     const __m256i ctrl = _mm256_setr_epi32(TQ_UCT(b, 0), TQ_UCT(b, 1), TQ_UCT(b, 2), TQ_UCT(b, 3),
                                            TQ_UCT(b, 4), TQ_UCT(b, 5), TQ_UCT(b, 6), TQ_UCT(b, 7));
     const __m256i shift = _mm256_setr_epi32(TQ_USH(b, 0), TQ_USH(b, 1), TQ_USH(b, 2), TQ_USH(b, 3),
@@ -188,6 +207,14 @@ TQ_INLINE __m256i unpack8(uint64_t raw, const int b) {
 
 TQ_INLINE uint64_t load_u64(const uint8_t *p) {
     uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The bytes an 8-index block needs: 4 for b ≤ 4 (so the load folds into vpbroadcastd), else 8. */
+TQ_INLINE uint64_t load_block(const uint8_t *p, const int b) {
+    if (b > 4) return load_u64(p);
+    uint32_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
@@ -206,30 +233,36 @@ TQ_INLINE uint64_t load_tail_u64(const uint8_t *in, size_t p, size_t nbytes) {
 /* Glue control: bytes 0..b−1 of the low octet, then bytes 0..b−1 of the high one, then zeros. */
 #define TQ_MC(b, j) ((char)((j) < (b) ? (j) : (j) < 2 * (b) ? (j) - (b) + 8 : 0x80))
 
-/* 16 indices (each < 2^b, one per byte) → their 2b packed bytes, then zeros. vpmaddubsw takes
- * the weights as the unsigned operand and the indices (< 2^b ≤ 128) as the signed one, so the
- * weight 2^7 still fits; b = 8 is already packed. */
-TQ_INLINE __m128i pack16_bytes(__m128i bytes, const int b) {
+/* 16 indices (each < 2^b, one per byte) → two uint64 octets of 8b bits each (low: indices
+ * 0..7). vpmaddubsw takes the weights as the unsigned operand and the indices (< 2^b ≤ 128) as
+ * the signed one, so the weight 2^7 still fits; b = 8 is already packed. */
+TQ_INLINE __m128i pack16_octets(__m128i bytes, const int b) {
     if (b == 8) return bytes;
-    const __m128i merge = _mm_setr_epi8(TQ_MC(b, 0), TQ_MC(b, 1), TQ_MC(b, 2), TQ_MC(b, 3),
-                                        TQ_MC(b, 4), TQ_MC(b, 5), TQ_MC(b, 6), TQ_MC(b, 7),
-                                        TQ_MC(b, 8), TQ_MC(b, 9), TQ_MC(b, 10), TQ_MC(b, 11),
-                                        TQ_MC(b, 12), TQ_MC(b, 13), TQ_MC(b, 14), TQ_MC(b, 15));
     __m128i w1 = _mm_set1_epi16((short)(1 | ((1 << b) << 8)));
     __m128i w2 = _mm_set1_epi32(1 | ((1 << (2 * b)) << 16));
     __m128i v16 = _mm_maddubs_epi16(w1, bytes); /* pairs: 2b bits */
     __m128i v32 = _mm_madd_epi16(v16, w2);      /* quads: 4b bits */
     __m128i hi = _mm_slli_epi64(_mm_srli_epi64(v32, 32), 4 * b);
     __m128i lo = _mm_blend_epi32(v32, _mm_setzero_si128(), 0xA);
-    return _mm_shuffle_epi8(_mm_or_si128(hi, lo), merge);
+    return _mm_or_si128(hi, lo);
 }
 
-/* Indices 0..7 in i0 and 8..15 in i1 → 16 bytes in order, then packed. */
+/* The two octets glued: the 2b packed bytes, then zeros. */
+TQ_INLINE __m128i glue_octets(__m128i octets, const int b) {
+    if (b == 8) return octets;
+    const __m128i merge = _mm_setr_epi8(TQ_MC(b, 0), TQ_MC(b, 1), TQ_MC(b, 2), TQ_MC(b, 3),
+                                        TQ_MC(b, 4), TQ_MC(b, 5), TQ_MC(b, 6), TQ_MC(b, 7),
+                                        TQ_MC(b, 8), TQ_MC(b, 9), TQ_MC(b, 10), TQ_MC(b, 11),
+                                        TQ_MC(b, 12), TQ_MC(b, 13), TQ_MC(b, 14), TQ_MC(b, 15));
+    return _mm_shuffle_epi8(octets, merge);
+}
+
+/* Indices 0..7 in i0 and 8..15 in i1 → their two packed octets. */
 TQ_INLINE __m128i pack16(__m256i i0, __m256i i1, const int b) {
     __m256i w = _mm256_packus_epi32(i0, i1); /* i0[0..3] i1[0..3] | i0[4..7] i1[4..7] */
     w = _mm256_packus_epi16(w, w);           /* dwords: A0 B0 A0 B0 | A1 B1 A1 B1 */
     w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    return pack16_bytes(_mm256_castsi256_si128(w), b);
+    return pack16_octets(_mm256_castsi256_si128(w), b);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -276,60 +309,74 @@ TQ_INLINE __m256 lookup(const book *bk, __m256i idx, const int b) {
 /* Quantization: the reference's binary search, eight lanes at a time                        */
 /* ---------------------------------------------------------------------------------------- */
 
-/* For b ≤ 3 the 2^b − 1 sorted boundaries sit in one register and the search runs on idx
- * directly (candidate idx + step − 1). For b ≥ 4 the first four levels run on the node number
- * k (idx = k·2^(b−L) after L levels) against per-level tables
- * T_L[k] = boundaries[(2k+1)·2^(b−1−L) − 1] (≤ 8 entries each), the rest by gathers. */
+/* The search runs on the node number k: after L levels idx = k·2^(b−L), and level L compares
+ * against T_L[k] = boundaries[(2k+1)·2^(b−1−L) − 1]. Level 0 is one broadcast, level 1 a blend
+ * of two, levels 2 and 3 one vpermps each (4 and 8 entries), level 4 two vpermps and a blend
+ * (16 entries), deeper levels (b ≥ 6) gathers. */
 typedef struct {
-    __m256 t[4];
-    __m256 first;
+    __m256 first, second_lo, second_hi, t2, t3;
+    __m256 t4_lo, t4_hi; /* level 4 (16 entries, b ≥ 5): two vpermps and a blend */
     const float *bounds;
 } searcher;
 
-TQ_INLINE searcher make_searcher(const float *boundaries, const int b, float *scratch) {
+/* T_L[k] for k = first .. first + 7 (lanes k < count), by one gather: no scalar stores that a
+ * vector load would have to wait for. */
+TQ_INLINE __m256 level_table(const float *boundaries, const int b, const int level, int first,
+                             int count) {
+    const __m256i one = _mm256_set1_epi32(1);
+    __m256i k = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i pos = _mm256_sub_epi32(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_add_epi32(k, k), one), b - 1 - level), one);
+    __m256 m = _mm256_castsi256_ps(lanes_below(count - first));
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), boundaries, pos, m, 4);
+}
+
+TQ_INLINE searcher make_searcher(const float *boundaries, const int b) {
     searcher se;
     se.bounds = boundaries;
-    for (int j = 0; j < 4; j++) se.t[j] = _mm256_setzero_ps();
     se.first = _mm256_set1_ps(boundaries[(1 << (b - 1)) - 1]);
-    if (b <= 3) {
-        se.t[0] = _mm256_maskload_ps(boundaries, lanes_below((1 << b) - 1));
-    } else {
-        for (int level = 1; level < 4; level++) {
-            int count = 1 << level;
-            for (int k = 0; k < count; k++)
-                scratch[8 * level + k] =
-                    boundaries[(size_t)(2 * k + 1) * ((size_t)1 << (b - 1 - level)) - 1];
-            se.t[level] = _mm256_maskload_ps(scratch + 8 * level, lanes_below(count));
-        }
+    se.second_lo = se.second_hi = se.t2 = se.t3 = se.t4_lo = se.t4_hi = _mm256_setzero_ps();
+    if (b >= 2) {
+        se.second_lo = _mm256_set1_ps(boundaries[(1 << (b - 2)) - 1]);
+        se.second_hi = _mm256_set1_ps(boundaries[3 * (1 << (b - 2)) - 1]);
+    }
+    if (b >= 3) se.t2 = level_table(boundaries, b, 2, 0, 4);
+    if (b >= 4) se.t3 = level_table(boundaries, b, 3, 0, 8);
+    if (b >= 5) {
+        se.t4_lo = level_table(boundaries, b, 4, 0, 16);
+        se.t4_hi = level_table(boundaries, b, 4, 8, 16);
     }
     return se;
 }
 
 TQ_INLINE __m256i search(const searcher *se, __m256 s, const int b) {
-    __m256i m = _mm256_castps_si256(_mm256_cmp_ps(s, se->first, _CMP_GT_OQ));
-    if (b <= 3) {
-        __m256i idx = _mm256_and_si256(m, _mm256_set1_epi32(1 << (b - 1)));
-        for (int step = b >= 2 ? 1 << (b - 2) : 0; step > 0; step >>= 1) {
-            __m256i cand = _mm256_add_epi32(idx, _mm256_set1_epi32(step - 1));
-            __m256 c = _mm256_permutevar8x32_ps(se->t[0], cand);
-            m = _mm256_castps_si256(_mm256_cmp_ps(s, c, _CMP_GT_OQ));
-            idx = _mm256_add_epi32(idx, _mm256_and_si256(m, _mm256_set1_epi32(step)));
-        }
-        return idx;
-    }
-    __m256i k = _mm256_srli_epi32(m, 31);
-    for (int level = 1; level < 4; level++) {
-        __m256 c = _mm256_permutevar8x32_ps(se->t[level], k);
-        m = _mm256_castps_si256(_mm256_cmp_ps(s, c, _CMP_GT_OQ));
-        k = _mm256_sub_epi32(_mm256_add_epi32(k, k), m); /* m is −1 where s > c */
-    }
+    __m256 m = _mm256_cmp_ps(s, se->first, _CMP_GT_OQ);
+    __m256i k = _mm256_srli_epi32(_mm256_castps_si256(m), 31);
+    if (b == 1) return k;
+    /* k = 2k + (s > c): the compare mask is −1 where true. */
+    m = _mm256_cmp_ps(s, _mm256_blendv_ps(se->second_lo, se->second_hi, m), _CMP_GT_OQ);
+    k = _mm256_sub_epi32(_mm256_add_epi32(k, k), _mm256_castps_si256(m));
+    if (b == 2) return k;
+    m = _mm256_cmp_ps(s, _mm256_permutevar8x32_ps(se->t2, k), _CMP_GT_OQ);
+    k = _mm256_sub_epi32(_mm256_add_epi32(k, k), _mm256_castps_si256(m));
+    if (b == 3) return k;
+    m = _mm256_cmp_ps(s, _mm256_permutevar8x32_ps(se->t3, k), _CMP_GT_OQ);
+    k = _mm256_sub_epi32(_mm256_add_epi32(k, k), _mm256_castps_si256(m));
     if (b == 4) return k;
-    __m256i idx = _mm256_slli_epi32(k, b - 4);
-    for (int step = b >= 5 ? 1 << (b - 5) : 0; step > 0; step >>= 1) {
+    {
+        __m256 lo = _mm256_permutevar8x32_ps(se->t4_lo, k);
+        __m256 hi = _mm256_permutevar8x32_ps(se->t4_hi, k);
+        __m256 c = _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(k, 28)));
+        m = _mm256_cmp_ps(s, c, _CMP_GT_OQ);
+        k = _mm256_sub_epi32(_mm256_add_epi32(k, k), _mm256_castps_si256(m));
+    }
+    if (b == 5) return k;
+    __m256i idx = _mm256_slli_epi32(k, b - 5);
+    for (int step = b >= 6 ? 1 << (b - 6) : 0; step > 0; step >>= 1) {
         __m256i cand = _mm256_add_epi32(idx, _mm256_set1_epi32(step - 1));
         __m256 c = _mm256_i32gather_ps(se->bounds, cand, 4);
-        m = _mm256_castps_si256(_mm256_cmp_ps(s, c, _CMP_GT_OQ));
-        idx = _mm256_add_epi32(idx, _mm256_and_si256(m, _mm256_set1_epi32(step)));
+        __m256i mi = _mm256_castps_si256(_mm256_cmp_ps(s, c, _CMP_GT_OQ));
+        idx = _mm256_add_epi32(idx, _mm256_and_si256(mi, _mm256_set1_epi32(step)));
     }
     return idx;
 }
@@ -343,8 +390,7 @@ TQ_INLINE __m256 lookup_sq(const book *sq, __m256i idx, const int b) {
 
 TQ_INLINE float quantize_pack_b(const float *x, float scale, int n, const int b,
                                 const float *boundaries, const float *centroids, uint8_t *out) {
-    float scratch[32];
-    const searcher se = make_searcher(boundaries, b, scratch);
+    const searcher se = make_searcher(boundaries, b);
     book sq = load_book(centroids, b);
     if (b <= 4) sq = square_book(sq);
     const __m256 vscale = _mm256_set1_ps(scale);
@@ -357,12 +403,14 @@ TQ_INLINE float quantize_pack_b(const float *x, float scale, int n, const int b,
         __m256i i1 = search(&se, _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vscale), b);
         lo = _mm256_add_ps(lo, lookup_sq(&sq, i0, b));
         hi = _mm256_add_ps(hi, lookup_sq(&sq, i1, b));
-        __m128i packed = pack16(i0, i1, b);
-        if (p + 16 <= nbytes) {
-            _mm_storeu_si128((__m128i *)(out + p), packed);
+        __m128i octets = pack16(i0, i1, b);
+        if (p + (size_t)b + 8 <= nbytes) {
+            /* Two 8-byte stores, the second over the first's zero upper bytes. */
+            _mm_storel_epi64((__m128i *)(out + p), octets);
+            _mm_storeh_pi((__m64 *)(void *)(out + p + b), _mm_castsi128_ps(octets));
         } else {
             uint8_t tmp[16];
-            _mm_storeu_si128((__m128i *)tmp, packed);
+            _mm_storeu_si128((__m128i *)tmp, glue_octets(octets, b));
             memcpy(out + p, tmp, (size_t)(2 * b));
         }
     }
@@ -378,7 +426,7 @@ TQ_INLINE float quantize_pack_b(const float *x, float scale, int n, const int b,
         lo = _mm256_add_ps(lo, _mm256_and_ps(_mm256_castsi256_ps(m0), lookup_sq(&sq, i0, b)));
         hi = _mm256_add_ps(hi, _mm256_and_ps(_mm256_castsi256_ps(m1), lookup_sq(&sq, i1, b)));
         uint8_t tmp[16];
-        _mm_storeu_si128((__m128i *)tmp, pack16(i0, i1, b));
+        _mm_storeu_si128((__m128i *)tmp, glue_octets(pack16(i0, i1, b), b));
         memcpy(out + p, tmp, nbytes - p);
     }
     return lane_tree16(lo, hi);
@@ -419,10 +467,11 @@ TQ_INLINE float codes_b(const uint8_t *in, int n, const int b, const float *cent
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int i = 0;
     size_t p = 0;
-    /* Two blocks of 8 per step (2b bytes) while both 8-byte loads stay inside the group. */
-    for (; i + 16 <= n && p + (size_t)b + 8 <= nbytes; i += 16, p += (size_t)(2 * b)) {
-        __m256 c0 = lookup(&bk, unpack8(load_u64(in + p), b), b);
-        __m256 c1 = lookup(&bk, unpack8(load_u64(in + p + b), b), b);
+    /* Two blocks of 8 per step (2b bytes) while both block loads stay inside the group. */
+    const size_t width = b <= 4 ? 4 : 8;
+    for (; i + 16 <= n && p + (size_t)b + width <= nbytes; i += 16, p += (size_t)(2 * b)) {
+        __m256 c0 = lookup(&bk, unpack8(load_block(in + p, b), b), b);
+        __m256 c1 = lookup(&bk, unpack8(load_block(in + p + b, b), b), b);
         if (op == OP_LOOKUP) {
             _mm256_storeu_ps(out + i, _mm256_mul_ps(vs, c0));
             _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(vs, c1));

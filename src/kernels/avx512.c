@@ -6,15 +6,15 @@
  *
  * Layout of a packed group (kernels.h): index i at bits [i·b, (i+1)·b). Sixteen consecutive
  * indices fill exactly 2b bytes, and index i of such a block lies inside bytes
- * ⌊i·b/8⌋ and ⌊i·b/8⌋ + 1 of it, so one 16-byte load broadcast to the four 128-bit lanes, one
- * vpshufb that moves those two bytes into 32-bit lane i, one variable shift and one mask give
- * sixteen indices. Packing goes the other way with multiply-adds: bytes → pairs (vpmaddubsw),
+ * ⌊i·b/8⌋ and ⌊i·b/8⌋ + 1 of it, so one load broadcast to the four 128-bit lanes (4, 8 or 16
+ * bytes), one vpshufb that moves those two bytes into 32-bit lane i (none for b ≤ 2), one
+ * variable shift and one mask give sixteen indices. Packing goes the other way with multiply-adds: bytes → pairs (vpmaddubsw),
  * pairs → quads (vpmaddwd), quads → octets (64-bit shift and or), one vpshufb that glues the two
  * octets' b bytes each together, and one byte-masked store of 2b bytes.
  *
  * Quantization is the reference's branchless binary search, level by level for sixteen lanes
- * at once; the boundary each lane compares against comes from a register permute (≤ 16
- * candidates per level: the first five levels of any width) and from a gather below that.
+ * at once; the boundary each lane compares against comes from a register permute (one or two
+ * registers: the first six levels of any width) and from gathers below that.
  */
 #include "kernels.h"
 
@@ -24,6 +24,8 @@
 #include <string.h>
 
 #define TQ_INLINE static inline __attribute__((always_inline))
+/* Full unrolling keeps the register blocks in registers (no indexed stack arrays). */
+#define TQ_UNROLL _Pragma("GCC unroll 16")
 
 /* ---------------------------------------------------------------------------------------- */
 /* Fixed-order 16-lane sums (kernels.h): lane j += j+8, += j+4, += j+2, += j+1.              */
@@ -105,21 +107,32 @@ TQ_INLINE __m256 wht8(__m256 v) {
     return v;
 }
 
+/* Butterflies between registers j and j + h (stride h·16 floats). */
+TQ_INLINE void cross_stage(__m512 *v, const int nv, const int h) {
+    TQ_UNROLL
+    for (int i = 0; i < nv; i += 2 * h)
+        TQ_UNROLL
+        for (int j = i; j < i + h; j++) {
+            __m512 a = v[j], b = v[j + h];
+            v[j] = _mm512_add_ps(a, b);
+            v[j + h] = _mm512_sub_ps(a, b);
+        }
+}
+
 /* Stages 1 .. 16·nv/2 of a block of nv registers (nv ≤ 16: 256 floats), all in registers. */
 TQ_INLINE void rht_block(float *x, const float *signs, const int nv, const int with_signs) {
     __m512 v[16];
+    TQ_UNROLL
     for (int j = 0; j < nv; j++) {
         v[j] = _mm512_loadu_ps(x + 16 * j);
         if (with_signs) v[j] = _mm512_mul_ps(v[j], _mm512_loadu_ps(signs + 16 * j));
         v[j] = wht16(v[j]);
     }
-    for (int h = 1; h < nv; h <<= 1)
-        for (int i = 0; i < nv; i += 2 * h)
-            for (int j = i; j < i + h; j++) {
-                __m512 a = v[j], b = v[j + h];
-                v[j] = _mm512_add_ps(a, b);
-                v[j + h] = _mm512_sub_ps(a, b);
-            }
+    if (nv > 1) cross_stage(v, nv, 1);
+    if (nv > 2) cross_stage(v, nv, 2);
+    if (nv > 4) cross_stage(v, nv, 4);
+    if (nv > 8) cross_stage(v, nv, 8);
+    TQ_UNROLL
     for (int j = 0; j < nv; j++) _mm512_storeu_ps(x + 16 * j, v[j]);
 }
 
@@ -211,11 +224,45 @@ TQ_INLINE __m512i unpack_shift(const int b) {
                              TQ_USH(b, 12), TQ_USH(b, 13), TQ_USH(b, 14), TQ_USH(b, 15));
 }
 
-/* The 16 indices held in the 2b bytes of raw (upper bytes ignored). */
-TQ_INLINE __m512i unpack16(__m128i raw, const int b, __m512i ctrl, __m512i shift) {
-    if (b == 8) return _mm512_cvtepu8_epi32(raw);
-    __m512i v = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(raw), ctrl);
-    return _mm512_and_si512(_mm512_srlv_epi32(v, shift), _mm512_set1_epi32((1 << b) - 1));
+/* Bytes a 16-index block needs, loaded and broadcast so that every 128-bit lane holds them:
+ * 4 (b ≤ 2: one 32-bit word holds all sixteen), 8 (b ≤ 4) or 16. From memory the broadcast is
+ * part of the load. */
+TQ_INLINE size_t block_width(const int b) { return b <= 2 ? 4 : b <= 4 ? 8 : 16; }
+
+TQ_INLINE __m512i load_block(const uint8_t *p, const int b) {
+    if (b <= 2) {
+        uint32_t w;
+        memcpy(&w, p, sizeof w);
+        return _mm512_set1_epi32((int)w);
+    }
+    if (b <= 4) {
+        uint64_t w;
+        memcpy(&w, p, sizeof w);
+        return _mm512_set1_epi64((long long)w);
+    }
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* The same from the last avail (< block_width) bytes of the group, without reading past it. */
+TQ_INLINE __m512i load_block_tail(const uint8_t *p, size_t avail, const int b) {
+    __m128i raw = _mm_maskz_loadu_epi8(bytes_below(avail), p);
+    if (b <= 2) return _mm512_broadcastd_epi32(raw);
+    if (b <= 4) return _mm512_broadcastq_epi64(raw);
+    return _mm512_broadcast_i32x4(raw);
+}
+
+/* The 16 indices of a block broadcast by load_block. */
+TQ_INLINE __m512i unpack16(__m512i v, const int b, __m512i ctrl, __m512i shift) {
+    const __m512i mask = _mm512_set1_epi32((1 << b) - 1);
+    if (b == 8) return _mm512_cvtepu8_epi32(_mm512_castsi512_si128(v));
+    if (b <= 2) {
+        const __m512i sh = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(b));
+        return _mm512_and_si512(_mm512_srlv_epi32(v, sh), mask);
+    }
+    v = _mm512_shuffle_epi8(v, ctrl);
+    return _mm512_and_si512(_mm512_srlv_epi32(v, shift), mask);
 }
 
 /* Glue control: bytes 0..b−1 of the low octet, then bytes 0..b−1 of the high one, then zeros. */
@@ -291,44 +338,60 @@ TQ_INLINE __m512 lookup(const book *bk, __m512i idx, const int b) {
 /* Quantization: the reference's binary search, sixteen lanes at a time                     */
 /* ---------------------------------------------------------------------------------------- */
 
-/* The search state. For b ≤ 4 the 2^b − 1 sorted boundaries sit in one register and the search
- * runs on idx directly (candidate idx + step − 1). For b ≥ 5 the first five levels run on the
- * node number k (idx = k·2^(b−L) after L levels) against per-level tables
- * T_L[k] = boundaries[(2k+1)·2^(b−1−L) − 1] (≤ 16 entries each), the rest by gathers. */
+/* The search state. For b ≤ 5 the 2^b − 1 sorted boundaries sit in one register (two for b = 5)
+ * and the search runs on idx directly (candidate idx + step − 1). For b ≥ 6 the first six levels
+ * run on the node number k (idx = k·2^(b−L) after L levels) against per-level tables
+ * T_L[k] = boundaries[(2k+1)·2^(b−1−L) − 1] (≤ 16 entries: vpermps; 32 at level 5: vpermt2ps),
+ * the rest (b = 7, 8) by gathers. */
 typedef struct {
     __m512 t[5];
+    __m512 t5_lo, t5_hi; /* level 5 (32 entries, b ≥ 6): one two-register permute */
     __m512 first;
     const float *bounds;
 } searcher;
 
-TQ_INLINE searcher make_searcher(const float *boundaries, const int b, float *scratch) {
+/* T_L[k] for k = first .. first + 15 (lanes k < count), by one gather: no scalar stores that
+ * a vector load would have to wait for. */
+TQ_INLINE __m512 level_table(const float *boundaries, const int b, const int level, int first,
+                             int count) {
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i k = _mm512_add_epi32(_mm512_set1_epi32(first),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                   14, 15));
+    __m512i pos = _mm512_sub_epi32(
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_add_epi32(k, k), one), b - 1 - level), one);
+    __mmask16 m = lanes_below(count - first < 16 ? count - first : 16);
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, pos, boundaries, 4);
+}
+
+TQ_INLINE searcher make_searcher(const float *boundaries, const int b) {
     searcher se;
     se.bounds = boundaries;
     for (int j = 0; j < 5; j++) se.t[j] = _mm512_setzero_ps();
-    if (b <= 4) {
-        se.first = _mm512_set1_ps(boundaries[(1 << (b - 1)) - 1]);
-        se.t[0] = _mm512_maskz_loadu_ps(lanes_below((1 << b) - 1), boundaries);
+    se.t5_lo = se.t5_hi = _mm512_setzero_ps();
+    se.first = _mm512_set1_ps(boundaries[(1 << (b - 1)) - 1]);
+    if (b <= 5) {
+        int nb = (1 << b) - 1;
+        se.t[0] = _mm512_maskz_loadu_ps(lanes_below(nb < 16 ? nb : 16), boundaries);
+        if (b == 5) se.t[1] = _mm512_maskz_loadu_ps(lanes_below(nb - 16), boundaries + 16);
     } else {
-        /* scratch: 16 floats per level 1..4. */
-        for (int level = 1; level < 5; level++) {
-            int count = 1 << level;
-            for (int k = 0; k < count; k++)
-                scratch[16 * level + k] =
-                    boundaries[(size_t)(2 * k + 1) * ((size_t)1 << (b - 1 - level)) - 1];
-            se.t[level] = _mm512_maskz_loadu_ps(lanes_below(count), scratch + 16 * level);
-        }
-        se.first = _mm512_set1_ps(boundaries[(1 << (b - 1)) - 1]);
+        for (int level = 1; level < 5; level++)
+            se.t[level] = level_table(boundaries, b, level, 0, 1 << level);
+        se.t5_lo = level_table(boundaries, b, 5, 0, 32);
+        se.t5_hi = level_table(boundaries, b, 5, 16, 32);
     }
     return se;
 }
 
 TQ_INLINE __m512i search(const searcher *se, __m512 s, const int b) {
-    if (b <= 4) {
+    if (b <= 5) {
         __mmask16 m = _mm512_cmp_ps_mask(s, se->first, _CMP_GT_OQ);
         __m512i idx = _mm512_maskz_mov_epi32(m, _mm512_set1_epi32(1 << (b - 1)));
         for (int step = b >= 2 ? 1 << (b - 2) : 0; step > 0; step >>= 1) {
             __m512i cand = _mm512_add_epi32(idx, _mm512_set1_epi32(step - 1));
-            m = _mm512_cmp_ps_mask(s, _mm512_permutexvar_ps(cand, se->t[0]), _CMP_GT_OQ);
+            __m512 c = b == 5 ? _mm512_permutex2var_ps(se->t[0], cand, se->t[1])
+                              : _mm512_permutexvar_ps(cand, se->t[0]);
+            m = _mm512_cmp_ps_mask(s, c, _CMP_GT_OQ);
             idx = _mm512_mask_add_epi32(idx, m, idx, _mm512_set1_epi32(step));
         }
         return idx;
@@ -342,8 +405,12 @@ TQ_INLINE __m512i search(const searcher *se, __m512 s, const int b) {
         k = _mm512_mask_add_epi32(k, m, k, one);
     }
     if (b == 5) return k;
-    __m512i idx = _mm512_slli_epi32(k, b - 5);
-    for (int step = b >= 6 ? 1 << (b - 6) : 0; step > 0; step >>= 1) {
+    m = _mm512_cmp_ps_mask(s, _mm512_permutex2var_ps(se->t5_lo, k, se->t5_hi), _CMP_GT_OQ);
+    k = _mm512_add_epi32(k, k);
+    k = _mm512_mask_add_epi32(k, m, k, one);
+    if (b == 6) return k;
+    __m512i idx = _mm512_slli_epi32(k, b - 6);
+    for (int step = b >= 7 ? 1 << (b - 7) : 0; step > 0; step >>= 1) {
         __m512i cand = _mm512_add_epi32(idx, _mm512_set1_epi32(step - 1));
         __m512 c = _mm512_i32gather_ps(cand, se->bounds, 4);
         m = _mm512_cmp_ps_mask(s, c, _CMP_GT_OQ);
@@ -361,8 +428,7 @@ TQ_INLINE __m512 lookup_sq(const book *sq, __m512i idx, const int b) {
 
 TQ_INLINE float quantize_pack_b(const float *x, float scale, int n, const int b,
                                 const float *boundaries, const float *centroids, uint8_t *out) {
-    float scratch[80];
-    searcher se = make_searcher(boundaries, b, scratch);
+    searcher se = make_searcher(boundaries, b);
     book sq = load_book(centroids, b);
     if (b <= 6) sq = square_book(sq, b);
     const __m512 vscale = _mm512_set1_ps(scale);
@@ -422,10 +488,10 @@ TQ_INLINE float codes_b(const uint8_t *in, int n, const int b, const float *cent
     int i = 0;
     size_t p = 0;
     /* Two blocks per step (32 indices, 4b bytes) so that dot has two accumulator chains. */
-    for (; i + 32 <= n && p + 2 * (size_t)b + 16 <= nbytes; i += 32, p += (size_t)(4 * b)) {
-        __m512i i0 = unpack16(_mm_loadu_si128((const __m128i *)(in + p)), b, ctrl, shift);
-        __m512i i1 =
-            unpack16(_mm_loadu_si128((const __m128i *)(in + p + 2 * b)), b, ctrl, shift);
+    const size_t width = block_width(b);
+    for (; i + 32 <= n && p + 2 * (size_t)b + width <= nbytes; i += 32, p += (size_t)(4 * b)) {
+        __m512i i0 = unpack16(load_block(in + p, b), b, ctrl, shift);
+        __m512i i1 = unpack16(load_block(in + p + 2 * b, b), b, ctrl, shift);
         __m512 c0 = lookup(&bk, i0, b), c1 = lookup(&bk, i1, b);
         if (op == OP_LOOKUP) {
             _mm512_storeu_ps(out + i, _mm512_mul_ps(vs, c0));
@@ -443,8 +509,7 @@ TQ_INLINE float codes_b(const uint8_t *in, int n, const int b, const float *cent
         int r = n - i;
         __mmask16 m = lanes_below(r < 16 ? r : 16);
         size_t avail = nbytes - p;
-        __m128i raw = avail >= 16 ? _mm_loadu_si128((const __m128i *)(in + p))
-                                  : _mm_maskz_loadu_epi8(bytes_below(avail), in + p);
+        __m512i raw = avail >= width ? load_block(in + p, b) : load_block_tail(in + p, avail, b);
         __m512 c = lookup(&bk, unpack16(raw, b, ctrl, shift), b);
         if (op == OP_LOOKUP) {
             _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(vs, c));

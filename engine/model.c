@@ -1,0 +1,540 @@
+/* The forward pass: configuration from GGUF metadata, weights as views into the mapping,
+ * run state sized at load, and forward() for a batch of tokens. See model.h for the
+ * contract and doc/gemma3.md for every fact about Gemma 3 used here.
+ *
+ * Sections, in dependency order: status and messages, configuration, weights, run state,
+ * the math kernels (RMSNorm, RoPE, activations), forward, load/free. */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quants.h"
+
+/* ---- status and messages ---------------------------------------------------------------- */
+
+const char *model_status_name(int status) {
+    switch (status) {
+        case MODEL_OK: return "MODEL_OK";
+        case MODEL_ERR_ARG: return "MODEL_ERR_ARG";
+        case MODEL_ERR_FILE: return "MODEL_ERR_FILE";
+        case MODEL_ERR_ARCH: return "MODEL_ERR_ARCH";
+        case MODEL_ERR_CONFIG: return "MODEL_ERR_CONFIG";
+        case MODEL_ERR_TENSOR: return "MODEL_ERR_TENSOR";
+        case MODEL_ERR_SHAPE: return "MODEL_ERR_SHAPE";
+        case MODEL_ERR_TYPE: return "MODEL_ERR_TYPE";
+        case MODEL_ERR_NOMEM: return "MODEL_ERR_NOMEM";
+        case MODEL_ERR_CONTEXT: return "MODEL_ERR_CONTEXT";
+        case MODEL_ERR_BATCH: return "MODEL_ERR_BATCH";
+        case MODEL_ERR_TOKEN: return "MODEL_ERR_TOKEN";
+        case MODEL_ERR_POS: return "MODEL_ERR_POS";
+        case MODEL_ERR_INTERNAL: return "MODEL_ERR_INTERNAL";
+        default: return "MODEL_ERR_UNKNOWN";
+    }
+}
+
+static model_status fail(model *m, model_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->err, sizeof m->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *model_last_error(const model *m) { return m == NULL ? "NULL model" : m->err; }
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+/* {arch}.{key} as a u32 into *out; when absent, *out = dflt, or an error if dflt < 0. */
+static model_status key_u32(model *m, const char *arch, const char *key, int64_t dflt, int *out) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    uint32_t v;
+    gguf_status st = gguf_get_u32(m->file, name, &v);
+    if (st == GGUF_ERR_NOT_FOUND && dflt >= 0) {
+        *out = (int)dflt;
+        return MODEL_OK;
+    }
+    if (st != GGUF_OK) return fail(m, MODEL_ERR_CONFIG, "key %s: %s", name, gguf_status_name(st));
+    if (v > (1u << 30)) return fail(m, MODEL_ERR_CONFIG, "key %s: %u out of range", name, v);
+    *out = (int)v;
+    return MODEL_OK;
+}
+
+/* {arch}.{key} as a float (f32 or f64 in the file); dflt when absent. */
+static model_status key_f32(model *m, const char *arch, const char *key, float dflt, float *out) {
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", arch, key);
+    double v;
+    gguf_status st = gguf_get_f64(m->file, name, &v);
+    if (st == GGUF_ERR_NOT_FOUND) {
+        *out = dflt;
+        return MODEL_OK;
+    }
+    if (st != GGUF_OK) return fail(m, MODEL_ERR_CONFIG, "key %s: %s", name, gguf_status_name(st));
+    if (!isfinite(v)) return fail(m, MODEL_ERR_CONFIG, "key %s: not finite", name);
+    *out = (float)v;
+    return MODEL_OK;
+}
+
+#define TRY(expr)                          \
+    do {                                   \
+        model_status try_st_ = (expr);     \
+        if (try_st_ != MODEL_OK) return try_st_; \
+    } while (0)
+
+static model_status read_config(model *m) {
+    model_config *c = &m->cfg;
+    memset(c, 0, sizeof *c);
+    const char *s;
+    size_t len;
+    if (gguf_get_str(m->file, "general.architecture", &s, &len) != GGUF_OK)
+        return fail(m, MODEL_ERR_ARCH, "general.architecture missing or not a string");
+    char arch[32];
+    if (len >= sizeof arch) return fail(m, MODEL_ERR_ARCH, "unsupported architecture (name too long)");
+    memcpy(arch, s, len);
+    arch[len] = '\0';
+    if (strcmp(arch, "gemma3") == 0) c->arch = MODEL_ARCH_GEMMA3;
+    else if (strcmp(arch, "llama") == 0) c->arch = MODEL_ARCH_LLAMA;
+    else if (strcmp(arch, "qwen2") == 0) c->arch = MODEL_ARCH_QWEN2;
+    else if (strcmp(arch, "qwen3") == 0) c->arch = MODEL_ARCH_QWEN3;
+    else return fail(m, MODEL_ERR_ARCH, "unsupported architecture '%s'", arch);
+    const int gemma = c->arch == MODEL_ARCH_GEMMA3;
+
+    TRY(key_u32(m, arch, "context_length", -1, &c->n_ctx_train));
+    TRY(key_u32(m, arch, "embedding_length", -1, &c->n_embd));
+    TRY(key_u32(m, arch, "block_count", -1, &c->n_layer));
+    TRY(key_u32(m, arch, "feed_forward_length", -1, &c->n_ff));
+    TRY(key_u32(m, arch, "attention.head_count", -1, &c->n_head));
+    TRY(key_u32(m, arch, "attention.head_count_kv", c->n_head, &c->n_head_kv));
+    if (c->n_embd < 1 || c->n_layer < 1 || c->n_ff < 1 || c->n_head < 1 || c->n_head_kv < 1 ||
+        c->n_ctx_train < 1 || c->n_head % c->n_head_kv != 0)
+        return fail(m, MODEL_ERR_CONFIG, "bad sizes: n_embd %d n_layer %d n_ff %d n_head %d n_head_kv %d ctx %d",
+                    c->n_embd, c->n_layer, c->n_ff, c->n_head, c->n_head_kv, c->n_ctx_train);
+    TRY(key_u32(m, arch, "attention.key_length", c->n_embd / c->n_head, &c->head_dim));
+    TRY(key_u32(m, arch, "attention.value_length", c->head_dim, &c->head_dim_v));
+    TRY(key_u32(m, arch, "rope.dimension_count", c->head_dim, &c->n_rot));
+    if (c->head_dim < 2 || c->head_dim_v < 1 || c->n_rot < 2 || c->n_rot % 2 != 0 || c->n_rot > c->head_dim)
+        return fail(m, MODEL_ERR_CONFIG, "bad head sizes: head_dim %d head_dim_v %d n_rot %d",
+                    c->head_dim, c->head_dim_v, c->n_rot);
+    TRY(key_f32(m, arch, "attention.layer_norm_rms_epsilon", 1e-6f, &c->rms_eps));
+    TRY(key_f32(m, arch, "rope.freq_base", 10000.0f, &c->rope_base));
+    /* Gemma 3: local layers use base 10000 unless the file says otherwise (doc section 4). */
+    TRY(key_f32(m, arch, "rope.freq_base_swa", gemma ? 10000.0f : c->rope_base, &c->rope_base_swa));
+    float factor;
+    TRY(key_f32(m, arch, "rope.scaling.factor", 1.0f, &factor));
+    {
+        char name[128];
+        snprintf(name, sizeof name, "%s.rope.scaling.type", arch);
+        if (gguf_get_str(m->file, name, &s, &len) == GGUF_OK && !(len == 6 && memcmp(s, "linear", 6) == 0) &&
+            !(len == 4 && memcmp(s, "none", 4) == 0))
+            return fail(m, MODEL_ERR_CONFIG, "rope scaling '%.*s' not supported", (int)len, s);
+    }
+    if (!(factor > 0.0f)) return fail(m, MODEL_ERR_CONFIG, "rope.scaling.factor %g", (double)factor);
+    c->rope_freq_scale = 1.0f / factor;
+    if (gemma) {
+        TRY(key_u32(m, arch, "attention.sliding_window", 0, &c->sliding_window));
+        TRY(key_u32(m, arch, "attention.sliding_window_pattern", 6, &c->swa_pattern));
+        if (c->swa_pattern < 1) return fail(m, MODEL_ERR_CONFIG, "sliding_window_pattern 0");
+        TRY(key_f32(m, arch, "final_logit_softcapping", 0.0f, &c->final_softcap));
+        c->embd_scale = sqrtf((float)c->n_embd);
+        /* llama.cpp: 1/sqrt(n_embd/n_head) for the 27B model (62 layers), else 1/sqrt(head_dim);
+         * both equal query_pre_attn_scalar^-1/2 of the Hugging Face configs. */
+        c->attn_scale = c->n_layer == 62 ? 1.0f / sqrtf((float)(c->n_embd / c->n_head))
+                                         : 1.0f / sqrtf((float)c->head_dim);
+        c->ffn_act = MODEL_FFN_GELU_TANH;
+        c->rope_layout = MODEL_ROPE_NEOX;
+        c->has_post_norms = 1;
+        c->has_qk_norm = 1;
+    } else {
+        c->embd_scale = 1.0f;
+        c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+        c->ffn_act = MODEL_FFN_SILU;
+        c->rope_layout = c->arch == MODEL_ARCH_LLAMA ? MODEL_ROPE_NORM : MODEL_ROPE_NEOX;
+        c->has_qk_norm = c->arch == MODEL_ARCH_QWEN3;
+        c->has_qkv_bias = c->arch == MODEL_ARCH_QWEN2 || gguf_find_tensor(m->file, "blk.0.attn_q.bias") != NULL;
+        if (gguf_find_tensor(m->file, "rope_freqs.weight") != NULL)
+            return fail(m, MODEL_ERR_CONFIG, "rope_freqs (LLaMA 3 frequency factors) not supported");
+    }
+    return MODEL_OK;
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+static model_status find(model *m, const char *name, const gguf_tensor **out) {
+    *out = gguf_find_tensor(m->file, name);
+    if (*out == NULL) return fail(m, MODEL_ERR_TENSOR, "tensor %s missing", name);
+    return MODEL_OK;
+}
+
+/* A matrix of `rows` rows of `cols` values (GGUF dims [cols, rows]). */
+static model_status get_matrix(model *m, const char *name, int64_t rows, int64_t cols, matmul_weight *w) {
+    const gguf_tensor *t;
+    TRY(find(m, name, &t));
+    if (t->n_dims != 2 || (int64_t)t->dims[0] != cols || (int64_t)t->dims[1] != rows)
+        return fail(m, MODEL_ERR_SHAPE, "tensor %s: shape [%llu, %llu] (%u dims), want [%lld, %lld]", name,
+                    (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], t->n_dims,
+                    (long long)cols, (long long)rows);
+    if (!quant_type_valid((int)t->type) || t->type == QUANT_Q8_K || quant_row_bytes((int)t->type, cols) == 0)
+        return fail(m, MODEL_ERR_TYPE, "tensor %s: type %s not supported for a matrix", name,
+                    quant_type_name((int)t->type));
+    w->type = (int)t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->data = t->data;
+    return MODEL_OK;
+}
+
+/* An F32 vector of n values. The data section is 32-byte aligned from a page-aligned mapping
+ * and every tensor offset is a multiple of the alignment, so the pointer is float-aligned;
+ * checked anyway, since a reader may hand out other memory. */
+static model_status get_vector(model *m, const char *name, int64_t n, const float **out) {
+    const gguf_tensor *t;
+    TRY(find(m, name, &t));
+    if (t->n_dims != 1 || (int64_t)t->dims[0] != n)
+        return fail(m, MODEL_ERR_SHAPE, "tensor %s: %llu values (%u dims), want %lld", name,
+                    (unsigned long long)t->dims[0], t->n_dims, (long long)n);
+    if (t->type != GGUF_GGML_F32) return fail(m, MODEL_ERR_TYPE, "tensor %s: type %s, want F32", name, quant_type_name((int)t->type));
+    if ((uintptr_t)t->data % sizeof(float) != 0) return fail(m, MODEL_ERR_TYPE, "tensor %s: misaligned", name);
+    *out = t->data;
+    return MODEL_OK;
+}
+
+static model_status read_weights(model *m) {
+    const model_config *c = &m->cfg;
+    model_weights *w = &m->w;
+    const gguf_tensor *t;
+    TRY(find(m, "token_embd.weight", &t));
+    if (t->n_dims != 2 || t->dims[0] != (uint64_t)c->n_embd || t->dims[1] < 1 || t->dims[1] > INT32_MAX)
+        return fail(m, MODEL_ERR_SHAPE, "token_embd.weight: shape [%llu, %llu], want [%d, n_vocab]",
+                    (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], c->n_embd);
+    m->cfg.n_vocab = (int)t->dims[1];
+    TRY(get_matrix(m, "token_embd.weight", c->n_vocab, c->n_embd, &w->token_embd));
+    if (gguf_find_tensor(m->file, "output.weight") != NULL)
+        TRY(get_matrix(m, "output.weight", c->n_vocab, c->n_embd, &w->output));
+    else
+        w->output = w->token_embd; /* tied (Gemma 3: doc section 5) */
+    TRY(get_vector(m, "output_norm.weight", c->n_embd, &w->output_norm));
+
+    w->layers = calloc((size_t)c->n_layer, sizeof *w->layers);
+    if (w->layers == NULL) return fail(m, MODEL_ERR_NOMEM, "out of memory (layers)");
+    const int64_t qw = (int64_t)c->n_head * c->head_dim, kw = (int64_t)c->n_head_kv * c->head_dim;
+    const int64_t vw = (int64_t)c->n_head_kv * c->head_dim_v, ow = (int64_t)c->n_head * c->head_dim_v;
+    char name[96];
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+    for (int il = 0; il < c->n_layer; il++) {
+        model_layer *L = &w->layers[il];
+        TRY(get_vector(m, NAME("attn_norm.weight"), c->n_embd, &L->attn_norm));
+        TRY(get_matrix(m, NAME("attn_q.weight"), qw, c->n_embd, &L->wq));
+        TRY(get_matrix(m, NAME("attn_k.weight"), kw, c->n_embd, &L->wk));
+        TRY(get_matrix(m, NAME("attn_v.weight"), vw, c->n_embd, &L->wv));
+        if (c->has_qkv_bias) {
+            TRY(get_vector(m, NAME("attn_q.bias"), qw, &L->bq));
+            TRY(get_vector(m, NAME("attn_k.bias"), kw, &L->bk));
+            TRY(get_vector(m, NAME("attn_v.bias"), vw, &L->bv));
+        }
+        if (c->has_qk_norm) {
+            TRY(get_vector(m, NAME("attn_q_norm.weight"), c->head_dim, &L->q_norm));
+            TRY(get_vector(m, NAME("attn_k_norm.weight"), c->head_dim, &L->k_norm));
+        }
+        TRY(get_matrix(m, NAME("attn_output.weight"), c->n_embd, ow, &L->wo));
+        TRY(get_vector(m, NAME("ffn_norm.weight"), c->n_embd, &L->ffn_norm));
+        TRY(get_matrix(m, NAME("ffn_gate.weight"), c->n_ff, c->n_embd, &L->w_gate));
+        TRY(get_matrix(m, NAME("ffn_up.weight"), c->n_ff, c->n_embd, &L->w_up));
+        TRY(get_matrix(m, NAME("ffn_down.weight"), c->n_embd, c->n_ff, &L->w_down));
+        if (c->has_post_norms) {
+            TRY(get_vector(m, NAME("post_attention_norm.weight"), c->n_embd, &L->post_attn_norm));
+            TRY(get_vector(m, NAME("post_ffw_norm.weight"), c->n_embd, &L->post_ffn_norm));
+        }
+        /* doc section 4: with pattern n, layer il is local iff il % n < n - 1. */
+        L->is_swa = c->sliding_window > 0 && il % c->swa_pattern < c->swa_pattern - 1;
+    }
+#undef NAME
+    return MODEL_OK;
+}
+
+/* ---- run state ---------------------------------------------------------------------------- */
+
+static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads) {
+    size_t s = matmul_work_size(w, n, n_threads);
+    return s > cur ? s : cur;
+}
+
+static model_status build_state(model *m) {
+    const model_config *c = &m->cfg;
+    model_state *s = &m->s;
+    const size_t B = (size_t)m->params.max_batch;
+    const int nt = m->params.n_threads;
+    s->x = malloc(B * (size_t)c->n_embd * sizeof(float));
+    s->xb = malloc(B * (size_t)c->n_embd * sizeof(float));
+    s->xb2 = malloc(B * (size_t)c->n_embd * sizeof(float));
+    s->q = malloc(B * (size_t)c->n_head * (size_t)c->head_dim * sizeof(float));
+    s->k = malloc(B * (size_t)c->n_head_kv * (size_t)c->head_dim * sizeof(float));
+    s->v = malloc(B * (size_t)c->n_head_kv * (size_t)c->head_dim_v * sizeof(float));
+    s->att = malloc(B * (size_t)c->n_head * (size_t)c->head_dim_v * sizeof(float));
+    s->hb = malloc(B * (size_t)c->n_ff * sizeof(float));
+    s->hb2 = malloc(B * (size_t)c->n_ff * sizeof(float));
+    s->rope_cs = malloc(2 * B * (size_t)c->n_rot * sizeof(float));
+    size_t ws = max_work(0, &m->w.output, m->params.max_batch, nt);
+    for (int il = 0; il < c->n_layer; il++) {
+        const model_layer *L = &m->w.layers[il];
+        const matmul_weight *ms[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) ws = max_work(ws, ms[i], m->params.max_batch, nt);
+    }
+    s->work_size = ws;
+    s->work = malloc(ws);
+    if (s->x == NULL || s->xb == NULL || s->xb2 == NULL || s->q == NULL || s->k == NULL || s->v == NULL ||
+        s->att == NULL || s->hb == NULL || s->hb2 == NULL || s->rope_cs == NULL || s->work == NULL)
+        return fail(m, MODEL_ERR_NOMEM, "out of memory (run state)");
+    kv_f16_params kp = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->head_dim_v,
+                        m->params.max_ctx, m->params.max_batch, nt};
+    int st = kv_f16_create(&kp, &m->kv);
+    if (st != KV_OK) return fail(m, MODEL_ERR_NOMEM, "KV store: %s", kv_status_name(st));
+    return MODEL_OK;
+}
+
+static void free_state(model_state *s) {
+    free(s->x);
+    free(s->xb);
+    free(s->xb2);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->hb);
+    free(s->hb2);
+    free(s->rope_cs);
+    free(s->work);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- math ---------------------------------------------------------------------------------- */
+
+/* out = x / sqrt(mean(x^2) + eps) * w (doc section 3: the Gemma "+1" is already in w).
+ * Squares summed in double and the scale applied in float, as ggml does. out may be x. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+/* cos/sin of theta_i = pos * freq_scale * base^(-2i/n_rot), i < n_rot/2, by repeated
+ * multiplication as ggml does (doc section 4). cs: (n, n_rot/2, 2). */
+static void rope_table(float *cs, int pos0, int n, int n_rot, float base, float freq_scale) {
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int t = 0; t < n; t++) {
+        float theta = (float)(pos0 + t) * freq_scale;
+        float *r = cs + (size_t)t * (size_t)n_rot;
+        for (int i = 0; i < n_rot / 2; i++) {
+            r[2 * i] = cosf(theta);
+            r[2 * i + 1] = sinf(theta);
+            theta *= theta_scale;
+        }
+    }
+}
+
+/* Rotates the first n_rot values of one head. NEOX pairs (i, i + n_rot/2); NORM pairs
+ * (2i, 2i+1). cs: (n_rot/2, 2) for this token. */
+static void rope_head(float *x, const float *cs, int n_rot, model_rope_layout layout) {
+    const int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const int a = layout == MODEL_ROPE_NEOX ? i : 2 * i, b = layout == MODEL_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static float silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* ---- forward ------------------------------------------------------------------------------- */
+
+static model_status mm(model *m, const matmul_weight *w, const float *x, float *y, int n, const char *what) {
+    int st = matmul(w, x, y, n, m->pool, m->s.work, m->s.work_size);
+    if (st != QUANT_OK) return fail(m, MODEL_ERR_INTERNAL, "matmul %s: %s", what, quant_status_name(st));
+    return MODEL_OK;
+}
+
+static void add_bias(float *y, const float *b, int n, int width) {
+    if (b == NULL) return;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < width; i++) y[(size_t)t * (size_t)width + (size_t)i] += b[i];
+}
+
+/* Per-head RMSNorm (optional) then RoPE for n tokens of n_heads heads. */
+static void qk_prepare(const model_config *c, float *x, int n, int n_heads, const float *norm, const float *cs) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *xh = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)c->head_dim;
+            if (norm != NULL) rmsnorm(xh, xh, norm, c->head_dim, c->rms_eps);
+            rope_head(xh, cs + (size_t)t * (size_t)c->n_rot, c->n_rot, c->rope_layout);
+        }
+}
+
+static model_status forward_layer(model *m, int il, int n, int pos0) {
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->w.layers[il];
+    model_state *s = &m->s;
+    const int E = c->n_embd;
+
+    /* attention sub-block: x += post_norm(W_o attn(rope(norm(W_q h)), rope(norm(W_k h)), W_v h)) */
+    for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->rms_eps);
+    TRY(mm(m, &L->wq, s->xb, s->q, n, "attn_q"));
+    TRY(mm(m, &L->wk, s->xb, s->k, n, "attn_k"));
+    TRY(mm(m, &L->wv, s->xb, s->v, n, "attn_v"));
+    add_bias(s->q, L->bq, n, c->n_head * c->head_dim);
+    add_bias(s->k, L->bk, n, c->n_head_kv * c->head_dim);
+    add_bias(s->v, L->bv, n, c->n_head_kv * c->head_dim_v);
+    const float *cs = s->rope_cs + (L->is_swa ? (size_t)m->params.max_batch * (size_t)c->n_rot : 0);
+    qk_prepare(c, s->q, n, c->n_head, L->q_norm, cs);
+    qk_prepare(c, s->k, n, c->n_head_kv, L->k_norm, cs);
+    const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
+    for (size_t i = 0; i < nq; i++) s->q[i] *= c->attn_scale;
+    int st = kv_f16_append(m->kv, il, s->k, s->v, n);
+    if (st != KV_OK) return fail(m, MODEL_ERR_INTERNAL, "kv append layer %d: %s", il, kv_status_name(st));
+    st = kv_f16_attend(m->kv, il, s->q, n, pos0, L->is_swa ? c->sliding_window : 0, s->att, m->pool);
+    if (st != KV_OK) return fail(m, MODEL_ERR_INTERNAL, "kv attend layer %d: %s", il, kv_status_name(st));
+    TRY(mm(m, &L->wo, s->att, s->xb2, n, "attn_output"));
+    for (int t = 0; t < n; t++) {
+        float *a = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
+        if (L->post_attn_norm != NULL) rmsnorm(a, a, L->post_attn_norm, E, c->rms_eps);
+        for (int i = 0; i < E; i++) x[i] += a[i];
+    }
+
+    /* FFN sub-block: x += post_norm(W_down (act(W_gate h) * W_up h)), h = norm(x) */
+    for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->ffn_norm, E, c->rms_eps);
+    TRY(mm(m, &L->w_gate, s->xb, s->hb, n, "ffn_gate"));
+    TRY(mm(m, &L->w_up, s->xb, s->hb2, n, "ffn_up"));
+    const size_t nf = (size_t)n * (size_t)c->n_ff;
+    if (c->ffn_act == MODEL_FFN_GELU_TANH)
+        for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_tanh(s->hb[i]) * s->hb2[i];
+    else
+        for (size_t i = 0; i < nf; i++) s->hb[i] = silu(s->hb[i]) * s->hb2[i];
+    TRY(mm(m, &L->w_down, s->hb, s->xb2, n, "ffn_down"));
+    for (int t = 0; t < n; t++) {
+        float *f = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
+        if (L->post_ffn_norm != NULL) rmsnorm(f, f, L->post_ffn_norm, E, c->rms_eps);
+        for (int i = 0; i < E; i++) x[i] += f[i];
+    }
+    return MODEL_OK;
+}
+
+model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int all_logits, float *logits) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    m->err[0] = '\0';
+    const model_config *c = &m->cfg;
+    model_state *s = &m->s;
+    if (tokens == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens");
+    if (n > m->params.max_batch) return fail(m, MODEL_ERR_BATCH, "batch of %d > max_batch %d", n, m->params.max_batch);
+    const int len = model_seq_len(m);
+    if (pos0 < 0 || pos0 > len) return fail(m, MODEL_ERR_POS, "pos0 %d with %d positions stored", pos0, len);
+    if (pos0 > m->params.max_ctx - n)
+        return fail(m, MODEL_ERR_CONTEXT, "positions %d..%d past max_ctx %d", pos0, pos0 + n - 1, m->params.max_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
+            return fail(m, MODEL_ERR_TOKEN, "token %d at %d outside 0..%d", tokens[t], t, c->n_vocab - 1);
+    kv_f16_truncate(m->kv, pos0);
+
+    /* x = embd[token] * embd_scale (sqrt(n_embd) for Gemma: doc section 5) */
+    const size_t row_bytes = quant_row_bytes(m->w.token_embd.type, c->n_embd);
+    for (int t = 0; t < n; t++) {
+        float *x = s->x + (size_t)t * (size_t)c->n_embd;
+        quant_dequantize_row(m->w.token_embd.type, (const char *)m->w.token_embd.data + (size_t)tokens[t] * row_bytes,
+                             x, c->n_embd);
+        if (c->embd_scale != 1.0f)
+            for (int i = 0; i < c->n_embd; i++) x[i] *= c->embd_scale;
+    }
+    rope_table(s->rope_cs, pos0, n, c->n_rot, c->rope_base, c->rope_freq_scale);
+    /* Local layers: their own base, and no linear scaling (llama.cpp's freq_scale_swa = 1). */
+    rope_table(s->rope_cs + (size_t)m->params.max_batch * (size_t)c->n_rot, pos0, n, c->n_rot, c->rope_base_swa,
+               c->arch == MODEL_ARCH_GEMMA3 ? 1.0f : c->rope_freq_scale);
+
+    for (int il = 0; il < c->n_layer; il++) {
+        model_status st = forward_layer(m, il, n, pos0);
+        if (st != MODEL_OK) {
+            kv_f16_truncate(m->kv, pos0);
+            return st;
+        }
+    }
+    if (logits == NULL) return MODEL_OK;
+
+    /* logits = W_out . norm(x), for the last token or every token */
+    const int first = all_logits ? 0 : n - 1, n_out = n - first;
+    for (int t = first; t < n; t++)
+        rmsnorm(s->xb + (size_t)(t - first) * c->n_embd, s->x + (size_t)t * c->n_embd, m->w.output_norm, c->n_embd,
+                c->rms_eps);
+    TRY(mm(m, &m->w.output, s->xb, logits, n_out, "output"));
+    if (c->final_softcap > 0.0f) {
+        const float cap = c->final_softcap;
+        for (size_t i = 0; i < (size_t)n_out * (size_t)c->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    }
+    return MODEL_OK;
+}
+
+/* ---- load / free --------------------------------------------------------------------------- */
+
+const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }
+
+int model_seq_len(const model *m) { return m == NULL ? 0 : kv_f16_len(m->kv, 0); }
+
+void model_truncate(model *m, int len) {
+    if (m != NULL) kv_f16_truncate(m->kv, len);
+}
+
+void model_free(model *m) {
+    if (m == NULL) return;
+    free_state(&m->s);
+    kv_f16_free(m->kv);
+    tp_free(m->pool);
+    free(m->w.layers);
+    gguf_close(m->file);
+    free(m);
+}
+
+static model_status load_into(model *m, const char *path) {
+    char gerr[200];
+    gguf_status gs = gguf_open(path, &m->file, gerr, sizeof gerr);
+    if (gs != GGUF_OK) return fail(m, MODEL_ERR_FILE, "%s: %s", path, gerr);
+    TRY(read_config(m));
+    if (m->params.max_ctx > m->cfg.n_ctx_train)
+        return fail(m, MODEL_ERR_CONTEXT, "max_ctx %d > the model's context_length %d", m->params.max_ctx,
+                    m->cfg.n_ctx_train);
+    TRY(read_weights(m));
+    m->pool = tp_create(m->params.n_threads);
+    if (m->pool == NULL) return fail(m, MODEL_ERR_NOMEM, "cannot start %d threads", m->params.n_threads);
+    TRY(build_state(m));
+    return MODEL_OK;
+}
+
+model_status model_load(const char *path, const model_params *p, model **out, char *err, size_t err_cap) {
+    if (out != NULL) *out = NULL;
+    if (path == NULL || p == NULL || out == NULL || p->max_ctx < 1 || p->max_batch < 1 || p->n_threads < 1) {
+        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "bad argument");
+        return MODEL_ERR_ARG;
+    }
+    model *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "out of memory");
+        return MODEL_ERR_NOMEM;
+    }
+    m->params = *p;
+    if (m->params.max_batch > m->params.max_ctx) m->params.max_batch = m->params.max_ctx;
+    model_status st = load_into(m, path);
+    if (st != MODEL_OK) {
+        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "%s", m->err);
+        model_free(m);
+        return st;
+    }
+    *out = m;
+    return MODEL_OK;
+}

@@ -1,0 +1,183 @@
+/* Decoder-only transformer forward pass over a GGUF file: Gemma 3 (doc/gemma3.md), and the
+ * LLaMA / Qwen2 / Qwen3 family (RoPE, GQA, RMSNorm, SwiGLU, optional q/k/v biases, optional
+ * per-head QK-norm).
+ *
+ * model_load() maps the file (weights stay in the read-only mapping; nothing is copied but
+ * the small norm vectors' pointers), reads the configuration from the metadata, checks every
+ * tensor's presence, type and shape, and allocates every buffer the forward pass needs for
+ * batches of up to max_batch tokens and sequences of up to max_ctx positions. model_forward()
+ * allocates nothing.
+ *
+ * One model holds one sequence (its own fp16 KV store, kv_f16.h). Positions run from 0;
+ * model_forward() appends tokens at positions pos0 .. pos0 + n - 1, rewinding the sequence
+ * to pos0 first if it is longer.
+ *
+ * Thread-safety: a model is used by one thread at a time; its own pool of n_threads runs
+ * the matmuls and attention. The library never prints and never exits: every call returns
+ * a model_status and fills the model's message (model_last_error), or the caller's buffer
+ * for model_load(). */
+#ifndef TQ_ENGINE_MODEL_H
+#define TQ_ENGINE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "kv_f16.h"
+#include "matmul.h"
+#include "threadpool.h"
+
+/* Status codes, pinned: never renumber, only append. */
+typedef enum model_status {
+    MODEL_OK = 0,
+    MODEL_ERR_ARG = 1,        /* NULL pointer, n < 1, max_batch/max_ctx/n_threads < 1 */
+    MODEL_ERR_FILE = 2,       /* the GGUF reader rejected the file (message says why) */
+    MODEL_ERR_ARCH = 3,       /* general.architecture missing or not supported */
+    MODEL_ERR_CONFIG = 4,     /* a required key missing or a value out of range */
+    MODEL_ERR_TENSOR = 5,     /* a required tensor missing */
+    MODEL_ERR_SHAPE = 6,      /* a tensor with the wrong shape */
+    MODEL_ERR_TYPE = 7,       /* a tensor with a type the engine cannot use there */
+    MODEL_ERR_NOMEM = 8,      /* allocation at load failed */
+    MODEL_ERR_CONTEXT = 9,    /* max_ctx > the model's context_length; or pos0 + n > max_ctx */
+    MODEL_ERR_BATCH = 10,     /* n > max_batch */
+    MODEL_ERR_TOKEN = 11,     /* token id < 0 or >= n_vocab */
+    MODEL_ERR_POS = 12,       /* pos0 < 0 or pos0 > the sequence length (a gap) */
+    MODEL_ERR_INTERNAL = 13   /* a kernel refused its arguments (a bug; message says which) */
+} model_status;
+
+const char *model_status_name(int status);
+
+typedef enum model_arch {
+    MODEL_ARCH_GEMMA3 = 0,
+    MODEL_ARCH_LLAMA = 1,
+    MODEL_ARCH_QWEN2 = 2,
+    MODEL_ARCH_QWEN3 = 3
+} model_arch;
+
+typedef enum model_ffn_act {
+    MODEL_FFN_GELU_TANH = 0, /* gelu(gate) * up (Gemma's GeGLU, tanh approximation) */
+    MODEL_FFN_SILU = 1       /* silu(gate) * up (SwiGLU) */
+} model_ffn_act;
+
+typedef enum model_rope_layout {
+    MODEL_ROPE_NEOX = 0,  /* element i rotates with i + n_rot/2 (Gemma, Qwen) */
+    MODEL_ROPE_NORM = 1   /* element 2i rotates with 2i+1 (LLaMA as llama.cpp converts it) */
+} model_rope_layout;
+
+/* Hyperparameters, from the GGUF metadata (doc/gemma3.md section 1 for the keys). */
+typedef struct model_config {
+    model_arch arch;
+    int n_vocab;          /* rows of token_embd */
+    int n_embd;           /* residual width */
+    int n_layer;
+    int n_ff;             /* FFN hidden width */
+    int n_head;           /* query heads */
+    int n_head_kv;        /* K/V heads; n_head is a multiple */
+    int head_dim;         /* values per Q and K head */
+    int head_dim_v;       /* values per V head */
+    int n_ctx_train;      /* {arch}.context_length */
+    int n_rot;            /* rotated values per head (rope.dimension_count), even, <= head_dim */
+    model_rope_layout rope_layout;
+    float rope_base;      /* theta base for global layers */
+    float rope_base_swa;  /* theta base for sliding-window layers */
+    float rope_freq_scale;/* positions multiplied by this on global layers (1/linear factor) */
+    float rms_eps;
+    int sliding_window;   /* window of local layers; 0 = none */
+    int swa_pattern;      /* layer il is local iff sliding_window && il % swa_pattern < swa_pattern-1 */
+    float embd_scale;     /* embedding rows multiplied by this (sqrt(n_embd) for Gemma, else 1) */
+    float attn_scale;     /* queries multiplied by this after RoPE */
+    float final_softcap;  /* logits = c * tanh(logits / c) when > 0 */
+    model_ffn_act ffn_act;
+    int has_post_norms;   /* Gemma's post_attention_norm / post_ffw_norm */
+    int has_qk_norm;      /* per-head RMSNorm of Q and K before RoPE */
+    int has_qkv_bias;     /* q/k/v projection biases (Qwen2) */
+} model_config;
+
+/* One block's weights, all views into the mapping. Matrices are (rows = out, cols = in). */
+typedef struct model_layer {
+    const float *attn_norm;      /* (n_embd) */
+    matmul_weight wq;            /* (n_head * head_dim, n_embd) */
+    matmul_weight wk;            /* (n_head_kv * head_dim, n_embd) */
+    matmul_weight wv;            /* (n_head_kv * head_dim_v, n_embd) */
+    const float *bq, *bk, *bv;   /* (n_head*head_dim), (n_head_kv*head_dim), (n_head_kv*head_dim_v); NULL without biases */
+    const float *q_norm;         /* (head_dim), NULL without QK-norm */
+    const float *k_norm;         /* (head_dim), NULL without QK-norm */
+    matmul_weight wo;            /* (n_embd, n_head * head_dim_v) */
+    const float *post_attn_norm; /* (n_embd), NULL without post norms */
+    const float *ffn_norm;       /* (n_embd) */
+    matmul_weight w_gate;        /* (n_ff, n_embd) */
+    matmul_weight w_up;          /* (n_ff, n_embd) */
+    matmul_weight w_down;        /* (n_embd, n_ff) */
+    const float *post_ffn_norm;  /* (n_embd), NULL without post norms */
+    int is_swa;                  /* sliding-window (local) layer */
+} model_layer;
+
+typedef struct model_weights {
+    matmul_weight token_embd;    /* (n_vocab, n_embd) */
+    matmul_weight output;        /* (n_vocab, n_embd); token_embd when tied */
+    const float *output_norm;    /* (n_embd) */
+    model_layer *layers;         /* (n_layer) */
+} model_weights;
+
+/* Activations for a batch of up to max_batch tokens; all allocated at load. */
+typedef struct model_state {
+    float *x;         /* (max_batch, n_embd) residual stream */
+    float *xb;        /* (max_batch, n_embd) normed input of a sub-block */
+    float *xb2;       /* (max_batch, n_embd) output of attn_output / ffn_down */
+    float *q;         /* (max_batch, n_head, head_dim) */
+    float *k;         /* (max_batch, n_head_kv, head_dim) */
+    float *v;         /* (max_batch, n_head_kv, head_dim_v) */
+    float *att;       /* (max_batch, n_head, head_dim_v) attention output */
+    float *hb;        /* (max_batch, n_ff) gate, then act(gate) * up */
+    float *hb2;       /* (max_batch, n_ff) up */
+    float *rope_cs;   /* (2 kinds, max_batch, n_rot/2, 2) cos, sin for global / local layers */
+    void *work;       /* matmul scratch, work_size bytes */
+    size_t work_size;
+} model_state;
+
+typedef struct model_params {
+    int max_ctx;   /* positions the sequence may reach; <= the model's context_length */
+    int max_batch; /* most tokens one model_forward() call takes */
+    int n_threads; /* threads of the model's pool, caller included */
+} model_params;
+
+typedef struct model {
+    model_config cfg;
+    model_weights w;
+    model_state s;
+    model_params params;
+    gguf_file *file;  /* owns the mapping the weights point into */
+    kv_f16 *kv;       /* the sequence's K/V */
+    tp_pool *pool;
+    char err[256];    /* message of the last failing call */
+} model;
+
+/* Loads the GGUF file at path. On success *out is a model to free with model_free(); on
+ * error *out is NULL, a status is returned and err (if err_cap > 0) holds a message.
+ * Errors: MODEL_ERR_ARG, MODEL_ERR_FILE, MODEL_ERR_ARCH, MODEL_ERR_CONFIG, MODEL_ERR_TENSOR,
+ * MODEL_ERR_SHAPE, MODEL_ERR_TYPE, MODEL_ERR_CONTEXT (max_ctx over context_length),
+ * MODEL_ERR_NOMEM. */
+model_status model_load(const char *path, const model_params *p, model **out, char *err,
+                        size_t err_cap);
+/* NULL is fine. */
+void model_free(model *m);
+
+const model_config *model_get_config(const model *m);
+/* Positions currently in the sequence. */
+int model_seq_len(const model *m);
+/* Drops every position >= len. */
+void model_truncate(model *m, int len);
+/* Message of the last failing call on m (empty string if none). */
+const char *model_last_error(const model *m);
+
+/* Runs tokens[0..n) at positions pos0 .. pos0+n-1 (rewinding the sequence to pos0 first),
+ * 1 <= n <= max_batch, pos0 + n <= max_ctx. Writes logits: all_logits = 0: one row
+ * (n_vocab floats) for the last token; all_logits = 1: (n, n_vocab) rows, one per token.
+ * logits is caller-owned and must hold that many floats; it may be NULL to compute no
+ * logits (the K/V are still stored: prefill of a prompt whose logits are not needed).
+ * Errors: MODEL_ERR_ARG, MODEL_ERR_BATCH, MODEL_ERR_CONTEXT, MODEL_ERR_POS, MODEL_ERR_TOKEN
+ * (checked before anything changes), MODEL_ERR_INTERNAL. */
+model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int all_logits,
+                           float *logits);
+
+#endif

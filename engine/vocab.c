@@ -1,0 +1,107 @@
+/* tok_vocab from tokenizer.ggml.* keys; see vocab.h. */
+#include "vocab.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *vocab_status_name(int status) {
+    switch (status) {
+        case VOCAB_OK: return "VOCAB_OK";
+        case VOCAB_ERR_ARG: return "VOCAB_ERR_ARG";
+        case VOCAB_ERR_MISSING: return "VOCAB_ERR_MISSING";
+        case VOCAB_ERR_MODEL: return "VOCAB_ERR_MODEL";
+        case VOCAB_ERR_FORMAT: return "VOCAB_ERR_FORMAT";
+        case VOCAB_ERR_NOMEM: return "VOCAB_ERR_NOMEM";
+        default: return "VOCAB_ERR_UNKNOWN";
+    }
+}
+
+void vocab_free(gguf_vocab *v) {
+    if (v == NULL) return;
+    free(v->texts);
+    free(v->text_lens);
+    free(v->scores);
+    free(v->types);
+    memset(v, 0, sizeof *v);
+}
+
+static vocab_status failv(gguf_vocab *v, vocab_status st, char *err, size_t cap, const char *msg, const char *key) {
+    if (err != NULL && cap > 0) snprintf(err, cap, "%s%s%s", msg, key ? ": " : "", key ? key : "");
+    vocab_free(v);
+    return st;
+}
+
+/* A special id key: -1 when absent; an error when present but not a valid id. */
+static int special_id(const gguf_file *f, const char *key, int32_t n_vocab, int32_t *out) {
+    uint32_t id;
+    gguf_status st = gguf_get_u32(f, key, &id);
+    if (st == GGUF_ERR_NOT_FOUND) {
+        *out = -1;
+        return 1;
+    }
+    if (st != GGUF_OK || id >= (uint32_t)n_vocab) return 0;
+    *out = (int32_t)id;
+    return 1;
+}
+
+static int flag(const gguf_file *f, const char *key, int dflt) {
+    int b;
+    return gguf_get_bool(f, key, &b) == GGUF_OK ? b : dflt;
+}
+
+vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t err_cap) {
+    if (out == NULL) return VOCAB_ERR_ARG;
+    memset(out, 0, sizeof *out);
+    if (f == NULL) return failv(out, VOCAB_ERR_ARG, err, err_cap, "NULL file", NULL);
+    const char *s;
+    size_t len;
+    if (gguf_get_str(f, "tokenizer.ggml.model", &s, &len) == GGUF_OK && !(len == 5 && memcmp(s, "llama", 5) == 0))
+        return failv(out, VOCAB_ERR_MODEL, err, err_cap, "tokenizer.ggml.model is not llama", NULL);
+    gguf_array toks;
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", &toks) != GGUF_OK || toks.type != GGUF_VALUE_STRING ||
+        toks.count < 1 || toks.count > INT32_MAX)
+        return failv(out, VOCAB_ERR_MISSING, err, err_cap, "missing or bad", "tokenizer.ggml.tokens");
+    const int32_t n = (int32_t)toks.count;
+    out->texts = malloc((size_t)n * sizeof *out->texts);
+    out->text_lens = malloc((size_t)n * sizeof *out->text_lens);
+    if (out->texts == NULL || out->text_lens == NULL) return failv(out, VOCAB_ERR_NOMEM, err, err_cap, "out of memory", NULL);
+    for (int32_t i = 0; i < n; i++) {
+        if (gguf_array_get_str(&toks, (uint64_t)i, &s, &len) != GGUF_OK || len > UINT32_MAX)
+            return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "bad token text", "tokenizer.ggml.tokens");
+        out->texts[i] = s;
+        out->text_lens[i] = (uint32_t)len;
+    }
+    gguf_array a;
+    if (gguf_get_arr(f, "tokenizer.ggml.scores", &a) == GGUF_OK) {
+        if (a.count != (uint64_t)n) return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "length differs", "tokenizer.ggml.scores");
+        out->scores = malloc((size_t)n * sizeof *out->scores);
+        if (out->scores == NULL) return failv(out, VOCAB_ERR_NOMEM, err, err_cap, "out of memory", NULL);
+        for (int32_t i = 0; i < n; i++)
+            if (gguf_array_get_f32(&a, (uint64_t)i, &out->scores[i]) != GGUF_OK)
+                return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "not float32", "tokenizer.ggml.scores");
+    }
+    if (gguf_get_arr(f, "tokenizer.ggml.token_type", &a) == GGUF_OK) {
+        if (a.count != (uint64_t)n) return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "length differs", "tokenizer.ggml.token_type");
+        out->types = malloc((size_t)n * sizeof *out->types);
+        if (out->types == NULL) return failv(out, VOCAB_ERR_NOMEM, err, err_cap, "out of memory", NULL);
+        for (int32_t i = 0; i < n; i++)
+            if (gguf_array_get_i32(&a, (uint64_t)i, &out->types[i]) != GGUF_OK || out->types[i] < 0 || out->types[i] > 6)
+                return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "bad type", "tokenizer.ggml.token_type");
+    }
+    tok_vocab *v = &out->v;
+    v->n_vocab = n;
+    v->texts = out->texts;
+    v->text_lens = out->text_lens;
+    v->scores = out->scores;
+    v->types = out->types;
+    if (!special_id(f, "tokenizer.ggml.bos_token_id", n, &v->bos_id) ||
+        !special_id(f, "tokenizer.ggml.eos_token_id", n, &v->eos_id) ||
+        !special_id(f, "tokenizer.ggml.unknown_token_id", n, &v->unk_id) ||
+        !special_id(f, "tokenizer.ggml.padding_token_id", n, &v->pad_id))
+        return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "special token id out of range", NULL);
+    v->add_bos = flag(f, "tokenizer.ggml.add_bos_token", 1) && v->bos_id >= 0;
+    v->add_eos = flag(f, "tokenizer.ggml.add_eos_token", 0) && v->eos_id >= 0;
+    v->add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", 1);
+    return VOCAB_OK;
+}

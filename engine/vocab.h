@@ -1,0 +1,44 @@
+/* Builds the tokenizer's vocabulary (tok_vocab, tokenizer.h) from a GGUF file's
+ * tokenizer.ggml.* metadata (doc/gemma3.md section 7 for the keys and their meaning).
+ *
+ * Token texts are not copied: vocab.texts point into the GGUF mapping, so the gguf_file must
+ * stay open while the vocab is used (tokenizer_create() copies what it needs, so the vocab
+ * may be freed, and the file closed, once the tokenizer exists). Scores and types are
+ * decoded into arrays owned by the gguf_vocab.
+ *
+ * Never prints, never aborts. */
+#ifndef TQ_ENGINE_VOCAB_H
+#define TQ_ENGINE_VOCAB_H
+
+#include <stddef.h>
+
+#include "gguf.h"
+#include "tokenizer.h"
+
+typedef enum vocab_status {
+    VOCAB_OK = 0,
+    VOCAB_ERR_ARG = 1,     /* NULL pointer */
+    VOCAB_ERR_MISSING = 2, /* tokenizer.ggml.tokens absent or not a string array */
+    VOCAB_ERR_MODEL = 3,   /* tokenizer.ggml.model is not "llama" (SentencePiece) */
+    VOCAB_ERR_FORMAT = 4,  /* scores / token_type of the wrong type or length, bad special id */
+    VOCAB_ERR_NOMEM = 5
+} vocab_status;
+
+const char *vocab_status_name(int status);
+
+typedef struct gguf_vocab {
+    tok_vocab v;          /* what tokenizer_create() takes */
+    const char **texts;   /* (n_vocab) into the mapping */
+    uint32_t *text_lens;  /* (n_vocab) */
+    float *scores;        /* (n_vocab), NULL when the file has none */
+    int32_t *types;       /* (n_vocab), NULL when the file has none */
+} gguf_vocab;
+
+/* Fills *out (zeroed on error). err, when err_cap > 0, receives a message on error.
+ * Special ids absent from the file are -1; add_bos / add_eos / add_space_prefix default to
+ * llama.cpp's SPM defaults (true / false / true) when absent. */
+vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t err_cap);
+/* Frees the arrays; NULL and a zeroed vocab are fine. */
+void vocab_free(gguf_vocab *v);
+
+#endif

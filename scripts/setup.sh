@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine: installs the build tools, fetches the model into a local
+# virtual environment, builds everything, then runs the main job.
+# usage: scripts/setup.sh [--no-run]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+need=()
+for pkg in build-essential cmake clang-14 libclang-rt-14-dev python3 python3-venv pkg-config; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  echo "setup: installing ${need[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+echo "setup: model: $(scripts/get-model.sh)"
+make build
+if [ "${1:-}" != "--no-run" ]; then
+  build/tq codec-bench
+fi

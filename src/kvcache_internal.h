@@ -1,0 +1,139 @@
+/*
+ * KV cache internals shared by kvcache.c (storage) and attention.c (reads). Not public.
+ *
+ * Per layer, tokens [0, n_comp) are compressed and [n_comp, len) are raw fp16. Both parts are
+ * pages of TQ_KV_PAGE_TOKENS tokens with a head-major layout, so one KV head's records of a
+ * page are contiguous and attention streams them:
+ *   compressed page i (tokens [iP, iP + P)): K (n_kv_heads, P, k.rec_bytes), then
+ *                                              V (n_kv_heads, P, v.rec_bytes)
+ *   raw page j (tokens [raw_base + jP, …)):   K (n_kv_heads, P, dk) u16, then V (…, dv) u16
+ * raw_base is a multiple of P, so token t sits at slot t % P in both. Raw tokens below n_comp
+ * in the first raw page are stale and never read.
+ */
+#ifndef TQ_KVCACHE_INTERNAL_H
+#define TQ_KVCACHE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "turboquant.h"
+
+#define TQ_KV_P ((size_t)TQ_KV_PAGE_TOKENS)
+
+/* One of K or V of a layer, in its compressed format. */
+typedef struct tq_kv_tensor {
+    tq_kv_format format;
+    int dim;
+    size_t rec_bytes; /* bytes per token per head */
+    int row_floats;   /* floats of a decoded row in the scoring basis: dim, or for TURBO
+                         tq_codec_query_floats (2·dim with PROD) */
+    /* TQ_KV_TURBO: the record layout of the codec (doc/format.md, one unit, fixed split) */
+    tq_codec *codec;
+    int n_seg;
+    struct {
+        int start, count, bits;
+        size_t off;
+        const float *centroids; /* ×√dim */
+    } seg[2];
+    size_t norm_off;
+    int norm_f32;
+    int prod;
+    size_t sign_off, gamma_off;
+    float inv_sqrt_dim;
+    float prod_scale; /* √(π/2)/dim */
+} tq_kv_tensor;
+
+typedef struct tq_kv_layer {
+    tq_kv_layer_scheme scheme;
+    tq_kv_tensor k, v;
+    int compress_none; /* both formats f16: the raw part is the storage, never compressed */
+    size_t len, n_comp;
+    uint8_t **cpages; /* compressed pages; n_cpages allocated, page i covers [iP, iP + P) */
+    size_t n_cpages, cap_cpages;
+    uint16_t **rpages; /* raw pages in use, page j covers [raw_base + jP, …) */
+    size_t n_rpages, cap_rpages;
+    size_t raw_base;
+    uint16_t **rspare; /* allocated raw pages not in use */
+    size_t n_rspare;
+    float *key_mean; /* (n_kv_heads, dk) when scheme.key_mean and TURBO keys, else NULL */
+    int mean_set;
+    int compress_started;
+} tq_kv_layer;
+
+struct tq_kv_cache {
+    tq_kv_cache_config cfg; /* layer_schemes NULL */
+    tq_kv_layer *layers;    /* (n_layers,) */
+    size_t cpage_bytes_max, rpage_bytes;
+};
+
+static inline size_t tq_kv_cpage_k_bytes(const tq_kv_cache *c, const tq_kv_layer *l) {
+    return (size_t)c->cfg.n_kv_heads * TQ_KV_P * l->k.rec_bytes;
+}
+static inline size_t tq_kv_cpage_bytes(const tq_kv_cache *c, const tq_kv_layer *l) {
+    return (size_t)c->cfg.n_kv_heads * TQ_KV_P * (l->k.rec_bytes + l->v.rec_bytes);
+}
+/* Compressed K record of (token t, head h), V record likewise. */
+static inline const uint8_t *tq_kv_krec(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                        int h) {
+    return l->cpages[t / TQ_KV_P] + ((size_t)h * TQ_KV_P + t % TQ_KV_P) * l->k.rec_bytes;
+}
+static inline const uint8_t *tq_kv_vrec(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                        int h) {
+    return l->cpages[t / TQ_KV_P] + tq_kv_cpage_k_bytes(c, l) +
+           ((size_t)h * TQ_KV_P + t % TQ_KV_P) * l->v.rec_bytes;
+}
+/* Raw fp16 K / V of (token t, head h). */
+static inline const uint16_t *tq_kv_kraw(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                         int h) {
+    return l->rpages[(t - l->raw_base) / TQ_KV_P] +
+           ((size_t)h * TQ_KV_P + t % TQ_KV_P) * (size_t)c->cfg.head_dim_k;
+}
+static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                         int h) {
+    return l->rpages[(t - l->raw_base) / TQ_KV_P] +
+           (size_t)c->cfg.n_kv_heads * TQ_KV_P * (size_t)c->cfg.head_dim_k +
+           ((size_t)h * TQ_KV_P + t % TQ_KV_P) * (size_t)c->cfg.head_dim_v;
+}
+
+/* Decodes n consecutive records of tensor x (stride x->rec_bytes) into rows of x->row_floats
+ * floats (stride `stride`), in the scoring basis: original coordinates for F16/Q8_0/Q4_0,
+ * the codec's rotated basis for TURBO (norm/√d · c[idx], PROD signs scaled by √(π/2)/d·γ·n in
+ * the second half). Returns 0 if some record held a corrupt norm (that row is zero). */
+int tq_kv_decode_rows(const tq_kv_tensor *x, const uint8_t *rec, size_t n, float *rows,
+                      size_t stride);
+
+/* fp16 rows → f32 (SIMD where available). */
+void tq_kv_f16_rows(const uint16_t *in, size_t n, int dim, float *out, size_t stride);
+
+/* ---- the attention kernel table (src/kernels/attn_*.c) ---- */
+typedef struct tq_attn_kernels {
+    const char *name;
+    /* out[j] = ⟨q + j·q_stride, k⟩ for j < nq (n floats each). */
+    void (*dot_multi)(const float *k, const float *q, size_t q_stride, int nq, int n,
+                      float *out);
+    /* acc[i] += Σ_{t < nk} p[t]·rows[t·stride + i] for i < n. */
+    void (*accum_rows)(float *acc, const float *p, const float *rows, size_t stride, int nk,
+                       int n);
+    /* s[i] = exp(s[i] − m) for i < n; returns Σ s[i]. Relative error ≤ 2e-7 per element. */
+    float (*exp_sum)(float *s, int n, float m);
+    /* y[i] *= a. */
+    void (*scale)(float *y, float a, int n);
+    /* out[i] = f32(in[i]). */
+    void (*f16_to_f32)(const uint16_t *in, float *out, int n);
+    /* One q8_0 / q4_0 record of dim elements → floats. */
+    void (*q8_0_decode)(const uint8_t *rec, int dim, float *out);
+    void (*q4_0_decode)(const uint8_t *rec, int dim, float *out);
+} tq_attn_kernels;
+
+const tq_attn_kernels *tq_attn_kernels_get(void);
+const tq_attn_kernels *tq_attn_kernels_ref(void);
+const tq_attn_kernels *tq_attn_kernels_avx2(void);   /* NULL when not built */
+const tq_attn_kernels *tq_attn_kernels_avx512(void); /* NULL when not built */
+
+/* ---- the thread pool (src/threads.c) ---- */
+/* Runs fn(ctx, task, thread) for every task < n_tasks, thread < tq_threadpool_size(pool)
+ * (thread 0 is the caller); pool NULL runs them all on the caller as thread 0. */
+void tq_threadpool_run(tq_threadpool *pool, void (*fn)(void *ctx, size_t task, int thread),
+                       void *ctx, size_t n_tasks);
+
+#endif
