@@ -28,12 +28,15 @@ struct tq_rotation {
     int log2p;     /* Hadamard block: log2 of its length p */
     float *signs;  /* (rounds, dim) ±1 */
     float *matrix; /* dense: (dim, dim) row-major, y = Q x */
+    float scale;   /* Hadamard: d^(−rounds/2), the normalization of the raw transform */
+    float *last;   /* Hadamard: (dim,) signs of round 0 times scale, for the inverse */
 };
 
 void tq_rotation_free(tq_rotation *rot) {
     if (!rot) return;
     free(rot->signs);
     free(rot->matrix);
+    free(rot->last);
     free(rot);
 }
 
@@ -128,6 +131,16 @@ tq_status tq_rotation_create(tq_rotation **out, int dim, uint64_t seed, tq_rotat
         tq_rng_seed(&rng, seed, 0x5349474E53ull ^ ((uint64_t)dim << 8) ^ (uint64_t)kind);
         for (int i = 0; i < rot->rounds * dim; i++)
             rot->signs[i] = (tq_rng_next(&rng) >> 63) ? -1.0f : 1.0f;
+        rot->scale = (float)pow((double)dim, -0.5 * rot->rounds);
+        if (kind == TQ_ROTATION_HADAMARD) {
+            rot->last = malloc(sizeof(float) * (size_t)dim);
+            if (!rot->last) {
+                tq_rotation_free(rot);
+                return TQ_ERR_NOMEM;
+            }
+            /* ±scale is exact, so x·(±scale) equals (±x)·scale bit for bit. */
+            for (int i = 0; i < dim; i++) rot->last[i] = rot->signs[i] * rot->scale;
+        }
     }
     *out = rot;
     return TQ_OK;
@@ -174,7 +187,7 @@ void tq_rotation_forward_raw(const tq_rotation *rot, float *x, float *scale) {
     switch (rot->kind) {
     case TQ_ROTATION_HADAMARD:
         for (int r = 0; r < rot->rounds; r++) k->rht(x, rot->signs + (size_t)r * (size_t)d, rot->log2p);
-        *scale = (float)pow((double)d, -0.5 * rot->rounds);
+        *scale = rot->scale;
         return;
     case TQ_ROTATION_BLOCK_HADAMARD: {
         int p = 1 << rot->log2p;
@@ -201,14 +214,13 @@ static void inverse_one(const tq_rotation *rot, float *x) {
     int d = rot->dim;
     switch (rot->kind) {
     case TQ_ROTATION_HADAMARD: {
-        /* (H D)^-1 = D H / d: undo the rounds in reverse order. */
-        for (int r = rot->rounds - 1; r >= 0; r--) {
-            const float *sg = rot->signs + (size_t)r * (size_t)d;
-            k->rht(x, NULL, rot->log2p);
-            for (int i = 0; i < d; i++) x[i] *= sg[i];
-        }
-        float s = (float)pow((double)d, -0.5 * rot->rounds);
-        for (int i = 0; i < d; i++) x[i] *= s;
+        /* (H D_r)^-1 = D_r H / d. The inverse H, D_R, H, D_{R−1}, …, H, D_1, scale is run as
+         * rht(·, NULL), then rht(·, D_r) for r = R…2 (each multiplies its signs first), then
+         * one multiply by D_1·scale. */
+        k->rht(x, NULL, rot->log2p);
+        for (int r = rot->rounds - 1; r >= 1; r--)
+            k->rht(x, rot->signs + (size_t)r * (size_t)d, rot->log2p);
+        for (int i = 0; i < d; i++) x[i] *= rot->last[i];
         return;
     }
     case TQ_ROTATION_BLOCK_HADAMARD: {

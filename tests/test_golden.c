@@ -50,7 +50,7 @@ static void input(float *x, int dim, int v) {
     x[(7 * v + 3) % dim] *= 9.0f;
 }
 
-static int encode_case(const gcase *g, uint8_t **out, size_t *len) {
+static tq_codec *codec_for(const gcase *g) {
     tq_codec_config cfg;
     tq_codec_config_init(&cfg, g->dim, g->bits, g->variant);
     cfg.norm_correction = g->norm_correction;
@@ -61,8 +61,13 @@ static int encode_case(const gcase *g, uint8_t **out, size_t *len) {
     float energy[TQ_MAX_DIM];
     for (int i = 0; i < g->dim; i++) energy[i] = (float)((i * 13) % 17);
     cfg.channel_energy = energy;
-    tq_codec *c;
-    if (tq_codec_create(&c, &cfg) != TQ_OK) return 0;
+    tq_codec *c = NULL;
+    return tq_codec_create(&c, &cfg) == TQ_OK ? c : NULL;
+}
+
+static int encode_case(const gcase *g, uint8_t **out, size_t *len) {
+    tq_codec *c = codec_for(g);
+    if (!c) return 0;
     size_t bpv = tq_codec_bytes_per_vector(c);
     float *x = malloc(sizeof(float) * (size_t)g->dim * N_VEC);
     for (int v = 0; v < N_VEC; v++) input(x + (size_t)v * (size_t)g->dim, g->dim, v);
@@ -124,18 +129,9 @@ static void test_golden_decodes(void) {
         uint8_t *b;
         size_t len;
         CHECK(encode_case(g, &b, &len));
-        tq_codec_config cfg;
-        tq_codec_config_init(&cfg, g->dim, g->bits, g->variant);
-        cfg.norm_correction = g->norm_correction;
-        cfg.rotation = g->rotation;
-        cfg.norm_format = g->norm_format;
-        cfg.split = g->split;
-        cfg.seed = 20261201;
-        float energy[TQ_MAX_DIM];
-        for (int i = 0; i < g->dim; i++) energy[i] = (float)((i * 13) % 17);
-        cfg.channel_energy = energy;
-        tq_codec *c;
-        CHECK(tq_codec_create(&c, &cfg) == TQ_OK);
+        tq_codec *c = codec_for(g);
+        CHECK(c != NULL);
+        if (!c) continue;
         float x[TQ_MAX_DIM], y[TQ_MAX_DIM * N_VEC];
         CHECK(tq_codec_decode(c, b, N_VEC, y, sizeof y / sizeof y[0]) == TQ_OK);
         for (int v = 0; v < N_VEC; v++) {
