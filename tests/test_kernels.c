@@ -35,7 +35,9 @@ static uint64_t rng_u64(void) {
 static uint32_t rng_below(uint32_t n) { return (uint32_t)(rng_u64() % n); }
 
 /* Uniform in [-1, 1). */
-static float rng_unit(void) { return (float)((double)(rng_u64() >> 40) / (double)(1u << 23)) - 1.0f; }
+static float rng_unit(void) {
+    return (float)((double)(rng_u64() >> 40) / (double)(1u << 23)) - 1.0f;
+}
 
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -301,14 +303,16 @@ static void test_unpack_lookup(void) {
                     float scale = rep == 0 ? 1.0f : rng_unit() * 10.0f;
                     ref->unpack_lookup(codes, n, bits, centroids, scale, want);
 
-                    void *ibase;
+                    void *ibase, *cbase;
                     const uint8_t *in = exact_copy(codes, nbytes, (size_t)rep, &ibase);
+                    const float *ct = exact_copy(centroids, ((size_t)1 << bits) * sizeof(float),
+                                                 (size_t)rep * sizeof(float), &cbase);
                     size_t ooff = (size_t)(3 - rep);
                     size_t len = (ooff + (size_t)n) * sizeof(float) + GUARD;
                     uint8_t *obuf = malloc(len);
                     memset(obuf, GUARD_BYTE, len);
                     float *out = (float *)(void *)(obuf + ooff * sizeof(float));
-                    fast_tables[t]->unpack_lookup(in, n, bits, centroids, scale, out);
+                    fast_tables[t]->unpack_lookup(in, n, bits, ct, scale, out);
                     /* Tolerance: one float multiply each, so 1 ulp (|out|·FLT_EPSILON). */
                     int bad = 0;
                     for (int i = 0; i < n; i++)
@@ -319,6 +323,7 @@ static void test_unpack_lookup(void) {
                     CHECK(guard_ok(obuf + (ooff + (size_t)n) * sizeof(float), GUARD));
                     free(obuf);
                     free(ibase);
+                    free(cbase);
                 }
             }
         }
@@ -343,11 +348,13 @@ static void test_dot_codes(void) {
                         mag += fabs((double)qs[i] *
                                     (double)centroids[tq_ref_get_index(codes, (size_t)i, bits)]);
 
-                    void *ibase, *qbase;
+                    void *ibase, *qbase, *cbase;
                     const uint8_t *in = exact_copy(codes, nbytes, (size_t)rep, &ibase);
+                    const float *ct = exact_copy(centroids, ((size_t)1 << bits) * sizeof(float),
+                                                 (size_t)rep * sizeof(float), &cbase);
                     const float *q = exact_copy(qs, (size_t)n * sizeof(float),
                                                 (size_t)(3 - rep) * sizeof(float), &qbase);
-                    float got = fast_tables[t]->dot_codes(in, n, bits, centroids, q);
+                    float got = fast_tables[t]->dot_codes(in, n, bits, ct, q);
                     /* Tolerance: float accumulation in any order over ≤ 1024 terms, error
                      * ≤ (chain length ≤ 166)·FLT_EPSILON/2·Σ|q·c| < 1e-5·Σ|q·c|. */
                     CHECK_MSG(fabs((double)got - (double)want) <= 1e-5 * mag + 1e-30,
@@ -355,6 +362,7 @@ static void test_dot_codes(void) {
                               fast_tables[t]->name, bits, n, (double)got, (double)want, mag);
                     free(ibase);
                     free(qbase);
+                    free(cbase);
                 }
             }
         }
@@ -377,15 +385,17 @@ static void test_axpy_codes(void) {
                     memcpy(want, acc0, (size_t)n * sizeof(float));
                     ref->axpy_codes(codes, n, bits, centroids, w, want);
 
-                    void *ibase;
+                    void *ibase, *cbase;
                     const uint8_t *in = exact_copy(codes, nbytes, (size_t)(3 - rep), &ibase);
+                    const float *ct = exact_copy(centroids, ((size_t)1 << bits) * sizeof(float),
+                                                 (size_t)rep * sizeof(float), &cbase);
                     size_t aoff = (size_t)rep;
                     size_t len = (aoff + (size_t)n) * sizeof(float) + GUARD;
                     uint8_t *abuf = malloc(len);
                     memset(abuf, GUARD_BYTE, len);
                     float *acc = (float *)(void *)(abuf + aoff * sizeof(float));
                     memcpy(acc, acc0, (size_t)n * sizeof(float));
-                    fast_tables[t]->axpy_codes(in, n, bits, centroids, w, acc);
+                    fast_tables[t]->axpy_codes(in, n, bits, ct, w, acc);
                     /* Tolerance: FMA (one rounding) against multiply then add (two), so
                      * |Δ| ≤ 2·FLT_EPSILON·(|acc| + |w·c|). */
                     int bad = 0;
@@ -400,6 +410,7 @@ static void test_axpy_codes(void) {
                     CHECK(guard_ok(abuf + (aoff + (size_t)n) * sizeof(float), GUARD));
                     free(abuf);
                     free(ibase);
+                    free(cbase);
                 }
             }
         }

@@ -5,9 +5,11 @@
  * [i·b, (i+1)·b). Eight consecutive indices fill exactly b bytes. For b ≤ 4 they fit in one
  * 32-bit word: a broadcast load, one variable shift and one mask give eight indices. Above, index
  * i of a block lies inside bytes ⌊i·b/8⌋ and ⌊i·b/8⌋ + 1 of it, so an 8-byte broadcast load, one
- * vpshufb that moves those two bytes into 32-bit lane i, a shift and a mask do it. Packing goes the other way, sixteen indices at a time, with multiply-adds: bytes →
- * pairs (vpmaddubsw), pairs → quads (vpmaddwd), quads → octets (64-bit shift and or), stored
- * as two overlapping 8-byte writes b bytes apart.
+ * vpshufb that moves those two bytes into 32-bit lane i, a shift and a mask do it.
+ *
+ * Packing goes the other way, sixteen indices at a time, with multiply-adds: bytes → pairs
+ * (vpmaddubsw), pairs → quads (vpmaddwd), quads → octets (64-bit shift and or), stored as two
+ * overlapping 8-byte writes b bytes apart.
  *
  * Quantization is the reference's branchless binary search, level by level for eight lanes at
  * once; the boundary each lane compares against comes from a broadcast, a blend, vpermps
@@ -21,8 +23,6 @@
 #include <string.h>
 
 #define TQ_INLINE static inline __attribute__((always_inline))
-/* Full unrolling keeps the register blocks in registers (no indexed stack arrays). */
-#define TQ_UNROLL _Pragma("GCC unroll 16")
 
 /* ---------------------------------------------------------------------------------------- */
 /* Fixed-order 16-lane sums (kernels.h): lanes 0..7 in lo, 8..15 in hi.                      */
@@ -92,33 +92,44 @@ TQ_INLINE __m256 wht8(__m256 v) {
     return v;
 }
 
-/* Butterflies between registers j and j + h (stride h·8 floats). */
-TQ_INLINE void cross_stage(__m256 *v, const int nv, const int h) {
-    TQ_UNROLL
-    for (int i = 0; i < nv; i += 2 * h)
-        TQ_UNROLL
-        for (int j = i; j < i + h; j++) {
-            __m256 a = v[j], b = v[j + h];
-            v[j] = _mm256_add_ps(a, b);
-            v[j + h] = _mm256_sub_ps(a, b);
-        }
-}
+/* Every register index spelled out, so that the block lives in registers with any compiler
+ * (a loop over an array of vectors is left on the stack by some). */
+#define TQ_REP16(X)                                                                                \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 
 /* Stages 1 .. 8·nv/2 of a block of nv registers (nv ≤ 16: 128 floats), in registers. */
 TQ_INLINE void rht_block(float *x, const float *signs, const int nv, const int with_signs) {
     __m256 v[16];
-    TQ_UNROLL
-    for (int j = 0; j < nv; j++) {
-        v[j] = _mm256_loadu_ps(x + 8 * j);
-        if (with_signs) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(signs + 8 * j));
-        v[j] = wht8(v[j]);
+#define TQ_LOAD(j)                                                                                 \
+    if ((j) < nv) {                                                                                \
+        v[j] = _mm256_loadu_ps(x + 8 * (j));                                                       \
+        if (with_signs) v[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(signs + 8 * (j)));              \
+        v[j] = wht8(v[j]);                                                                         \
     }
-    if (nv > 1) cross_stage(v, nv, 1);
-    if (nv > 2) cross_stage(v, nv, 2);
-    if (nv > 4) cross_stage(v, nv, 4);
-    if (nv > 8) cross_stage(v, nv, 8);
-    TQ_UNROLL
-    for (int j = 0; j < nv; j++) _mm256_storeu_ps(x + 8 * j, v[j]);
+#define TQ_BFLY(j, h)                                                                              \
+    if (((j) & (h)) == 0 && (j) + (h) < nv) {                                                      \
+        __m256 a_ = v[j], b_ = v[((j) + (h)) & 15];                                                \
+        v[j] = _mm256_add_ps(a_, b_);                                                              \
+        v[((j) + (h)) & 15] = _mm256_sub_ps(a_, b_);                                               \
+    }
+#define TQ_BFLY1(j) TQ_BFLY(j, 1)
+#define TQ_BFLY2(j) TQ_BFLY(j, 2)
+#define TQ_BFLY4(j) TQ_BFLY(j, 4)
+#define TQ_BFLY8(j) TQ_BFLY(j, 8)
+#define TQ_STORE(j) if ((j) < nv) _mm256_storeu_ps(x + 8 * (j), v[j]);
+    TQ_REP16(TQ_LOAD)
+    TQ_REP16(TQ_BFLY1)
+    TQ_REP16(TQ_BFLY2)
+    TQ_REP16(TQ_BFLY4)
+    TQ_REP16(TQ_BFLY8)
+    TQ_REP16(TQ_STORE)
+#undef TQ_LOAD
+#undef TQ_BFLY
+#undef TQ_BFLY1
+#undef TQ_BFLY2
+#undef TQ_BFLY4
+#undef TQ_BFLY8
+#undef TQ_STORE
 }
 
 /* One butterfly stage of stride h (a multiple of 8) over n floats in memory. */
@@ -151,10 +162,10 @@ static void avx2_rht(float *x, const float *signs, int log2n) {
         rht_scalar(x, signs, log2n);
         return;
     }
-#define TQ_BLOCK(nv)                                                                     \
-    do {                                                                                 \
-        if (signs) rht_block(x, signs, (nv), 1);                                         \
-        else rht_block(x, NULL, (nv), 0);                                                \
+#define TQ_BLOCK(nv)                                                                               \
+    do {                                                                                           \
+        if (signs) rht_block(x, signs, (nv), 1);                                                   \
+        else rht_block(x, NULL, (nv), 0);                                                          \
     } while (0)
     switch (log2n) {
     case 3: TQ_BLOCK(1); return;
@@ -182,9 +193,9 @@ static void avx2_rht(float *x, const float *signs, int log2n) {
 /* vpshufb control that moves bytes ⌊i·b/8⌋ and ⌊i·b/8⌋+1 into 32-bit lane i (0x80: zero), the
  * second byte only when the index straddles into it. Compile-time constants once b is. */
 #define TQ_UB0(b, i) (((i) * (b)) >> 3)
-#define TQ_UCT(b, i)                                                                      \
-    ((int)((uint32_t)TQ_UB0(b, i) |                                                       \
-           ((((((i) * (b)) & 7) + (b) > 8) ? (uint32_t)TQ_UB0(b, i) + 1u : 0x80u) << 8) |  \
+#define TQ_UCT(b, i)                                                                               \
+    ((int)((uint32_t)TQ_UB0(b, i) |                                                                \
+           ((((((i) * (b)) & 7) + (b) > 8) ? (uint32_t)TQ_UB0(b, i) + 1u : 0x80u) << 8) |          \
            0x80800000u))
 #define TQ_USH(b, i) (((i) * (b)) & 7)
 
@@ -269,7 +280,8 @@ TQ_INLINE __m128i pack16(__m256i i0, __m256i i1, const int b) {
 /* Codebook lookups                                                                           */
 /* ---------------------------------------------------------------------------------------- */
 
-/* A codebook of 2^b floats held in registers (b ≤ 4), or read by gathers (b ≥ 5). */
+/* A codebook of 2^b floats held in registers (b ≤ 4), or read by gathers (b ≥ 5: four
+ * vpermps and three blends measured slower than one gather). */
 typedef struct {
     __m256 t[2];
     const float *mem;
@@ -288,6 +300,7 @@ TQ_INLINE book load_book(const float *values, const int b) {
     return bk;
 }
 
+/* The squares c·c, the same float products the reference forms. */
 TQ_INLINE book square_book(book bk) {
     bk.t[0] = _mm256_mul_ps(bk.t[0], bk.t[0]);
     bk.t[1] = _mm256_mul_ps(bk.t[1], bk.t[1]);
@@ -324,7 +337,8 @@ typedef struct {
 TQ_INLINE __m256 level_table(const float *boundaries, const int b, const int level, int first,
                              int count) {
     const __m256i one = _mm256_set1_epi32(1);
-    __m256i k = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i k =
+        _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256i pos = _mm256_sub_epi32(
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_add_epi32(k, k), one), b - 1 - level), one);
     __m256 m = _mm256_castsi256_ps(lanes_below(count - first));
@@ -432,16 +446,16 @@ TQ_INLINE float quantize_pack_b(const float *x, float scale, int n, const int b,
     return lane_tree16(lo, hi);
 }
 
-#define TQ_BITS_SWITCH(bits, call)                                                        \
-    switch (bits) {                                                                       \
-    case 1: call(1); break;                                                               \
-    case 2: call(2); break;                                                               \
-    case 3: call(3); break;                                                               \
-    case 4: call(4); break;                                                               \
-    case 5: call(5); break;                                                               \
-    case 6: call(6); break;                                                               \
-    case 7: call(7); break;                                                               \
-    default: call(8); break;                                                              \
+#define TQ_BITS_SWITCH(bits, call)                                                                 \
+    switch (bits) {                                                                                \
+    case 1: call(1); break;                                                                        \
+    case 2: call(2); break;                                                                        \
+    case 3: call(3); break;                                                                        \
+    case 4: call(4); break;                                                                        \
+    case 5: call(5); break;                                                                        \
+    case 6: call(6); break;                                                                        \
+    case 7: call(7); break;                                                                        \
+    default: call(8); break;                                                                       \
     }
 
 static float avx2_quantize_pack(const float *x, float scale, int n, int bits,

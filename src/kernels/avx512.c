@@ -8,9 +8,11 @@
  * indices fill exactly 2b bytes, and index i of such a block lies inside bytes
  * ⌊i·b/8⌋ and ⌊i·b/8⌋ + 1 of it, so one load broadcast to the four 128-bit lanes (4, 8 or 16
  * bytes), one vpshufb that moves those two bytes into 32-bit lane i (none for b ≤ 2), one
- * variable shift and one mask give sixteen indices. Packing goes the other way with multiply-adds: bytes → pairs (vpmaddubsw),
- * pairs → quads (vpmaddwd), quads → octets (64-bit shift and or), one vpshufb that glues the two
- * octets' b bytes each together, and one byte-masked store of 2b bytes.
+ * variable shift and one mask give sixteen indices.
+ *
+ * Packing goes the other way with multiply-adds: bytes → pairs (vpmaddubsw), pairs → quads
+ * (vpmaddwd), quads → octets (64-bit shift and or), one vpshufb that glues the two octets'
+ * b bytes each together, and one byte-masked store of 2b bytes.
  *
  * Quantization is the reference's branchless binary search, level by level for sixteen lanes
  * at once; the boundary each lane compares against comes from a register permute (one or two
@@ -24,8 +26,6 @@
 #include <string.h>
 
 #define TQ_INLINE static inline __attribute__((always_inline))
-/* Full unrolling keeps the register blocks in registers (no indexed stack arrays). */
-#define TQ_UNROLL _Pragma("GCC unroll 16")
 
 /* ---------------------------------------------------------------------------------------- */
 /* Fixed-order 16-lane sums (kernels.h): lane j += j+8, += j+4, += j+2, += j+1.              */
@@ -107,33 +107,44 @@ TQ_INLINE __m256 wht8(__m256 v) {
     return v;
 }
 
-/* Butterflies between registers j and j + h (stride h·16 floats). */
-TQ_INLINE void cross_stage(__m512 *v, const int nv, const int h) {
-    TQ_UNROLL
-    for (int i = 0; i < nv; i += 2 * h)
-        TQ_UNROLL
-        for (int j = i; j < i + h; j++) {
-            __m512 a = v[j], b = v[j + h];
-            v[j] = _mm512_add_ps(a, b);
-            v[j + h] = _mm512_sub_ps(a, b);
-        }
-}
+/* Every register index spelled out, so that the block lives in registers with any compiler
+ * (a loop over an array of vectors is left on the stack by some). */
+#define TQ_REP16(X)                                                                                \
+    X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 
-/* Stages 1 .. 16·nv/2 of a block of nv registers (nv ≤ 16: 256 floats), all in registers. */
+/* Stages 1 .. 16·nv/2 of a block of nv registers (nv ≤ 16: 256 floats), in registers. */
 TQ_INLINE void rht_block(float *x, const float *signs, const int nv, const int with_signs) {
     __m512 v[16];
-    TQ_UNROLL
-    for (int j = 0; j < nv; j++) {
-        v[j] = _mm512_loadu_ps(x + 16 * j);
-        if (with_signs) v[j] = _mm512_mul_ps(v[j], _mm512_loadu_ps(signs + 16 * j));
-        v[j] = wht16(v[j]);
+#define TQ_LOAD(j)                                                                                 \
+    if ((j) < nv) {                                                                                \
+        v[j] = _mm512_loadu_ps(x + 16 * (j));                                                      \
+        if (with_signs) v[j] = _mm512_mul_ps(v[j], _mm512_loadu_ps(signs + 16 * (j)));             \
+        v[j] = wht16(v[j]);                                                                        \
     }
-    if (nv > 1) cross_stage(v, nv, 1);
-    if (nv > 2) cross_stage(v, nv, 2);
-    if (nv > 4) cross_stage(v, nv, 4);
-    if (nv > 8) cross_stage(v, nv, 8);
-    TQ_UNROLL
-    for (int j = 0; j < nv; j++) _mm512_storeu_ps(x + 16 * j, v[j]);
+#define TQ_BFLY(j, h)                                                                              \
+    if (((j) & (h)) == 0 && (j) + (h) < nv) {                                                      \
+        __m512 a_ = v[j], b_ = v[((j) + (h)) & 15];                                                \
+        v[j] = _mm512_add_ps(a_, b_);                                                              \
+        v[((j) + (h)) & 15] = _mm512_sub_ps(a_, b_);                                               \
+    }
+#define TQ_BFLY1(j) TQ_BFLY(j, 1)
+#define TQ_BFLY2(j) TQ_BFLY(j, 2)
+#define TQ_BFLY4(j) TQ_BFLY(j, 4)
+#define TQ_BFLY8(j) TQ_BFLY(j, 8)
+#define TQ_STORE(j) if ((j) < nv) _mm512_storeu_ps(x + 16 * (j), v[j]);
+    TQ_REP16(TQ_LOAD)
+    TQ_REP16(TQ_BFLY1)
+    TQ_REP16(TQ_BFLY2)
+    TQ_REP16(TQ_BFLY4)
+    TQ_REP16(TQ_BFLY8)
+    TQ_REP16(TQ_STORE)
+#undef TQ_LOAD
+#undef TQ_BFLY
+#undef TQ_BFLY1
+#undef TQ_BFLY2
+#undef TQ_BFLY4
+#undef TQ_BFLY8
+#undef TQ_STORE
 }
 
 /* One butterfly stage of stride h (a multiple of 16) over n floats in memory. */
@@ -174,10 +185,10 @@ static void avx512_rht(float *x, const float *signs, int log2n) {
         return;
     }
     size_t n = (size_t)1 << log2n;
-#define TQ_BLOCK(nv)                                                                     \
-    do {                                                                                 \
-        if (signs) rht_block(x, signs, (nv), 1);                                         \
-        else rht_block(x, NULL, (nv), 0);                                                \
+#define TQ_BLOCK(nv)                                                                               \
+    do {                                                                                           \
+        if (signs) rht_block(x, signs, (nv), 1);                                                   \
+        else rht_block(x, NULL, (nv), 0);                                                          \
     } while (0)
     switch (log2n) {
     case 4: TQ_BLOCK(1); return;
@@ -204,9 +215,9 @@ static void avx512_rht(float *x, const float *signs, int log2n) {
 /* vpshufb control that moves bytes ⌊i·b/8⌋ and ⌊i·b/8⌋+1 into 32-bit lane i (0x80: zero). The
  * second byte only when the index straddles into it. Compile-time constants once b is. */
 #define TQ_UB0(b, i) (((i) * (b)) >> 3)
-#define TQ_UCT(b, i)                                                                      \
-    ((int)((uint32_t)TQ_UB0(b, i) |                                                       \
-           ((((((i) * (b)) & 7) + (b) > 8) ? (uint32_t)TQ_UB0(b, i) + 1u : 0x80u) << 8) |  \
+#define TQ_UCT(b, i)                                                                               \
+    ((int)((uint32_t)TQ_UB0(b, i) |                                                                \
+           ((((((i) * (b)) & 7) + (b) > 8) ? (uint32_t)TQ_UB0(b, i) + 1u : 0x80u) << 8) |          \
            0x80800000u))
 #define TQ_USH(b, i) (((i) * (b)) & 7)
 
@@ -317,9 +328,9 @@ TQ_INLINE book load_book(const float *values, const int b) {
     return bk;
 }
 
-TQ_INLINE book square_book(book bk, const int b) {
+/* The squares c·c, the same float products the reference forms. */
+TQ_INLINE book square_book(book bk) {
     for (int j = 0; j < 4; j++) bk.t[j] = _mm512_mul_ps(bk.t[j], bk.t[j]);
-    (void)b;
     return bk;
 }
 
@@ -430,7 +441,7 @@ TQ_INLINE float quantize_pack_b(const float *x, float scale, int n, const int b,
                                 const float *boundaries, const float *centroids, uint8_t *out) {
     searcher se = make_searcher(boundaries, b);
     book sq = load_book(centroids, b);
-    if (b <= 6) sq = square_book(sq, b);
+    if (b <= 6) sq = square_book(sq);
     const __m512 vscale = _mm512_set1_ps(scale);
     const __mmask16 store_mask = bytes_below((size_t)(2 * b));
     const size_t nbytes = tq_group_bytes((size_t)n, b);
@@ -476,8 +487,8 @@ static float avx512_quantize_pack(const float *x, float scale, int n, int bits,
 
 enum { OP_LOOKUP, OP_DOT, OP_AXPY };
 
-/* Streams the n indices 16 at a time: full blocks by plain 16-byte loads while those stay
- * inside the group, then by byte-masked loads that never read past it. */
+/* Streams the n indices 16 at a time: blocks by plain broadcast loads while those stay inside
+ * the group, the last ones by byte-masked loads that never read past it. */
 TQ_INLINE float codes_b(const uint8_t *in, int n, const int b, const float *centroids,
                         float scalar, const float *q, float *out, const int op) {
     const book bk = load_book(centroids, b);
@@ -523,16 +534,16 @@ TQ_INLINE float codes_b(const uint8_t *in, int n, const int b, const float *cent
     return op == OP_DOT ? _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) : 0.0f;
 }
 
-#define TQ_BITS_SWITCH(bits, call)                                                        \
-    switch (bits) {                                                                       \
-    case 1: call(1); break;                                                               \
-    case 2: call(2); break;                                                               \
-    case 3: call(3); break;                                                               \
-    case 4: call(4); break;                                                               \
-    case 5: call(5); break;                                                               \
-    case 6: call(6); break;                                                               \
-    case 7: call(7); break;                                                               \
-    default: call(8); break;                                                              \
+#define TQ_BITS_SWITCH(bits, call)                                                                 \
+    switch (bits) {                                                                                \
+    case 1: call(1); break;                                                                        \
+    case 2: call(2); break;                                                                        \
+    case 3: call(3); break;                                                                        \
+    case 4: call(4); break;                                                                        \
+    case 5: call(5); break;                                                                        \
+    case 6: call(6); break;                                                                        \
+    case 7: call(7); break;                                                                        \
+    default: call(8); break;                                                                       \
     }
 
 static void avx512_unpack_lookup(const uint8_t *in, int n, int bits, const float *centroids,

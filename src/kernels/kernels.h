@@ -14,6 +14,8 @@
  *    i ≡ j (mod 16) in increasing i, each term one float multiply then one float add (no FMA);
  *    then lanes combine as j += j+8, j += j+4, j += j+2, j += j+1. Bit-exact across
  *    implementations, so encodes are bit-exact too.
+ *  - rht is bit-exact for inputs without NaN (a NaN stays a NaN in the same places, but its
+ *    sign and payload may differ: even the reference depends on operand order there).
  *  - Other float results (dot, axpy, lookup) may differ in rounding; tests/test_kernels.c
  *    states the tolerance.
  */
