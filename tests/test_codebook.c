@@ -43,6 +43,22 @@ static void test_other_dims_near_design(void) {
         }
 }
 
+/* D(b) grows with d toward the Gaussian figure: D(64) < D(128) < D(256) < D(1024) < N(0,1)'s.
+ * With the d = 128 figures matched to 1% and the limit to 1%, this pins d = 64 and 256 too. */
+static void test_monotone_in_dim(void) {
+    int ds[4] = {64, 128, 256, 1024};
+    for (int b = 1; b <= 4; b++) {
+        double prev = 0;
+        for (int k = 0; k < 4; k++) {
+            const tq_codebook *cb;
+            CHECK(tq_codebook_get(ds[k], b, &cb) == TQ_OK);
+            CHECK_MSG(cb->mse > prev, "b=%d d=%d D=%.6f not above %.6f", b, ds[k], cb->mse, prev);
+            prev = cb->mse;
+        }
+        CHECK(prev < gauss[b - 1] * 1.0005);
+    }
+}
+
 static void test_invariants(void) {
     int dims[] = {2, 3, 5, 64, 80, 96, 128, 1024};
     for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)
@@ -101,6 +117,7 @@ int main(void) {
     RUN_TEST(test_centroids_b4);
     RUN_TEST(test_large_dim_tends_to_gaussian);
     RUN_TEST(test_other_dims_near_design);
+    RUN_TEST(test_monotone_in_dim);
     RUN_TEST(test_invariants);
     RUN_TEST(test_monotone_in_bits);
     RUN_TEST(test_cached_pointer_is_stable);
