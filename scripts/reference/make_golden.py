@@ -350,7 +350,6 @@ def make_logits(oracle, meta_common):
     for name, text in LOGIT_PROMPTS:
         ids = oracle.tokenize(text.encode(), add_special=True, parse_special=True)[:64]
         assert ids[0] == int(oracle.llama_cpp.llama_vocab_bos(oracle.vocab))
-        t0 = time.time()
         logits = oracle.eval_fresh(ids)
         positions = [position_record(logits[p], fixed) for p in range(len(ids))]
         # greedy continuation, one token at a time on top of the KV cache
@@ -373,7 +372,6 @@ def make_logits(oracle, meta_common):
             "greedy_ids": gen,
             "greedy_text_hex": oracle.detokenize(gen, False, False).hex(),
             "greedy_steps": steps,
-            "seconds": round(time.time() - t0, 2),
         })
         print(f"logits: {name}: {len(ids)} tokens, greedy {gen[:8]}...", file=sys.stderr)
     return {
@@ -415,9 +413,7 @@ def read_perplexity_text(text_path):
 
 def make_ppl(oracle, text_path, n_ctx, n_chunks_want, meta_common):
     data, stripped = read_perplexity_text(text_path)
-    t0 = time.time()
     tokens = oracle.tokenize(data, add_special=True, parse_special=False)
-    t_tok = time.time() - t0
     bos = int(oracle.llama_cpp.llama_vocab_bos(oracle.vocab))
     n_chunk_max = len(tokens) // n_ctx
     n_chunk = min(n_chunks_want, n_chunk_max)
@@ -491,7 +487,6 @@ def make_ppl(oracle, text_path, n_ctx, n_chunks_want, meta_common):
         "nll_total": nll_total,
         "mean_nll": nll_total / count,
         "ppl": ppl,
-        "tokenize_seconds": round(t_tok, 2),
         "chunks": chunks,
         "chunk0_nll": chunk0_nll,
     }
