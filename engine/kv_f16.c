@@ -5,9 +5,11 @@
  * token writes one contiguous row and attention streams rows in position order.
  *
  * attend() first widens the rows it needs to fp32 (one layer, once per call, through a
- * 65536-entry table), then runs one task per (query, head): scores with the SIMD dot of the
- * quant kernel set, an fp32 softmax, and the weighted sum of V rows. Widening once costs
- * O(rows * row_width) against the O(n_q * n_head * rows * head_dim) of the attention itself. */
+ * 65536-entry table): K as rows (position-major), V transposed (one row of positions per V
+ * value, as llama.cpp stores V without flash attention), so that both q . k_j and
+ * sum_j a_j v_j[d] are contiguous dot products for the SIMD dot of the quant kernel set.
+ * Then one task per (query, head): scores, an fp32 softmax, the weighted sum. Widening once
+ * costs O(rows * row_width) against the O(n_q * n_head * rows * head_dim) of attention. */
 #include "kv_f16.h"
 
 #include <math.h>
@@ -21,8 +23,10 @@ struct kv_f16 {
     int row_width;       /* n_kv_heads * (head_dim_k + head_dim_v) values per position */
     int *len;            /* (n_layer) positions stored per layer */
     uint16_t *rows;      /* (n_layer, max_ctx, row_width) fp16 K then V heads */
-    float *rows_f32;     /* (max_ctx, row_width) the rows of the layer being attended */
+    float *k_f32;        /* (max_ctx, n_kv_heads * head_dim_k) K rows of the layer being attended */
+    float *vt_f32;       /* (n_kv_heads * head_dim_v, max_ctx) its V, transposed */
     float *scores;       /* (n_threads, max_ctx) per-thread attention weights */
+    float *q16;          /* (n_threads, head_dim_k) per-thread fp16-rounded query */
     float *f16_table;    /* (65536) fp16 bit pattern -> float */
     const quant_kernels *kern;
 };
@@ -42,8 +46,10 @@ void kv_f16_free(kv_f16 *kv) {
     if (kv == NULL) return;
     free(kv->len);
     free(kv->rows);
-    free(kv->rows_f32);
+    free(kv->k_f32);
+    free(kv->vt_f32);
     free(kv->scores);
+    free(kv->q16);
     free(kv->f16_table);
     free(kv);
 }
@@ -62,11 +68,13 @@ int kv_f16_create(const kv_f16_params *p, kv_f16 **out) {
     size_t layer_vals = (size_t)p->max_ctx * (size_t)kv->row_width;
     kv->len = calloc((size_t)p->n_layer, sizeof *kv->len);
     kv->rows = malloc((size_t)p->n_layer * layer_vals * sizeof *kv->rows);
-    kv->rows_f32 = malloc(layer_vals * sizeof *kv->rows_f32);
+    kv->k_f32 = malloc((size_t)p->max_ctx * (size_t)(p->n_kv_heads * p->head_dim_k) * sizeof(float));
+    kv->vt_f32 = malloc((size_t)p->max_ctx * (size_t)(p->n_kv_heads * p->head_dim_v) * sizeof(float));
     kv->scores = malloc((size_t)p->n_threads * (size_t)p->max_ctx * sizeof *kv->scores);
+    kv->q16 = malloc((size_t)p->n_threads * (size_t)p->head_dim_k * sizeof *kv->q16);
     kv->f16_table = malloc(65536 * sizeof *kv->f16_table);
-    if (kv->len == NULL || kv->rows == NULL || kv->rows_f32 == NULL || kv->scores == NULL ||
-        kv->f16_table == NULL) {
+    if (kv->len == NULL || kv->rows == NULL || kv->k_f32 == NULL || kv->vt_f32 == NULL || kv->scores == NULL ||
+        kv->q16 == NULL || kv->f16_table == NULL) {
         kv_f16_free(kv);
         return KV_ERR_NOMEM;
     }
@@ -123,10 +131,15 @@ static void widen_task(void *ctx, int task, int thread) {
     const int w = j->kv->row_width;
     int r0 = j->row0 + task * WIDEN_ROWS_PER_TASK;
     int r1 = r0 + WIDEN_ROWS_PER_TASK < j->row1 ? r0 + WIDEN_ROWS_PER_TASK : j->row1;
+    const int kw = j->kv->p.n_kv_heads * j->kv->p.head_dim_k, vw = w - kw;
+    const size_t stride = (size_t)j->kv->p.max_ctx;
     const float *table = j->kv->f16_table;
-    const uint16_t *s = j->src + (size_t)r0 * (size_t)w;
-    float *d = j->kv->rows_f32 + (size_t)r0 * (size_t)w;
-    for (size_t i = 0, n = (size_t)(r1 - r0) * (size_t)w; i < n; i++) d[i] = table[s[i]];
+    for (int r = r0; r < r1; r++) {
+        const uint16_t *s = j->src + (size_t)r * (size_t)w;
+        float *k = j->kv->k_f32 + (size_t)r * (size_t)kw, *vt = j->kv->vt_f32 + (size_t)r;
+        for (int i = 0; i < kw; i++) k[i] = table[s[i]];
+        for (int i = 0; i < vw; i++) vt[(size_t)i * stride] = table[s[kw + i]];
+    }
 }
 
 /* One (query, head): out = softmax(q . K^T) V over the visible positions. */
@@ -138,38 +151,36 @@ static void head_task(void *ctx, int task, int thread) {
     const int g = h / (n_head / kv->p.n_kv_heads); /* the K/V head this query head reads */
     const int pos = j->first_pos + qi;
     const int lo = j->window > 0 && pos - j->window + 1 > 0 ? pos - j->window + 1 : 0;
-    const int w = kv->row_width, k_off = g * dk, v_off = kv->p.n_kv_heads * dk + g * dv;
+    const int kw = kv->p.n_kv_heads * dk;
     const float *q = j->q + ((size_t)qi * (size_t)n_head + (size_t)h) * (size_t)dk;
     float *out = j->out + ((size_t)qi * (size_t)n_head + (size_t)h) * (size_t)dv;
     float *a = kv->scores + (size_t)thread * (size_t)kv->p.max_ctx;
-    const float *rows = kv->rows_f32;
+    const float *keys = kv->k_f32 + (size_t)g * (size_t)dk;
+    const float *vt = kv->vt_f32 + (size_t)g * (size_t)dv * (size_t)kv->p.max_ctx;
+    if (kv->p.ggml_rounding) {
+        float *qr = kv->q16 + (size_t)thread * (size_t)dk;
+        for (int i = 0; i < dk; i++) qr[i] = kv->f16_table[quant_f32_to_f16(q[i])];
+        q = qr;
+    }
 
     float mx = -INFINITY;
     for (int p = lo; p <= pos; p++) {
-        float s = kv->kern->dot_f32(q, rows + (size_t)p * (size_t)w + k_off, dk);
+        float s = kv->kern->dot_f32(q, keys + (size_t)p * (size_t)kw, dk);
         a[p] = s;
         if (s > mx) mx = s;
     }
-    float sum = 0.0f;
+    double sum = 0.0;
     for (int p = lo; p <= pos; p++) {
         a[p] = expf(a[p] - mx);
         sum += a[p];
     }
-    const float inv = 1.0f / sum;
-    memset(out, 0, (size_t)dv * sizeof *out);
-    int p = lo;
-    /* Four V rows per pass keep `out` in registers/L1 for four multiply-adds per load. */
-    for (; p + 3 <= pos; p += 4) {
-        const float a0 = a[p] * inv, a1 = a[p + 1] * inv, a2 = a[p + 2] * inv, a3 = a[p + 3] * inv;
-        const float *v0 = rows + (size_t)p * (size_t)w + v_off;
-        const float *v1 = v0 + w, *v2 = v1 + w, *v3 = v2 + w;
-        for (int d = 0; d < dv; d++) out[d] += a0 * v0[d] + a1 * v1[d] + a2 * v2[d] + a3 * v3[d];
+    float scale = (float)(1.0 / sum);
+    if (kv->p.ggml_rounding) {
+        for (int p = lo; p <= pos; p++) a[p] = kv->f16_table[quant_f32_to_f16(a[p] * scale)];
+        scale = 1.0f; /* the rounded weights are normalized already */
     }
-    for (; p <= pos; p++) {
-        const float ap = a[p] * inv;
-        const float *vp = rows + (size_t)p * (size_t)w + v_off;
-        for (int d = 0; d < dv; d++) out[d] += ap * vp[d];
-    }
+    for (int d = 0; d < dv; d++)
+        out[d] = scale * kv->kern->dot_f32(a + lo, vt + (size_t)d * (size_t)kv->p.max_ctx + lo, pos - lo + 1);
 }
 
 int kv_f16_attend(kv_f16 *kv, int layer, const float *q, int n_q, int first_pos, int window,

@@ -48,6 +48,10 @@ typedef struct kv_f16_params {
     int max_ctx;    /* positions stored per layer */
     int max_q;      /* most queries one attend() call may pass */
     int n_threads;  /* most threads of the pool attend() will be given (sizes scratch) */
+    int ggml_rounding; /* non-zero: round q to fp16 before q . k and the softmax weights a_j
+                          to fp16 before the sum over V, as llama.cpp's CPU attention does
+                          without flash attention (doc/gemma3.md, "Numerics"); scores and
+                          softmax stay fp32 either way */
 } kv_f16_params;
 
 typedef struct kv_f16 kv_f16;

@@ -256,6 +256,8 @@ static model_status read_weights(model *m) {
     return MODEL_OK;
 }
 
+static float gelu_tanh(float x);
+
 /* ---- run state ---------------------------------------------------------------------------- */
 
 static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads) {
@@ -278,6 +280,12 @@ static model_status build_state(model *m) {
     s->hb = malloc(B * (size_t)c->n_ff * sizeof(float));
     s->hb2 = malloc(B * (size_t)c->n_ff * sizeof(float));
     s->rope_cs = malloc(2 * B * (size_t)c->n_rot * sizeof(float));
+    if (m->params.ggml_rounding && c->ffn_act == MODEL_FFN_GELU_TANH) {
+        s->gelu_f16 = malloc(65536 * sizeof(float));
+        if (s->gelu_f16 == NULL) return fail(m, MODEL_ERR_NOMEM, "out of memory (gelu table)");
+        for (uint32_t h = 0; h < 65536; h++)
+            s->gelu_f16[h] = quant_f16_to_f32(quant_f32_to_f16(gelu_tanh(quant_f16_to_f32((uint16_t)h))));
+    }
     size_t ws = max_work(0, &m->w.output, m->params.max_batch, nt);
     for (int il = 0; il < c->n_layer; il++) {
         const model_layer *L = &m->w.layers[il];
@@ -290,7 +298,7 @@ static model_status build_state(model *m) {
         s->att == NULL || s->hb == NULL || s->hb2 == NULL || s->rope_cs == NULL || s->work == NULL)
         return fail(m, MODEL_ERR_NOMEM, "out of memory (run state)");
     kv_f16_params kp = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->head_dim_v,
-                        m->params.max_ctx, m->params.max_batch, nt};
+                        m->params.max_ctx, m->params.max_batch, nt, m->params.ggml_rounding};
     int st = kv_f16_create(&kp, &m->kv);
     if (st != KV_OK) return fail(m, MODEL_ERR_NOMEM, "KV store: %s", kv_status_name(st));
     return MODEL_OK;
@@ -307,6 +315,7 @@ static void free_state(model_state *s) {
     free(s->hb);
     free(s->hb2);
     free(s->rope_cs);
+    free(s->gelu_f16);
     free(s->work);
     memset(s, 0, sizeof *s);
 }
@@ -317,7 +326,7 @@ static void free_state(model_state *s) {
  * Squares summed in double and the scale applied in float, as ggml does. out may be x. */
 static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
     const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
     for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
 }
@@ -349,10 +358,17 @@ static void rope_head(float *x, const float *cs, int n_rot, model_rope_layout la
     }
 }
 
-/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+/* 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), in ggml's operation order */
 static float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
+}
+
+/* ggml's GELU with GGML_GELU_FP16: 0 below -10, identity above 10, else the fp16 table. */
+static float gelu_ggml(const float *table, float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    return table[quant_f32_to_f16(x)];
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -416,7 +432,9 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
     TRY(mm(m, &L->w_gate, s->xb, s->hb, n, "ffn_gate"));
     TRY(mm(m, &L->w_up, s->xb, s->hb2, n, "ffn_up"));
     const size_t nf = (size_t)n * (size_t)c->n_ff;
-    if (c->ffn_act == MODEL_FFN_GELU_TANH)
+    if (c->ffn_act == MODEL_FFN_GELU_TANH && s->gelu_f16 != NULL)
+        for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_ggml(s->gelu_f16, s->hb[i]) * s->hb2[i];
+    else if (c->ffn_act == MODEL_FFN_GELU_TANH)
         for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_tanh(s->hb[i]) * s->hb2[i];
     else
         for (size_t i = 0; i < nf; i++) s->hb[i] = silu(s->hb[i]) * s->hb2[i];

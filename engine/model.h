@@ -131,6 +131,7 @@ typedef struct model_state {
     float *hb;        /* (max_batch, n_ff) gate, then act(gate) * up */
     float *hb2;       /* (max_batch, n_ff) up */
     float *rope_cs;   /* (2 kinds, max_batch, n_rot/2, 2) cos, sin for global / local layers */
+    float *gelu_f16;  /* (65536) gelu of each fp16 value, rounded to fp16; NULL for plain numerics */
     void *work;       /* matmul scratch, work_size bytes */
     size_t work_size;
 } model_state;
@@ -139,6 +140,10 @@ typedef struct model_params {
     int max_ctx;   /* positions the sequence may reach; <= the model's context_length */
     int max_batch; /* most tokens one model_forward() call takes */
     int n_threads; /* threads of the model's pool, caller included */
+    int ggml_rounding; /* 0: plain fp32 activations (8-bit only inside matmul); 1: also round
+                          where llama.cpp's CPU backend rounds (fp16 Q and softmax weights in
+                          attention, GELU through an fp16 table: doc/gemma3.md, "Numerics").
+                          Measured: neither tracks llama.cpp's logits better (test_model.c) */
 } model_params;
 
 typedef struct model {

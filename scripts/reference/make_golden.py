@@ -34,7 +34,7 @@ import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEFAULT_MODEL = os.path.join(ROOT, "models", "gemma3-270m-q4_k_m.gguf")
-DEFAULT_TEXT = "/work/shared/data/wikitext-2-raw-test.txt"
+DEFAULT_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data", "wikitext-2-raw-test.txt")
 DEFAULT_OUT = os.path.join(ROOT, "tests", "golden")
 
 TOP_K = 20

@@ -259,7 +259,7 @@ def main():
     ap.add_argument("--ppl-chunks", type=int, default=0,
                     help="also compute llama-perplexity-style NLL for the first N chunks of --text at "
                          "ctx 512 and compare with gemma3_ppl.json (tokenizes with llama-cpp-python)")
-    ap.add_argument("--text", default="/work/shared/data/wikitext-2-raw-test.txt")
+    ap.add_argument("--text", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data", "wikitext-2-raw-test.txt"))
     ap.add_argument("--check-dump", metavar="NPZ", help="per-step check against dump_tensors.py output")
     args = ap.parse_args()
     m = Gemma3(args.model)

@@ -1,0 +1,506 @@
+/* The forward pass on tiny GGUF models this test writes itself (engine/gguf_write.h), one per
+ * architecture (gemma3, llama, qwen2, qwen3), with random weights in F32 or Q8_0, checked
+ * against a naive double-precision forward written here from the same description
+ * (doc/gemma3.md for Gemma 3; RoPE/GQA/RMSNorm/SwiGLU for the others). Also: batched prefill
+ * equals token-by-token decode, the sliding window, every load/forward error, the vocab
+ * builder and the sampler.
+ *
+ * The reference rounds K and V to fp16 exactly where the engine's KV store does, so with F32
+ * weights the only differences are float vs double arithmetic, and a K/V value that float
+ * arithmetic puts on the other side of an fp16 rounding boundary than double does (one fp16
+ * ulp, ~5e-4 relative): logits agree to 2e-3 (measured <= 1.3e-3 on logits up to ~40). With Q8_0 weights the engine quantizes activations to 8 bits
+ * per block of 32 (as llama.cpp does); the reference applies the same rounding rule in double,
+ * so only the rare value that falls on the other side of a rounding boundary differs: 2e-2. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine/gguf_write.h"
+#include "../engine/model.h"
+#include "../engine/quants.h"
+#include "../engine/sampler.h"
+#include "../engine/tokenizer.h"
+#include "../engine/vocab.h"
+#include "test_util.h"
+
+/* ---- tiny model description -------------------------------------------------------------- */
+
+enum { V = 64, E = 64, L = 3, H = 4, HKV = 2, D = 16, F = 96, CTX = 64, SWA = 4, PATTERN = 3 };
+
+typedef struct {
+    model_arch arch;
+    int q8;          /* matrices in Q8_0 (else F32) */
+    double rope_base, rope_base_swa;
+    /* weights as the reference reads them (dequantized when q8) */
+    float embd[V * E], out_norm[E];
+    float attn_norm[L][E], wq[L][H * D * E], wk[L][HKV * D * E], wv[L][HKV * D * E], wo[L][E * H * D];
+    float bq[L][H * D], bk[L][HKV * D], bv[L][HKV * D], qn[L][D], kn[L][D];
+    float post_attn[L][E], ffn_norm[L][E], wg[L][F * E], wu[L][F * E], wd[L][E * F], post_ffn[L][E];
+} tiny;
+
+static uint64_t rng_state;
+static double urand(void) { /* uniform [0, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+static void fill(float *x, int n, double lo, double hi) {
+    for (int i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
+}
+
+/* Q8_0 weight quantization (d = max|x| / 127 stored as fp16) and back, so that the reference
+ * reads exactly the values the engine's kernels decode. */
+static void q8_0_quantize(const float *x, uint8_t *dst, int n) {
+    for (int b = 0; b < n / 32; b++, x += 32, dst += 34) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        uint16_t dh = quant_f32_to_f16(amax / 127.0f);
+        float d = quant_f16_to_f32(dh);
+        dst[0] = (uint8_t)(dh & 0xFF);
+        dst[1] = (uint8_t)(dh >> 8);
+        for (int i = 0; i < 32; i++) dst[2 + i] = (uint8_t)(int8_t)(d > 0 ? lrintf(x[i] / d) : 0);
+    }
+}
+
+static void add_matrix(gguf_writer *w, tiny *t, const char *name, float *x, int rows, int cols) {
+    uint64_t dims[2] = {(uint64_t)cols, (uint64_t)rows};
+    if (!t->q8) {
+        gguf_writer_add_tensor(w, name, GGUF_GGML_F32, 2, dims, x, (size_t)rows * cols * sizeof(float));
+        return;
+    }
+    size_t nb = (size_t)rows * (size_t)cols / 32 * 34;
+    uint8_t *q = malloc(nb);
+    q8_0_quantize(x, q, rows * cols);
+    quant_dequantize_row(QUANT_Q8_0, q, x, (int64_t)rows * cols); /* the reference sees these */
+    gguf_writer_add_tensor(w, name, GGUF_GGML_Q8_0, 2, dims, q, nb);
+    free(q);
+}
+
+static void add_vector(gguf_writer *w, const char *name, const float *x, int n) {
+    uint64_t dims[1] = {(uint64_t)n};
+    gguf_writer_add_tensor(w, name, GGUF_GGML_F32, 1, dims, x, (size_t)n * sizeof(float));
+}
+
+typedef struct {
+    const char *skip_tensor;  /* leave this tensor out */
+    const char *arch_name;    /* override general.architecture */
+    int bad_q_rows;           /* write attn_q of blk.0 with one block of rows too few */
+    int norm_as_f16;          /* write blk.0.attn_norm as F16 */
+} tiny_faults;
+
+static const char *arch_str(model_arch a) {
+    return a == MODEL_ARCH_GEMMA3 ? "gemma3" : a == MODEL_ARCH_LLAMA ? "llama" : a == MODEL_ARCH_QWEN2 ? "qwen2" : "qwen3";
+}
+
+/* Random weights for t->arch, written to path. Returns 1 on success. */
+static int write_tiny(tiny *t, const char *path, const tiny_faults *fl) {
+    const int gemma = t->arch == MODEL_ARCH_GEMMA3;
+    const int qkv_bias = t->arch == MODEL_ARCH_QWEN2, qk_norm = gemma || t->arch == MODEL_ARCH_QWEN3;
+    gguf_writer *w = gguf_writer_create();
+    if (w == NULL) return 0;
+    const char *an = fl && fl->arch_name ? fl->arch_name : arch_str(t->arch);
+    gguf_writer_add_str(w, "general.architecture", an, strlen(an));
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof key, "%s.%s", an, k), key)
+    gguf_writer_add_u32(w, KEY("context_length"), CTX);
+    gguf_writer_add_u32(w, KEY("embedding_length"), E);
+    gguf_writer_add_u32(w, KEY("block_count"), L);
+    gguf_writer_add_u32(w, KEY("feed_forward_length"), F);
+    gguf_writer_add_u32(w, KEY("attention.head_count"), H);
+    gguf_writer_add_u32(w, KEY("attention.head_count_kv"), HKV);
+    gguf_writer_add_u32(w, KEY("attention.key_length"), D);
+    gguf_writer_add_u32(w, KEY("attention.value_length"), D);
+    gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    t->rope_base = gemma ? 1000000.0 : 500000.0;
+    t->rope_base_swa = gemma ? 10000.0 : t->rope_base;
+    gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)t->rope_base);
+    if (gemma) {
+        gguf_writer_add_u32(w, KEY("attention.sliding_window"), SWA);
+        gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"), PATTERN);
+    }
+#undef KEY
+    /* a small SentencePiece vocab: <pad> <eos> <bos> <unk>, then single letters/pieces */
+    const char *texts[V];
+    char buf[V][8];
+    int32_t types[V];
+    float scores[V];
+    for (int i = 0; i < V; i++) {
+        if (i < 4) {
+            static const char *sp[4] = {"<pad>", "<eos>", "<bos>", "<unk>"};
+            texts[i] = sp[i];
+            types[i] = i == 3 ? 2 : 3;
+        } else {
+            snprintf(buf[i], sizeof buf[i], "%c", i < 30 ? 'a' + (i - 4) : 'A' + (i - 30) % 26);
+            if (i >= 56) snprintf(buf[i], sizeof buf[i], "\xe2\x96\x81%c", 'a' + (i - 56));
+            texts[i] = buf[i];
+            types[i] = 1;
+        }
+        scores[i] = -(float)i;
+    }
+    gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", 5);
+    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", texts, NULL, V);
+    gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_VALUE_FLOAT32, scores, V);
+    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VALUE_INT32, types, V);
+    gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+    gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+
+    const double a = 0.25; /* weight scale: keeps activations O(1) through the tiny stack */
+    fill(t->embd, V * E, -1, 1);
+    add_matrix(w, t, "token_embd.weight", t->embd, V, E);
+    fill(t->out_norm, E, 0.5, 1.5);
+    add_vector(w, "output_norm.weight", t->out_norm, E);
+    char name[64];
+#define N(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
+#define SKIP(nm) (fl && fl->skip_tensor && strcmp(fl->skip_tensor, nm) == 0)
+    for (int il = 0; il < L; il++) {
+        fill(t->attn_norm[il], E, 0.5, 1.5);
+        if (!SKIP(N("attn_norm.weight"))) {
+            if (fl && fl->norm_as_f16 && il == 0) {
+                uint64_t dims[1] = {E};
+                gguf_writer_add_tensor(w, N("attn_norm.weight"), GGUF_GGML_F16, 1, dims, NULL, E * 2);
+            } else {
+                add_vector(w, N("attn_norm.weight"), t->attn_norm[il], E);
+            }
+        }
+        fill(t->wq[il], H * D * E, -a, a);
+        fill(t->wk[il], HKV * D * E, -a, a);
+        fill(t->wv[il], HKV * D * E, -a, a);
+        fill(t->wo[il], E * H * D, -a, a);
+        add_matrix(w, t, N("attn_q.weight"), t->wq[il], fl && fl->bad_q_rows && il == 0 ? H * D - 32 : H * D, E);
+        add_matrix(w, t, N("attn_k.weight"), t->wk[il], HKV * D, E);
+        add_matrix(w, t, N("attn_v.weight"), t->wv[il], HKV * D, E);
+        add_matrix(w, t, N("attn_output.weight"), t->wo[il], E, H * D);
+        memset(t->bq[il], 0, sizeof t->bq[il]);
+        memset(t->bk[il], 0, sizeof t->bk[il]);
+        memset(t->bv[il], 0, sizeof t->bv[il]);
+        if (qkv_bias) {
+            fill(t->bq[il], H * D, -0.5, 0.5);
+            fill(t->bk[il], HKV * D, -0.5, 0.5);
+            fill(t->bv[il], HKV * D, -0.5, 0.5);
+            add_vector(w, N("attn_q.bias"), t->bq[il], H * D);
+            add_vector(w, N("attn_k.bias"), t->bk[il], HKV * D);
+            add_vector(w, N("attn_v.bias"), t->bv[il], HKV * D);
+        }
+        if (qk_norm) {
+            fill(t->qn[il], D, 0.5, 1.5);
+            fill(t->kn[il], D, 0.5, 1.5);
+            add_vector(w, N("attn_q_norm.weight"), t->qn[il], D);
+            add_vector(w, N("attn_k_norm.weight"), t->kn[il], D);
+        }
+        fill(t->ffn_norm[il], E, 0.5, 1.5);
+        add_vector(w, N("ffn_norm.weight"), t->ffn_norm[il], E);
+        fill(t->wg[il], F * E, -a, a);
+        fill(t->wu[il], F * E, -a, a);
+        fill(t->wd[il], E * F, -a, a);
+        add_matrix(w, t, N("ffn_gate.weight"), t->wg[il], F, E);
+        if (!SKIP(N("ffn_up.weight"))) add_matrix(w, t, N("ffn_up.weight"), t->wu[il], F, E);
+        add_matrix(w, t, N("ffn_down.weight"), t->wd[il], E, F);
+        if (gemma) {
+            fill(t->post_attn[il], E, 0.5, 1.5);
+            fill(t->post_ffn[il], E, 0.5, 1.5);
+            add_vector(w, N("post_attention_norm.weight"), t->post_attn[il], E);
+            add_vector(w, N("post_ffw_norm.weight"), t->post_ffn[il], E);
+        }
+    }
+#undef N
+#undef SKIP
+    int ok = gguf_writer_to_file(w, path) == GGUF_OK;
+    gguf_writer_free(w);
+    return ok;
+}
+
+/* ---- naive double forward ----------------------------------------------------------------- */
+
+static double f16_round(double x) { return quant_f16_to_f32(quant_f32_to_f16((float)x)); }
+
+static void ref_rmsnorm(double *out, const double *x, const float *w, int n) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double s = 1.0 / sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
+static int ref_q8_act; /* round activations to 8 bits before each product, as the engine does */
+
+/* y = W x; with ref_q8_act, x is first rounded per block of 32 to d * round(x / d),
+ * d = max|x| / 127 (quant_quantize_q8_a_ref's rule), so the reference sees the engine's
+ * 8-bit activations and the check isolates the arithmetic. */
+static void ref_matvec(double *y, const float *W, const double *x_in, int rows, int cols) {
+    double xq[F > H * D ? F : H * D];
+    const double *x = x_in;
+    if (ref_q8_act) {
+        for (int b = 0; b < cols; b += 32) {
+            double amax = 0;
+            for (int i = b; i < b + 32; i++) amax = fabs(x_in[i]) > amax ? fabs(x_in[i]) : amax;
+            double d = amax / 127.0;
+            for (int i = b; i < b + 32; i++) xq[i] = d > 0 ? d * nearbyint(x_in[i] / d) : 0.0;
+        }
+        x = xq;
+    }
+    for (int r = 0; r < rows; r++) {
+        double s = 0;
+        for (int c = 0; c < cols; c++) s += (double)W[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static void ref_rope(double *x, int pos, double base, int neox) {
+    for (int i = 0; i < D / 2; i++) {
+        double th = pos * pow(base, -2.0 * i / D), c = cos(th), s = sin(th);
+        int a = neox ? i : 2 * i, b = neox ? i + D / 2 : 2 * i + 1;
+        double x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+/* logits (n, V) for tokens[0..n) at positions 0..n-1. */
+static void ref_forward(const tiny *t, const int32_t *tok, int n, double *logits) {
+    const int gemma = t->arch == MODEL_ARCH_GEMMA3, neox = t->arch != MODEL_ARCH_LLAMA;
+    const int qk_norm = gemma || t->arch == MODEL_ARCH_QWEN3;
+    static double x[CTX][E], K[L][CTX][HKV * D], Vv[L][CTX][HKV * D];
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < E; i++) x[p][i] = t->embd[tok[p] * E + i] * (gemma ? sqrt((double)E) : 1.0);
+    for (int il = 0; il < L; il++) {
+        const int swa = gemma && il % PATTERN < PATTERN - 1;
+        const double base = swa ? t->rope_base_swa : t->rope_base;
+        for (int p = 0; p < n; p++) {
+            double h[E], q[H * D], att[H * D], o[E], g[F], u[F], f[E];
+            ref_rmsnorm(h, x[p], t->attn_norm[il], E);
+            ref_matvec(q, t->wq[il], h, H * D, E);
+            ref_matvec(K[il][p], t->wk[il], h, HKV * D, E);
+            ref_matvec(Vv[il][p], t->wv[il], h, HKV * D, E);
+            for (int i = 0; i < H * D; i++) q[i] += t->bq[il][i];
+            for (int i = 0; i < HKV * D; i++) K[il][p][i] += t->bk[il][i], Vv[il][p][i] += t->bv[il][i];
+            for (int hh = 0; hh < H; hh++) {
+                if (qk_norm) ref_rmsnorm(q + hh * D, q + hh * D, t->qn[il], D);
+                ref_rope(q + hh * D, p, base, neox);
+            }
+            for (int hh = 0; hh < HKV; hh++) {
+                if (qk_norm) ref_rmsnorm(K[il][p] + hh * D, K[il][p] + hh * D, t->kn[il], D);
+                ref_rope(K[il][p] + hh * D, p, base, neox);
+            }
+            for (int i = 0; i < HKV * D; i++) K[il][p][i] = f16_round(K[il][p][i]), Vv[il][p][i] = f16_round(Vv[il][p][i]);
+            for (int hh = 0; hh < H; hh++) {
+                const int g_ = hh / (H / HKV), lo = swa && p - SWA + 1 > 0 ? p - SWA + 1 : 0;
+                double s[CTX], mx = -1e300, z = 0;
+                for (int j = lo; j <= p; j++) {
+                    double d = 0;
+                    for (int i = 0; i < D; i++) d += q[hh * D + i] * K[il][j][g_ * D + i];
+                    s[j] = d / sqrt((double)D);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = lo; j <= p; j++) z += (s[j] = exp(s[j] - mx));
+                for (int i = 0; i < D; i++) {
+                    double acc = 0;
+                    for (int j = lo; j <= p; j++) acc += s[j] / z * Vv[il][j][g_ * D + i];
+                    att[hh * D + i] = acc;
+                }
+            }
+            ref_matvec(o, t->wo[il], att, E, H * D);
+            if (gemma) ref_rmsnorm(o, o, t->post_attn[il], E);
+            for (int i = 0; i < E; i++) x[p][i] += o[i];
+            ref_rmsnorm(h, x[p], t->ffn_norm[il], E);
+            ref_matvec(g, t->wg[il], h, F, E);
+            ref_matvec(u, t->wu[il], h, F, E);
+            for (int i = 0; i < F; i++) {
+                double gi = g[i];
+                double act = gemma ? 0.5 * gi * (1 + tanh(0.7978845608028654 * (gi + 0.044715 * gi * gi * gi)))
+                                   : gi / (1 + exp(-gi));
+                g[i] = act * u[i];
+            }
+            ref_matvec(f, t->wd[il], g, E, F);
+            if (gemma) ref_rmsnorm(f, f, t->post_ffn[il], E);
+            for (int i = 0; i < E; i++) x[p][i] += f[i];
+        }
+    }
+    for (int p = 0; p < n; p++) {
+        double h[E];
+        ref_rmsnorm(h, x[p], t->out_norm, E);
+        ref_matvec(logits + (size_t)p * V, t->embd, h, V, E); /* tied output */
+    }
+}
+
+/* ---- tests --------------------------------------------------------------------------------- */
+
+static const char *tmp_path = "/tmp/tq_test_tiny_model.gguf";
+static tiny g_tiny;
+
+static double max_diff(const float *a, const double *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fabs(a[i] - b[i]) > m ? fabs(a[i] - b[i]) : m;
+    return m;
+}
+
+static void check_arch(model_arch arch, int q8, int n_threads) {
+    rng_state = 1234 + (uint64_t)arch * 17 + (uint64_t)q8;
+    tiny *t = &g_tiny;
+    t->arch = arch;
+    t->q8 = q8;
+    CHECK(write_tiny(t, tmp_path, NULL));
+    model_params p = {CTX, 8, n_threads, 0};
+    model *m = NULL;
+    char err[256];
+    model_status st = model_load(tmp_path, &p, &m, err, sizeof err);
+    CHECK_MSG(st == MODEL_OK, "%s: %s", arch_str(arch), err);
+    if (st != MODEL_OK) return;
+    enum { N = 20 }; /* longer than SWA, so local layers drop keys */
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = i == 0 ? 2 : (int32_t)(4 + (i * 37) % (V - 4));
+    static double ref[N * V];
+    ref_q8_act = q8;
+    ref_forward(t, tok, N, ref);
+    double mag = 0;
+    for (int i = 0; i < N * V; i++) mag = fabs(ref[i]) > mag ? fabs(ref[i]) : mag;
+    static float lg[N * V];
+    const double tol = q8 ? 2e-2 : 2e-3;
+    /* prefill in batches of up to max_batch = 8 with every row's logits: 8 + 8 + 4 */
+    double worst = 0;
+    for (int p0 = 0; p0 < N && st == MODEL_OK; p0 += 8) {
+        int n = N - p0 < 8 ? N - p0 : 8;
+        st = model_forward(m, tok + p0, n, p0, 1, lg + (size_t)p0 * V);
+    }
+    CHECK_MSG(st == MODEL_OK, "%s", model_last_error(m));
+    worst = max_diff(lg, ref, N * V);
+    CHECK_MSG(worst <= tol, "%s q8=%d batched: max |dlogit| %.3g > %.3g", arch_str(arch), q8, worst, tol);
+    /* token by token from position 5 on (rewind), last-row logits only */
+    double worst_dec = 0;
+    for (int p0 = 5; p0 < N && st == MODEL_OK; p0++) {
+        st = model_forward(m, tok + p0, 1, p0, 0, lg);
+        double d = max_diff(lg, ref + (size_t)p0 * V, V);
+        worst_dec = d > worst_dec ? d : worst_dec;
+    }
+    CHECK(st == MODEL_OK);
+    CHECK_MSG(worst_dec <= tol, "%s q8=%d decode: max |dlogit| %.3g > %.3g", arch_str(arch), q8, worst_dec, tol);
+    printf("  %-6s %s %d thr: max |dlogit| vs double reference: batched %.2e, decode %.2e (tol %.0e; max |logit| %.1f)\n",
+           arch_str(arch), q8 ? "Q8_0" : "F32 ", n_threads, worst, worst_dec, tol, mag);
+    model_free(m);
+}
+
+static void test_archs_f32(void) {
+    for (int a = 0; a < 4; a++) check_arch((model_arch)a, 0, 1);
+}
+
+static void test_archs_q8_0_threads(void) {
+    for (int a = 0; a < 4; a++) check_arch((model_arch)a, 1, 2);
+}
+
+static void test_load_errors(void) {
+    model_params p = {CTX, 8, 1, 0};
+    model *m = (model *)1;
+    char err[256];
+    struct {
+        tiny_faults f;
+        model_status want;
+    } cases[] = {
+        {{"blk.1.ffn_up.weight", NULL, 0, 0}, MODEL_ERR_TENSOR},
+        {{"blk.2.attn_norm.weight", NULL, 0, 0}, MODEL_ERR_TENSOR},
+        {{NULL, "mamba", 0, 0}, MODEL_ERR_ARCH},
+        {{NULL, NULL, 1, 0}, MODEL_ERR_SHAPE},
+        {{NULL, NULL, 0, 1}, MODEL_ERR_TYPE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_tiny.arch = MODEL_ARCH_GEMMA3;
+        g_tiny.q8 = 0;
+        CHECK(write_tiny(&g_tiny, tmp_path, &cases[i].f));
+        model_status st = model_load(tmp_path, &p, &m, err, sizeof err);
+        CHECK_MSG(st == cases[i].want && m == NULL, "case %zu: %s (%s)", i, model_status_name(st), err);
+        printf("  case %zu: %s: %s\n", i, model_status_name(st), err);
+    }
+    CHECK(write_tiny(&g_tiny, tmp_path, NULL));
+    model_params big = {CTX + 1, 8, 1, 0};
+    CHECK(model_load(tmp_path, &big, &m, err, sizeof err) == MODEL_ERR_CONTEXT && m == NULL);
+    model_params zero = {CTX, 0, 1, 0};
+    CHECK(model_load(tmp_path, &zero, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
+    CHECK(model_load(tmp_path, &p, &m, err, sizeof err) == MODEL_OK);
+    float lg[V];
+    int32_t tok[9] = {2, 5, 6, 7, 8, 9, 10, 11, 12};
+    CHECK(model_forward(m, tok, 9, 0, 0, lg) == MODEL_ERR_BATCH);
+    tok[1] = V;
+    CHECK(model_forward(m, tok, 2, 0, 0, lg) == MODEL_ERR_TOKEN);
+    CHECK(model_seq_len(m) == 0);
+    tok[1] = 5;
+    CHECK(model_forward(m, tok, 2, 0, 0, lg) == MODEL_OK && model_seq_len(m) == 2);
+    CHECK(model_forward(m, tok, 1, 3, 0, lg) == MODEL_ERR_POS);
+    CHECK(model_forward(m, tok, 1, -1, 0, lg) == MODEL_ERR_POS);
+    CHECK(model_forward(NULL, tok, 1, 0, 0, lg) == MODEL_ERR_ARG);
+    CHECK(model_forward(m, NULL, 1, 0, 0, lg) == MODEL_ERR_ARG);
+    CHECK(strlen(model_last_error(m)) > 0);
+    CHECK(model_forward(m, tok, 2, 0, 0, NULL) == MODEL_OK); /* prefill without logits */
+    model_free(m);
+    model_free(NULL);
+}
+
+static void test_vocab(void) {
+    g_tiny.arch = MODEL_ARCH_QWEN3;
+    CHECK(write_tiny(&g_tiny, tmp_path, NULL));
+    gguf_file *f = NULL;
+    char err[256];
+    CHECK(gguf_open(tmp_path, &f, err, sizeof err) == GGUF_OK);
+    gguf_vocab gv;
+    CHECK(vocab_build(f, &gv, err, sizeof err) == VOCAB_OK);
+    CHECK(gv.v.n_vocab == V && gv.v.bos_id == 2 && gv.v.eos_id == 1 && gv.v.unk_id == 3 && gv.v.pad_id == -1);
+    CHECK(gv.v.add_bos && !gv.v.add_eos && !gv.v.add_space_prefix);
+    tokenizer *tok = NULL;
+    CHECK(tokenizer_create(&gv.v, &tok) == TOKENIZER_OK);
+    vocab_free(&gv);
+    int32_t ids[16];
+    size_t n = 0;
+    CHECK(tokenizer_encode(tok, "ab c", 4, TOKENIZER_ENCODE_ADD_SPECIAL, ids, 16, &n) == TOKENIZER_OK);
+    /* BOS, a, b, "▁c" (id 56 + 2) */
+    CHECK(n == 4 && ids[0] == 2 && ids[1] == 4 && ids[2] == 5 && ids[3] == 58);
+    tokenizer_free(tok);
+    gguf_close(f);
+    CHECK(vocab_build(NULL, &gv, err, sizeof err) == VOCAB_ERR_ARG);
+}
+
+static void test_sampler(void) {
+    float lg[8] = {0.1f, 2.0f, 1.9f, -1.0f, 2.0f, 0.0f, 0.5f, 1.0f};
+    CHECK(sampler_argmax(lg, 8) == 1); /* tie 1 vs 4: lowest id */
+    sampler_params greedy = {0.0f, 0, 1.0f, 1};
+    sampler *s = sampler_create(&greedy, 8);
+    CHECK(s != NULL && sampler_sample(s, lg) == 1);
+    sampler_free(s);
+    sampler_params k1 = {1.0f, 1, 1.0f, 7};
+    s = sampler_create(&k1, 8);
+    for (int i = 0; i < 20; i++) CHECK(sampler_sample(s, lg) == 1);
+    sampler_free(s);
+    sampler_params p0 = {1.0f, 0, 1e-6f, 7};
+    s = sampler_create(&p0, 8);
+    for (int i = 0; i < 20; i++) CHECK(sampler_sample(s, lg) == 1);
+    sampler_free(s);
+    /* frequencies follow softmax(l / T) over the top 3 (ids 1, 4, 2) */
+    float l3[4] = {0.0f, 1.0f, -30.0f, 0.5f};
+    sampler_params t2 = {2.0f, 3, 1.0f, 42};
+    s = sampler_create(&t2, 4);
+    int cnt[4] = {0, 0, 0, 0};
+    const int n = 20000;
+    for (int i = 0; i < n; i++) cnt[sampler_sample(s, l3)]++;
+    sampler_free(s);
+    double e[4], z = 0;
+    for (int i = 0; i < 4; i++) z += (e[i] = i == 2 ? 0 : exp(l3[i] / 2.0));
+    for (int i = 0; i < 4; i++) CHECK_NEAR((double)cnt[i] / n, e[i] / z, 0.015);
+    /* the same seed gives the same sequence */
+    sampler_params tp = {0.8f, 5, 0.9f, 99};
+    sampler *a = sampler_create(&tp, 8), *b = sampler_create(&tp, 8);
+    int same = 1;
+    for (int i = 0; i < 100; i++) same &= sampler_sample(a, lg) == sampler_sample(b, lg);
+    CHECK(same);
+    sampler_free(a);
+    sampler_free(b);
+    CHECK(sampler_create(&tp, 0) == NULL);
+    CHECK(sampler_sample(NULL, lg) == -1);
+}
+
+int main(void) {
+    RUN_TEST(test_archs_f32);
+    RUN_TEST(test_archs_q8_0_threads);
+    RUN_TEST(test_load_errors);
+    RUN_TEST(test_vocab);
+    RUN_TEST(test_sampler);
+    remove(tmp_path);
+    return test_report();
+}
