@@ -348,8 +348,8 @@ typedef struct tq_kv_scheme {
  *   k=K:v=V[:option…]                        explicit; K, V a number, f16, q8_0 or q4_0
  * followed by any of the options, each ":name=value":
  *   variant=mse|prod  norm=0|1  mean=0|1  window=N  batch=N  start=N  prefill_raw=0|1
- *   seed=N  first=N  last=N  edge=SCHEME (a form above, no options; default turbo8v4 if
- *   first/last given, or the base when that has no TURBO part).
+ *   seed=N  first=N  last=N  edge=FORM (the first/last layers' form, no options; default
+ *   turbo8 when first or last is given). variant, norm and mean apply to both.
  * Errors: TQ_ERR_NULL (text or out), TQ_ERR_SCHEME (does not parse; when err is not NULL a
  * NUL-terminated message naming the bad part and listing the valid forms is written to err,
  * truncated to err_capacity bytes). Bit widths are checked for range only here; whether a
@@ -407,8 +407,9 @@ TQ_API tq_status tq_kv_cache_reserve(tq_kv_cache *cache, size_t n_tokens);
  * pass). Allocates a page when the layer outgrows its capacity. Not thread-safe for the same
  * layer; different layers may be appended from different threads at once.
  * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer), TQ_ERR_NONFINITE (NaN/Inf in k or v:
- * nothing is appended), TQ_ERR_RANGE (a value beyond fp16 range: nothing appended),
- * TQ_ERR_NOMEM (nothing appended). */
+ * nothing is appended), TQ_ERR_RANGE (a value beyond fp16 range: nothing appended; or, while
+ * compressing, a vector whose norm overflows fp16: the tokens are appended and stay raw from
+ * that one on), TQ_ERR_NOMEM (nothing appended). */
 TQ_API tq_status tq_kv_cache_append(tq_kv_cache *cache, int layer, const float *k,
                                     const float *v, size_t n_tokens);
 /* Compresses every pending raw token the scheme allows now (as a decode step would), for one
@@ -435,7 +436,8 @@ typedef struct tq_kv_memory {
     size_t tokens;          /* Σ over layers of the stored tokens */
     size_t compressed_tokens;
     size_t data_bytes;      /* exact bytes of stored token data (codes, scales, fp16) */
-    size_t allocated_bytes; /* everything the cache holds: pages, codecs' tables, metadata */
+    size_t allocated_bytes; /* pages (spare and reserved ones too), key means, page tables,
+                               the cache structs; not the codecs' rotation tables */
     size_t f16_bytes;       /* what the same tokens take in fp16: 2·(dk+dv)·heads per token */
 } tq_kv_memory;
 

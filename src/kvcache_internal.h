@@ -54,7 +54,7 @@ typedef struct tq_kv_layer {
     size_t n_rpages, cap_rpages;
     size_t raw_base;
     uint16_t **rspare; /* allocated raw pages not in use */
-    size_t n_rspare;
+    size_t n_rspare, cap_rspare;
     float *key_mean; /* (n_kv_heads, dk) when scheme.key_mean and TURBO keys, else NULL */
     int mean_set;
     int compress_started;
@@ -75,6 +75,7 @@ static inline size_t tq_kv_cpage_bytes(const tq_kv_cache *c, const tq_kv_layer *
 /* Compressed K record of (token t, head h), V record likewise. */
 static inline const uint8_t *tq_kv_krec(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
                                         int h) {
+    (void)c;
     return l->cpages[t / TQ_KV_P] + ((size_t)h * TQ_KV_P + t % TQ_KV_P) * l->k.rec_bytes;
 }
 static inline const uint8_t *tq_kv_vrec(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
@@ -123,6 +124,10 @@ typedef struct tq_attn_kernels {
     /* One q8_0 / q4_0 record of dim elements → floats. */
     void (*q8_0_decode)(const uint8_t *rec, int dim, float *out);
     void (*q4_0_decode)(const uint8_t *rec, int dim, float *out);
+    /* out[i] = scale · centroids[idx_i] for n packed indices (kernels.h layout) at bits ≤ 4;
+     * NULL: use the codec table's unpack_lookup. Bit-exact with it (one multiply). */
+    void (*unpack_small)(const uint8_t *in, int n, int bits, const float *centroids, float scale,
+                         float *out);
 } tq_attn_kernels;
 
 const tq_attn_kernels *tq_attn_kernels_get(void);

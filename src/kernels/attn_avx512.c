@@ -34,10 +34,15 @@ static void avx512_dot_multi(const float *k, const float *q, size_t q_stride, in
             a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q2 + i), kv, a2);
             a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q3 + i), kv, a3);
         }
-        out[j] = _mm512_reduce_add_ps(a0);
-        out[j + 1] = _mm512_reduce_add_ps(a1);
-        out[j + 2] = _mm512_reduce_add_ps(a2);
-        out[j + 3] = _mm512_reduce_add_ps(a3);
+        /* Four horizontal sums at once: interleave pairs, then 128-bit lanes hold (a,b,c,d). */
+        __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+        __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+        __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+        __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(abcd),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+        __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+        _mm_storeu_ps(out + j, h4);
     }
     for (; j < nq; j++) {
         const float *qj = q + (size_t)j * q_stride;
@@ -172,6 +177,70 @@ static void avx512_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     }
 }
 
+/* n ≤ 8 little-endian bytes without reading past them. */
+static inline uint64_t load_bytes(const uint8_t *p, int n) {
+    uint32_t a = 0;
+    uint16_t b = 0;
+    uint64_t c;
+    switch (n) {
+    case 8: memcpy(&c, p, 8); return c;
+    case 6: memcpy(&a, p, 4), memcpy(&b, p + 4, 2); return a | (uint64_t)b << 32;
+    case 4: memcpy(&a, p, 4); return a;
+    default: memcpy(&b, p, 2); return b;
+    }
+}
+
+/* 16 indices of B ≤ 4 bits fill 2B bytes, starting on a byte. Lane i needs bits
+ * [B·i, B·i + B): vpermw builds each 32-bit lane from 16-bit words w, w + 1 with
+ * w = ⌊B·i/16⌋, then a variable shift by B·i mod 16 and a mask give the index, and vpermps
+ * looks it up among the ≤ 16 centroids held in one register. */
+static const uint16_t perm_1[32] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+static const uint32_t shift_1[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const uint16_t perm_2[32] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2};
+static const uint32_t shift_2[16] = {0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14};
+static const uint16_t perm_3[32] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3};
+static const uint32_t shift_3[16] = {0, 3, 6, 9, 12, 15, 2, 5, 8, 11, 14, 1, 4, 7, 10, 13};
+static const uint16_t perm_4[32] = {0, 1, 0, 1, 0, 1, 0, 1, 1, 2, 1, 2, 1, 2, 1, 2, 2, 3, 2, 3, 2, 3, 2, 3, 3, 4, 3, 4, 3, 4, 3, 4};
+static const uint32_t shift_4[16] = {0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12};
+
+#define UNPACK_B(B)                                                                        \
+    static void unpack_##B(const uint8_t *in, int n, const float *centroids, float scale, \
+                           float *out) {                                                   \
+        __m512 cv = _mm512_maskz_loadu_ps((__mmask16)((1u << (1u << B)) - 1u), centroids); \
+        __m512 vs = _mm512_set1_ps(scale);                                                 \
+        const __m512i perm = _mm512_loadu_si512(perm_##B);                                 \
+        const __m512i shift = _mm512_loadu_si512(shift_##B);                               \
+        const __m512i mask = _mm512_set1_epi32((1 << B) - 1);                              \
+        int i = 0;                                                                         \
+        for (; i + 16 <= n; i += 16) {                                                     \
+            uint64_t w = load_bytes(in + (size_t)i / 8 * B, 2 * B);                        \
+            __m512i v = _mm512_zextsi128_si512(_mm_cvtsi64_si128((long long)w));           \
+            __m512i idx = _mm512_and_si512(                                                \
+                _mm512_srlv_epi32(_mm512_permutexvar_epi16(perm, v), shift), mask);        \
+            _mm512_storeu_ps(out + i, _mm512_mul_ps(vs, _mm512_permutexvar_ps(idx, cv)));  \
+        }                                                                                  \
+        for (; i < n; i++) {                                                               \
+            size_t pos = (size_t)i * B;                                                    \
+            uint32_t x = in[pos >> 3];                                                     \
+            if ((pos & 7) + B > 8) x |= (uint32_t)in[(pos >> 3) + 1] << 8;                 \
+            out[i] = scale * centroids[(x >> (pos & 7)) & ((1u << B) - 1)];                \
+        }                                                                                  \
+    }
+UNPACK_B(1)
+UNPACK_B(2)
+UNPACK_B(3)
+UNPACK_B(4)
+
+static void avx512_unpack_small(const uint8_t *in, int n, int bits, const float *centroids,
+                                float scale, float *out) {
+    switch (bits) {
+    case 1: unpack_1(in, n, centroids, scale, out); break;
+    case 2: unpack_2(in, n, centroids, scale, out); break;
+    case 3: unpack_3(in, n, centroids, scale, out); break;
+    default: unpack_4(in, n, centroids, scale, out); break;
+    }
+}
+
 static const tq_attn_kernels avx512_table = {
     .name = "avx512",
     .dot_multi = avx512_dot_multi,
@@ -181,6 +250,7 @@ static const tq_attn_kernels avx512_table = {
     .f16_to_f32 = avx512_f16_to_f32,
     .q8_0_decode = avx512_q8_0_decode,
     .q4_0_decode = avx512_q4_0_decode,
+    .unpack_small = avx512_unpack_small,
 };
 
 const tq_attn_kernels *tq_attn_kernels_avx512(void) { return &avx512_table; }

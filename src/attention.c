@@ -1,0 +1,412 @@
+/*
+ * Attention on the KV cache's compressed codes (DESIGN §3; doc/kvcache.md).
+ *
+ * Because the rotation R of a TurboQuant codec is orthogonal, ⟨q, k̂⟩ = ⟨R q, R k̂⟩: each query
+ * head is prepared (rotated) once, and every compressed key is scored in the rotated basis.
+ * Values accumulate in their codec's rotated basis too, and one inverse rotation per query
+ * head ends the call. The raw fp16 part is attended exactly, in the original basis, into a
+ * second accumulator that the same online softmax rescales.
+ *
+ * Work is cut into tasks (KV head, block of up to QB query positions, key split). A task walks
+ * its key range in blocks of at most KB keys that never straddle a page or the raw/compressed
+ * boundary; it decodes each block's K codes once into a small tile shared by all G·QB query
+ * rows of the group (GQA: a code is decoded once per group), scores, updates each row's online
+ * softmax (running max m, sum l), decodes the V tile once and accumulates. Splits of one
+ * (head, query block) merge with log-sum-exp weights (flash-decoding), so one KV head at long
+ * context still keeps every thread busy.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache_internal.h"
+
+#define KB 32 /* keys per tile */
+#define QB 64 /* query positions per task */
+
+void tq_attn_params_init(tq_attn_params *p, int head_dim_k) {
+    memset(p, 0, sizeof *p);
+    p->scale = head_dim_k > 0 ? (float)(1.0 / sqrt((double)head_dim_k)) : 1.0f;
+    p->causal = 1;
+}
+
+static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                            size_t n_queries, const tq_attn_params *p, const float *out) {
+    if (!c || !p || (n_queries && (!q || !out))) return TQ_ERR_NULL;
+    if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    if (n_q_heads < 1 || n_q_heads % c->cfg.n_kv_heads) return TQ_ERR_INVALID;
+    if (n_queries > c->layers[layer].len) return TQ_ERR_INVALID;
+    if (!(isfinite(p->scale) && p->scale > 0.0f)) return TQ_ERR_INVALID;
+    if (p->sliding_window < 0 || !(p->softcap >= 0.0f) || !isfinite(p->softcap))
+        return TQ_ERR_INVALID;
+    return TQ_OK;
+}
+
+/* ---- sizes ---- */
+
+typedef struct plan {
+    int H, G, nqh, dk, dv;
+    int kw, vw;   /* compressed-part row floats of K and V */
+    int kt, vt;   /* tile row stride: max(kw, dk), max(vw, dv) rounded up to 16 */
+    size_t qb;    /* query positions per task */
+    size_t n_qb;
+    int n_split;  /* key splits per (head, query block) */
+    size_t rows;  /* G·qb */
+    size_t row_floats;  /* partial per row: m, l, acc_c (vw), acc_r (dv), rounded to 16 */
+    size_t part_floats; /* per task */
+    size_t scratch_floats; /* per thread */
+} plan;
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
+                      size_t n_queries, int n_threads, plan *pl) {
+    pl->H = c->cfg.n_kv_heads;
+    pl->G = n_q_heads / pl->H;
+    pl->nqh = n_q_heads;
+    pl->dk = c->cfg.head_dim_k;
+    pl->dv = c->cfg.head_dim_v;
+    pl->kw = l->k.row_floats;
+    pl->vw = l->v.row_floats;
+    pl->kt = (int)round16((size_t)(pl->kw > pl->dk ? pl->kw : pl->dk));
+    pl->vt = (int)round16((size_t)(pl->vw > pl->dv ? pl->vw : pl->dv));
+    pl->qb = n_queries < QB ? (n_queries ? n_queries : 1) : QB;
+    pl->n_qb = n_queries ? (n_queries + pl->qb - 1) / pl->qb : 0;
+    size_t base = (size_t)pl->H * (pl->n_qb ? pl->n_qb : 1);
+    size_t want = n_threads > 1 ? (4 * (size_t)n_threads + base - 1) / base : 1;
+    pl->n_split = (int)(want < 1 ? 1 : want);
+    pl->rows = (size_t)pl->G * pl->qb;
+    pl->row_floats = round16(2 + (size_t)pl->vw + (size_t)pl->dv);
+    pl->part_floats = pl->rows * pl->row_floats;
+    pl->scratch_floats = KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->rows * KB +
+                         round16((size_t)pl->G) + round16((size_t)pl->vt);
+}
+
+static size_t work_floats(const plan *pl, size_t n_queries, int n_threads) {
+    return round16(n_queries * (size_t)pl->nqh * (size_t)pl->kw) +
+           round16(n_queries * (size_t)pl->nqh) +
+           (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats +
+           (size_t)n_threads * pl->scratch_floats;
+}
+
+size_t tq_kv_attention_workspace_size(const tq_kv_cache *c, int layer, int n_q_heads,
+                                      size_t n_queries, int n_threads) {
+    if (!c || layer < 0 || layer >= c->cfg.n_layers || n_q_heads < 1 ||
+        n_q_heads % c->cfg.n_kv_heads || n_threads < 1)
+        return 0;
+    plan pl;
+    make_plan(c, &c->layers[layer], n_q_heads, n_queries, n_threads, &pl);
+    return work_floats(&pl, n_queries, n_threads) * sizeof(float) + 64;
+}
+
+/* ---- the fast path ---- */
+
+typedef struct attn_ctx {
+    const tq_kv_cache *c;
+    const tq_kv_layer *l;
+    const tq_attn_kernels *ak;
+    plan pl;
+    tq_attn_params p;
+    size_t n_q, len, q0; /* query i sits at position q0 + i */
+    const float *q;      /* (n_q, nqh, dk) */
+    float *qprep;        /* (n_q, nqh, kw) */
+    float *qmu;          /* (n_q, nqh) */
+    float *parts;        /* (H, n_qb, n_split, rows, row_floats) */
+    float *scratch;      /* (threads, scratch_floats) */
+    float *out;          /* (n_q, nqh, dv) */
+    atomic_int corrupt;
+} attn_ctx;
+
+static inline float transform_score(const attn_ctx *x, float s) {
+    s *= x->p.scale;
+    if (x->p.softcap > 0.0f) s = x->p.softcap * tanhf(s / x->p.softcap);
+    return s;
+}
+
+/* Key range [lo, hi) that query position pos may see. */
+static inline void row_range(const attn_ctx *x, size_t pos, size_t *lo, size_t *hi) {
+    *hi = x->p.causal ? pos + 1 : x->len;
+    size_t w = (size_t)x->p.sliding_window;
+    *lo = w && pos + 1 > w ? pos + 1 - w : 0;
+}
+
+static void task_fn(void *ctxp, size_t task, int thread) {
+    attn_ctx *x = ctxp;
+    const plan *pl = &x->pl;
+    const tq_kv_cache *c = x->c;
+    const tq_kv_layer *l = x->l;
+    const tq_attn_kernels *ak = x->ak;
+    int split = (int)(task % (size_t)pl->n_split);
+    size_t qbi = (task / (size_t)pl->n_split) % pl->n_qb;
+    int h = (int)(task / ((size_t)pl->n_split * pl->n_qb));
+    size_t i0 = qbi * pl->qb, i1 = i0 + pl->qb < x->n_q ? i0 + pl->qb : x->n_q;
+    int G = pl->G;
+    float *part = x->parts + task * pl->part_floats;
+    float *sc = x->scratch + (size_t)thread * pl->scratch_floats;
+    float *ktile = sc, *vtile = ktile + KB * (size_t)pl->kt, *S = vtile + KB * (size_t)pl->vt;
+    float *tmp = S + pl->rows * KB;
+
+    size_t nrows = (i1 - i0) * (size_t)G;
+    for (size_t r = 0; r < nrows; r++) {
+        float *pr = part + r * pl->row_floats;
+        pr[0] = -INFINITY;
+        pr[1] = 0.0f;
+        memset(pr + 2, 0, sizeof(float) * (size_t)(pl->vw + pl->dv));
+    }
+    /* The keys any row of this query block sees, cut into n_split pieces. */
+    size_t lo0, hi0, lo1, hi1;
+    row_range(x, x->q0 + i0, &lo0, &hi0);
+    row_range(x, x->q0 + i1 - 1, &lo1, &hi1);
+    size_t klo = lo0, khi = hi1 > hi0 ? hi1 : hi0;
+    if (khi <= klo) return;
+    size_t chunk = ((khi - klo + (size_t)pl->n_split - 1) / (size_t)pl->n_split + KB - 1) / KB * KB;
+    size_t t0 = klo + (size_t)split * chunk;
+    size_t t1 = t0 + chunk < khi ? t0 + chunk : khi;
+    for (size_t b0 = t0; b0 < t1;) {
+        size_t b1 = b0 + KB < t1 ? b0 + KB : t1;
+        size_t page_end = (b0 / TQ_KV_P + 1) * TQ_KV_P;
+        if (b1 > page_end) b1 = page_end;
+        int comp = b0 < l->n_comp;
+        if (comp && b1 > l->n_comp) b1 = l->n_comp;
+        size_t nb = b1 - b0;
+        /* Which query positions see any key of the block. */
+        int any = 0;
+        for (size_t i = i0; i < i1 && !any; i++) {
+            size_t lo, hi;
+            row_range(x, x->q0 + i, &lo, &hi);
+            any = lo < b1 && hi > b0;
+        }
+        if (!any) {
+            b0 = b1;
+            continue;
+        }
+        int kw = comp ? pl->kw : pl->dk, vw = comp ? pl->vw : pl->dv;
+        if (comp) {
+            if (!tq_kv_decode_rows(&l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
+                atomic_store(&x->corrupt, 1);
+        } else {
+            tq_kv_f16_rows(tq_kv_kraw(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
+        }
+        /* Scores and online-softmax updates of every row. */
+        for (size_t i = i0; i < i1; i++) {
+            size_t lo, hi;
+            row_range(x, x->q0 + i, &lo, &hi);
+            size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
+            if (v0 >= v1) continue;
+            size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
+            const float *qv = comp ? x->qprep + qrow * (size_t)pl->kw : x->q + qrow * (size_t)pl->dk;
+            float *Si = S + (i - i0) * (size_t)G * KB;
+            for (size_t t = v0; t < v1; t++) {
+                ak->dot_multi(ktile + (t - b0) * (size_t)pl->kt, qv, (size_t)kw, G, kw, tmp);
+                for (int g = 0; g < G; g++) Si[(size_t)g * KB + (t - v0)] = tmp[g];
+            }
+            for (int g = 0; g < G; g++) {
+                float *s = Si + (size_t)g * KB;
+                int n = (int)(v1 - v0);
+                float add = comp ? x->qmu[qrow + (size_t)g] : 0.0f;
+                float mb = -INFINITY;
+                for (int t = 0; t < n; t++) {
+                    s[t] = transform_score(x, s[t] + add);
+                    if (s[t] > mb) mb = s[t];
+                }
+                float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
+                if (mb > pr[0]) {
+                    if (pr[1] > 0.0f) {
+                        float f = expf(pr[0] - mb);
+                        pr[1] *= f;
+                        ak->scale(pr + 2, f, pl->vw + pl->dv);
+                    }
+                    pr[0] = mb;
+                }
+                pr[1] += ak->exp_sum(s, n, pr[0]);
+            }
+        }
+        if (comp) {
+            if (!tq_kv_decode_rows(&l->v, tq_kv_vrec(c, l, b0, h), nb, vtile, (size_t)pl->vt))
+                atomic_store(&x->corrupt, 1);
+        } else {
+            tq_kv_f16_rows(tq_kv_vraw(c, l, b0, h), nb, pl->dv, vtile, (size_t)pl->vt);
+        }
+        for (size_t i = i0; i < i1; i++) {
+            size_t lo, hi;
+            row_range(x, x->q0 + i, &lo, &hi);
+            size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
+            if (v0 >= v1) continue;
+            for (int g = 0; g < G; g++) {
+                float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
+                float *acc = comp ? pr + 2 : pr + 2 + pl->vw;
+                ak->accum_rows(acc, S + ((i - i0) * (size_t)G + (size_t)g) * KB,
+                               vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt, (int)(v1 - v0), vw);
+            }
+        }
+        b0 = b1;
+    }
+}
+
+/* Merges the splits of one (head, query block) and writes the output rows. */
+static void merge_fn(void *ctxp, size_t task, int thread) {
+    attn_ctx *x = ctxp;
+    const plan *pl = &x->pl;
+    const tq_kv_layer *l = x->l;
+    size_t qbi = task % pl->n_qb;
+    int h = (int)(task / pl->n_qb);
+    size_t i0 = qbi * pl->qb, i1 = i0 + pl->qb < x->n_q ? i0 + pl->qb : x->n_q;
+    float *sc = x->scratch + (size_t)thread * pl->scratch_floats;
+    float *vout = sc + KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->rows * KB + round16((size_t)pl->G);
+    const float *base = x->parts + task * (size_t)pl->n_split * pl->part_floats;
+    int W = pl->vw + pl->dv;
+    for (size_t r = 0; r < (i1 - i0) * (size_t)pl->G; r++) {
+        float *p0 = (float *)base + r * pl->row_floats;
+        float M = -INFINITY;
+        for (int s = 0; s < pl->n_split; s++) {
+            float m = base[(size_t)s * pl->part_floats + r * pl->row_floats];
+            if (m > M) M = m;
+        }
+        size_t i = i0 + r / (size_t)pl->G;
+        int qh = h * pl->G + (int)(r % (size_t)pl->G);
+        float *o = x->out + (i * (size_t)pl->nqh + (size_t)qh) * (size_t)pl->dv;
+        if (M == -INFINITY) {
+            memset(o, 0, sizeof(float) * (size_t)pl->dv);
+            continue;
+        }
+        float f0 = expf(p0[0] - M);
+        float L = p0[1] * f0;
+        x->ak->scale(p0 + 2, f0, W);
+        for (int s = 1; s < pl->n_split; s++) {
+            const float *ps = base + (size_t)s * pl->part_floats + r * pl->row_floats;
+            if (ps[1] == 0.0f) continue;
+            float f = expf(ps[0] - M);
+            L += ps[1] * f;
+            for (int j = 0; j < W; j++) p0[2 + j] += f * ps[2 + j];
+        }
+        if (l->v.format == TQ_KV_TURBO)
+            tq_codec_accum_finish(l->v.codec, p0 + 2, vout);
+        else
+            memcpy(vout, p0 + 2, sizeof(float) * (size_t)pl->dv);
+        float inv = 1.0f / L;
+        const float *ar = p0 + 2 + pl->vw;
+        for (int j = 0; j < pl->dv; j++) o[j] = (vout[j] + ar[j]) * inv;
+    }
+}
+
+tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                          size_t n_queries, const tq_attn_params *params, tq_threadpool *pool,
+                          void *work, size_t work_bytes, float *out) {
+    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, params, out);
+    if (st) return st;
+    if (n_queries == 0) return TQ_OK;
+    if (!work) return TQ_ERR_NULL;
+    int T = tq_threadpool_size(pool);
+    const tq_kv_layer *l = &c->layers[layer];
+    attn_ctx x;
+    memset(&x, 0, sizeof x);
+    make_plan(c, l, n_q_heads, n_queries, T, &x.pl);
+    if (work_bytes < work_floats(&x.pl, n_queries, T) * sizeof(float) + 64) return TQ_ERR_CAPACITY;
+    const plan *pl = &x.pl;
+    float *w = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
+    x.c = c;
+    x.l = l;
+    x.ak = tq_attn_kernels_get();
+    x.p = *params;
+    x.n_q = n_queries;
+    x.len = l->len;
+    x.q0 = l->len - n_queries;
+    x.q = q;
+    x.out = out;
+    x.qprep = w;
+    w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->kw);
+    x.qmu = w;
+    w += round16(n_queries * (size_t)pl->nqh);
+    x.parts = w;
+    w += (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats;
+    x.scratch = w;
+    atomic_init(&x.corrupt, 0);
+    /* Prepare every query head once: rotated (and sketched) for TURBO keys. */
+    size_t nrow = n_queries * (size_t)pl->nqh;
+    for (size_t r = 0; r < nrow; r++) {
+        const float *qr = q + r * (size_t)pl->dk;
+        float *pr = x.qprep + r * (size_t)pl->kw;
+        if (l->k.format == TQ_KV_TURBO) {
+            st = tq_codec_prepare_query(l->k.codec, qr, pr, (size_t)pl->kw);
+            if (st) return st;
+        } else {
+            for (int j = 0; j < pl->dk; j++) {
+                if (!isfinite(qr[j])) return TQ_ERR_NONFINITE;
+                pr[j] = qr[j];
+            }
+        }
+        float mu = 0.0f;
+        if (l->key_mean) {
+            const float *m = l->key_mean + (size_t)((int)(r % (size_t)pl->nqh) / pl->G) * (size_t)pl->dk;
+            double a = 0.0;
+            for (int j = 0; j < pl->dk; j++) a += (double)qr[j] * m[j];
+            mu = (float)a;
+        }
+        x.qmu[r] = mu;
+    }
+    tq_threadpool_run(pool, task_fn, &x, (size_t)pl->H * pl->n_qb * (size_t)pl->n_split);
+    tq_threadpool_run(pool, merge_fn, &x, (size_t)pl->H * pl->n_qb);
+    return atomic_load(&x.corrupt) ? TQ_ERR_CORRUPT : TQ_OK;
+}
+
+/* ---- the reference path ---- */
+
+tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                              size_t n_queries, const tq_attn_params *p, float *out) {
+    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, p, out);
+    if (st) return st;
+    if (n_queries == 0) return TQ_OK;
+    size_t len = c->layers[layer].len, H = (size_t)c->cfg.n_kv_heads;
+    size_t dk = (size_t)c->cfg.head_dim_k, dv = (size_t)c->cfg.head_dim_v;
+    size_t G = (size_t)n_q_heads / H;
+    for (size_t i = 0; i < n_queries * (size_t)n_q_heads * dk; i++)
+        if (!isfinite(q[i])) return TQ_ERR_NONFINITE;
+    float *K = malloc(sizeof(float) * (len ? len : 1) * H * dk);
+    float *V = malloc(sizeof(float) * (len ? len : 1) * H * dv);
+    double *w = malloc(sizeof(double) * (len ? len : 1));
+    double *acc = malloc(sizeof(double) * dv);
+    if (!K || !V || !w || !acc) {
+        st = TQ_ERR_NOMEM;
+        goto done;
+    }
+    st = tq_kv_cache_read(c, layer, 0, len, K, V);
+    if (st && st != TQ_ERR_CORRUPT) goto done;
+    size_t q0 = len - n_queries;
+    for (size_t i = 0; i < n_queries; i++) {
+        size_t pos = q0 + i;
+        size_t hi = p->causal ? pos + 1 : len;
+        size_t win = (size_t)p->sliding_window;
+        size_t lo = win && pos + 1 > win ? pos + 1 - win : 0;
+        for (size_t qh = 0; qh < (size_t)n_q_heads; qh++) {
+            size_t h = qh / G;
+            const float *qv = q + (i * (size_t)n_q_heads + qh) * dk;
+            float *o = out + (i * (size_t)n_q_heads + qh) * dv;
+            double m = -INFINITY;
+            for (size_t t = lo; t < hi; t++) {
+                const float *kv = K + (t * H + h) * dk;
+                double s = 0.0;
+                for (size_t j = 0; j < dk; j++) s += (double)qv[j] * kv[j];
+                s *= p->scale;
+                if (p->softcap > 0.0f) s = p->softcap * tanh(s / p->softcap);
+                w[t] = s;
+                if (s > m) m = s;
+            }
+            memset(acc, 0, sizeof(double) * dv);
+            double l = 0.0;
+            for (size_t t = lo; t < hi; t++) {
+                double e = exp(w[t] - m);
+                l += e;
+                const float *vv = V + (t * H + h) * dv;
+                for (size_t j = 0; j < dv; j++) acc[j] += e * vv[j];
+            }
+            for (size_t j = 0; j < dv; j++) o[j] = l > 0.0 ? (float)(acc[j] / l) : 0.0f;
+        }
+    }
+done:
+    free(K);
+    free(V);
+    free(w);
+    free(acc);
+    return st;
+}

@@ -1,0 +1,947 @@
+/*
+ * The KV cache: schemes and their parsing, two-phase paged storage, compression in batches,
+ * truncation, read-back and memory accounting (doc/kvcache.md). Attention lives in
+ * attention.c; the layouts both files share are in kvcache_internal.h.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kernels/kernels.h"
+#include "kvcache_internal.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* Schemes                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+static const char scheme_help[] =
+    "valid KV cache schemes:\n"
+    "  f16 | q8_0 | q4_0            same format for keys and values\n"
+    "  turboB                       B-bit TurboQuant keys and values, B in [1, 8], fractional ok"
+    " (turbo3, turbo3.5)\n"
+    "  turboKvV | kKvV              K-bit keys, V-bit values; 0 or f16/q8_0/q4_0 for a plain"
+    " format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4)\n"
+    "  k=K:v=V                      explicit form\n"
+    "options, appended as :name=value\n"
+    "  variant=mse|prod norm=0|1 mean=0|1 window=N batch=N start=N prefill_raw=0|1 seed=N\n"
+    "  first=N last=N edge=FORM     (edge layers default to turbo8)\n";
+
+const char *tq_kv_scheme_help(void) { return scheme_help; }
+
+static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, tq_kv_format vf,
+                             float vb) {
+    memset(l, 0, sizeof *l);
+    l->key_format = kf;
+    l->value_format = vf;
+    l->key_bits = kf == TQ_KV_TURBO ? kb : 0.0f;
+    l->value_bits = vf == TQ_KV_TURBO ? vb : 0.0f;
+    l->key_variant = TQ_VARIANT_MSE;
+    l->norm_correction = 1;
+    l->key_mean = 0;
+}
+
+static void scheme_defaults(tq_kv_scheme *s) {
+    memset(s, 0, sizeof *s);
+    layer_scheme_set(&s->layer, TQ_KV_F16, 0, TQ_KV_F16, 0);
+    s->edge = s->layer;
+    s->batch = 64;
+    s->prefill_raw = 1;
+    s->seed = 0x5475726230ull;
+}
+
+/* One side of a form: a number (0 = f16) or a plain format name. Returns 0 on failure. */
+static int parse_side(const char *p, size_t n, tq_kv_format *fmt, float *bits) {
+    char buf[32];
+    if (n == 0 || n >= sizeof buf) return 0;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    if (!strcmp(buf, "f16")) return *fmt = TQ_KV_F16, *bits = 0, 1;
+    if (!strcmp(buf, "q8_0")) return *fmt = TQ_KV_Q8_0, *bits = 0, 1;
+    if (!strcmp(buf, "q4_0")) return *fmt = TQ_KV_Q4_0, *bits = 0, 1;
+    char *end;
+    double v = strtod(buf, &end);
+    if (*end || end == buf || !(v >= 0.0 && v <= 8.0)) return 0;
+    if (v == 0.0) return *fmt = TQ_KV_F16, *bits = 0, 1;
+    if (v < 1.0) return 0;
+    *fmt = TQ_KV_TURBO;
+    *bits = (float)v;
+    return 1;
+}
+
+/* A base form without options. Returns 0 on failure. */
+static int parse_base(const char *p, size_t n, tq_kv_layer_scheme *l) {
+    tq_kv_format kf, vf;
+    float kb, vb;
+    if ((n == 3 && !memcmp(p, "f16", 3)) || (n == 4 && !memcmp(p, "q8_0", 4)) ||
+        (n == 4 && !memcmp(p, "q4_0", 4))) {
+        parse_side(p, n, &kf, &kb);
+        layer_scheme_set(l, kf, 0, kf, 0);
+        return 1;
+    }
+    size_t skip = 0;
+    if (n > 5 && !memcmp(p, "turbo", 5)) skip = 5;
+    else if (n > 1 && p[0] == 'k') skip = 1;
+    else return 0;
+    const char *q = p + skip;
+    size_t m = n - skip;
+    const char *vpos = memchr(q, 'v', m);
+    if (!vpos) {
+        if (skip != 5) return 0; /* kB alone is not a form */
+        if (!parse_side(q, m, &kf, &kb) || kf != TQ_KV_TURBO) return 0;
+        layer_scheme_set(l, kf, kb, kf, kb);
+        return 1;
+    }
+    if (!parse_side(q, (size_t)(vpos - q), &kf, &kb)) return 0;
+    if (!parse_side(vpos + 1, m - (size_t)(vpos - q) - 1, &vf, &vb)) return 0;
+    layer_scheme_set(l, kf, kb, vf, vb);
+    return 1;
+}
+
+static int parse_uint(const char *p, size_t n, unsigned long long max, unsigned long long *out) {
+    char buf[32];
+    if (n == 0 || n >= sizeof buf) return 0;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] < '0' || buf[i] > '9') return 0;
+    char *end;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (*end || v > max) return 0;
+    *out = v;
+    return 1;
+}
+
+static tq_status scheme_error(char *err, size_t cap, const char *text, const char *why,
+                              const char *part, size_t part_len) {
+    if (err && cap) {
+        int pl = part_len > 64 ? 64 : (int)part_len;
+        snprintf(err, cap, "bad KV cache scheme \"%.*s\": %s \"%.*s\"\n%s", 80, text, why, pl,
+                 part ? part : "", scheme_help);
+    }
+    return TQ_ERR_SCHEME;
+}
+
+tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, size_t cap) {
+    if (!text || !out) return TQ_ERR_NULL;
+    if (err && cap) err[0] = 0;
+    tq_kv_scheme s;
+    scheme_defaults(&s);
+    int have_k = 0, have_v = 0, explicit_form = 0, have_edge = 0;
+    int variant = -1, norm = -1, mean = -1;
+    tq_kv_format kf = TQ_KV_F16, vf = TQ_KV_F16;
+    float kb = 0, vb = 0;
+    const char *p = text;
+    int first_tok = 1;
+    if (!*p) return scheme_error(err, cap, text, "empty", "", 0);
+    for (;;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (first_tok && !eq) {
+            if (!parse_base(p, n, &s.layer))
+                return scheme_error(err, cap, text, "unknown form", p, n);
+        } else {
+            if (!eq) return scheme_error(err, cap, text, "option without '='", p, n);
+            size_t kn = (size_t)(eq - p);
+            const char *val = eq + 1;
+            size_t vn = n - kn - 1;
+            unsigned long long u;
+#define KEY(str) (kn == sizeof(str) - 1 && !memcmp(p, str, kn))
+            if (first_tok && !KEY("k"))
+                return scheme_error(err, cap, text, "explicit form must start with k=", p, n);
+            if (KEY("k") || KEY("v")) {
+                if (!first_tok && !explicit_form)
+                    return scheme_error(err, cap, text, "k=/v= only in the explicit form", p, n);
+                explicit_form = 1;
+                if (KEY("k")) {
+                    if (!parse_side(val, vn, &kf, &kb))
+                        return scheme_error(err, cap, text, "bad key bits", p, n);
+                    have_k = 1;
+                } else {
+                    if (!parse_side(val, vn, &vf, &vb))
+                        return scheme_error(err, cap, text, "bad value bits", p, n);
+                    have_v = 1;
+                }
+            } else if (KEY("variant")) {
+                if (vn == 3 && !memcmp(val, "mse", 3)) variant = TQ_VARIANT_MSE;
+                else if (vn == 4 && !memcmp(val, "prod", 4)) variant = TQ_VARIANT_PROD;
+                else return scheme_error(err, cap, text, "variant is mse or prod", p, n);
+            } else if (KEY("norm") || KEY("mean") || KEY("prefill_raw")) {
+                if (!parse_uint(val, vn, 1, &u))
+                    return scheme_error(err, cap, text, "expected 0 or 1", p, n);
+                if (KEY("norm")) norm = (int)u;
+                else if (KEY("mean")) mean = (int)u;
+                else s.prefill_raw = (int)u;
+            } else if (KEY("window") || KEY("batch") || KEY("start") || KEY("first") ||
+                       KEY("last")) {
+                if (!parse_uint(val, vn, 1u << 30, &u))
+                    return scheme_error(err, cap, text, "expected a count", p, n);
+                if (KEY("window")) s.raw_window = (int)u;
+                else if (KEY("batch")) {
+                    if (u < 1) return scheme_error(err, cap, text, "batch must be >= 1", p, n);
+                    s.batch = (int)u;
+                } else if (KEY("start")) s.quantized_kv_start = (int)u;
+                else if (KEY("first")) s.edge_first = (int)u;
+                else s.edge_last = (int)u;
+            } else if (KEY("seed")) {
+                if (!parse_uint(val, vn, ~0ull, &u))
+                    return scheme_error(err, cap, text, "expected a number", p, n);
+                s.seed = u;
+            } else if (KEY("edge")) {
+                if (!parse_base(val, vn, &s.edge))
+                    return scheme_error(err, cap, text, "unknown edge form", p, n);
+                have_edge = 1;
+            } else {
+                return scheme_error(err, cap, text, "unknown option", p, n);
+            }
+#undef KEY
+        }
+        first_tok = 0;
+        if (!e) break;
+        p = e + 1;
+    }
+    if (explicit_form) {
+        if (!have_k || !have_v)
+            return scheme_error(err, cap, text, "explicit form needs k= and v=", "", 0);
+        layer_scheme_set(&s.layer, kf, kb, vf, vb);
+    }
+    if (!have_edge) {
+        if (s.edge_first || s.edge_last) layer_scheme_set(&s.edge, TQ_KV_TURBO, 8, TQ_KV_TURBO, 8);
+        else s.edge = s.layer;
+    }
+    tq_kv_layer_scheme *ls[2] = {&s.layer, &s.edge};
+    for (int i = 0; i < 2; i++) {
+        if (variant >= 0) ls[i]->key_variant = (tq_variant)variant;
+        if (norm >= 0) ls[i]->norm_correction = norm;
+        if (mean >= 0) ls[i]->key_mean = mean;
+        if (ls[i]->key_variant == TQ_VARIANT_PROD && ls[i]->key_format == TQ_KV_TURBO &&
+            norm > 0)
+            return scheme_error(err, cap, text, "norm correction is MSE only", "", 0);
+    }
+    *out = s;
+    return TQ_OK;
+}
+
+static int format_side(char *buf, size_t cap, tq_kv_format f, float bits) {
+    switch (f) {
+    case TQ_KV_F16: return snprintf(buf, cap, "f16");
+    case TQ_KV_Q8_0: return snprintf(buf, cap, "q8_0");
+    case TQ_KV_Q4_0: return snprintf(buf, cap, "q4_0");
+    case TQ_KV_TURBO: return snprintf(buf, cap, "%.9g", (double)bits);
+    }
+    return -1;
+}
+
+static int layer_scheme_valid(const tq_kv_layer_scheme *l) {
+    if ((unsigned)l->key_format > TQ_KV_TURBO || (unsigned)l->value_format > TQ_KV_TURBO) return 0;
+    if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD) return 0;
+    return 1;
+}
+
+tq_status tq_kv_scheme_format(const tq_kv_scheme *s, char *buf, size_t cap) {
+    if (!s || !buf) return TQ_ERR_NULL;
+    if (!layer_scheme_valid(&s->layer) || !layer_scheme_valid(&s->edge)) return TQ_ERR_INVALID;
+    char k[24], v[24], ek[24], ev[24], edge[64] = "";
+    format_side(k, sizeof k, s->layer.key_format, s->layer.key_bits);
+    format_side(v, sizeof v, s->layer.value_format, s->layer.value_bits);
+    if (s->edge_first || s->edge_last) {
+        format_side(ek, sizeof ek, s->edge.key_format, s->edge.key_bits);
+        format_side(ev, sizeof ev, s->edge.value_format, s->edge.value_bits);
+        snprintf(edge, sizeof edge, ":edge=k%sv%s", ek, ev);
+    }
+    int n = snprintf(buf, cap,
+                     "k=%s:v=%s:variant=%s:norm=%d:mean=%d:window=%d:batch=%d:start=%d:"
+                     "prefill_raw=%d:seed=%llu:first=%d:last=%d%s",
+                     k, v, s->layer.key_variant == TQ_VARIANT_PROD ? "prod" : "mse",
+                     s->layer.norm_correction ? 1 : 0, s->layer.key_mean ? 1 : 0, s->raw_window,
+                     s->batch, s->quantized_kv_start, s->prefill_raw ? 1 : 0,
+                     (unsigned long long)s->seed, s->edge_first, s->edge_last, edge);
+    if (n < 0 || (size_t)n >= cap) {
+        if (cap) buf[0] = 0;
+        return TQ_ERR_CAPACITY;
+    }
+    return TQ_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tensor formats                                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+static size_t plain_bytes(tq_kv_format f, int dim) {
+    size_t full = (size_t)dim / TQ_KV_BLOCK, rest = (size_t)dim % TQ_KV_BLOCK;
+    switch (f) {
+    case TQ_KV_F16: return 2 * (size_t)dim;
+    case TQ_KV_Q8_0: return full * (2 + 32) + (rest ? 2 + rest : 0);
+    case TQ_KV_Q4_0: return full * (2 + 16) + (rest ? 2 + rest / 2 : 0);
+    default: return 0;
+    }
+}
+
+static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant variant, int norm,
+                         uint64_t seed) {
+    tq_codec_config_init(cc, dim, bits, variant);
+    cc->norm_correction = variant == TQ_VARIANT_MSE ? norm : 0;
+    cc->seed = seed;
+}
+
+static tq_status tensor_bytes(tq_kv_format f, int dim, float bits, tq_variant variant, int norm,
+                              size_t *bytes) {
+    if (dim < TQ_MIN_DIM || dim > TQ_MAX_DIM) return TQ_ERR_DIM;
+    if (f == TQ_KV_TURBO) {
+        tq_codec_config cc;
+        turbo_config(&cc, dim, bits, variant, norm, 0);
+        return tq_codec_config_bytes(&cc, bytes);
+    }
+    if ((unsigned)f > TQ_KV_TURBO) return TQ_ERR_VARIANT;
+    if (f != TQ_KV_F16 && dim % 16) return TQ_ERR_DIM;
+    *bytes = plain_bytes(f, dim);
+    return TQ_OK;
+}
+
+tq_status tq_kv_layer_scheme_bytes(const tq_kv_layer_scheme *l, int dk, int dv, size_t *kb,
+                                   size_t *vb) {
+    if (!l || !kb || !vb) return TQ_ERR_NULL;
+    if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD)
+        return TQ_ERR_VARIANT;
+    tq_status st = tensor_bytes(l->key_format, dk, l->key_bits, l->key_variant,
+                                l->norm_correction, kb);
+    if (st) return st;
+    return tensor_bytes(l->value_format, dv, l->value_bits, TQ_VARIANT_MSE, l->norm_correction,
+                        vb);
+}
+
+static const float sign_centroids[2] = {-1.0f, 1.0f};
+
+/* Sets up a tensor, deriving the TURBO record layout of doc/format.md (segments' words, PROD
+ * sign words, norm, PROD γ) and checking it against the codec's own size. */
+static tq_status tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
+                             tq_variant variant, int norm, uint64_t seed, int is_key) {
+    memset(x, 0, sizeof *x);
+    x->format = f;
+    x->dim = dim;
+    x->row_floats = dim;
+    tq_status st = tensor_bytes(f, dim, bits, variant, norm, &x->rec_bytes);
+    if (st) return st;
+    if (f != TQ_KV_TURBO) return TQ_OK;
+    tq_codec_config cc;
+    turbo_config(&cc, dim, bits, variant, norm, seed);
+    st = tq_codec_create(&x->codec, &cc);
+    if (st) return st;
+    x->prod = variant == TQ_VARIANT_PROD;
+    x->row_floats = (int)tq_codec_query_floats(x->codec);
+    double m = x->prod ? bits - 1.0 : bits;
+    int k = (int)floor(m + 1e-9);
+    double frac = m - k;
+    int n_hi = frac > 1e-6 ? (int)floor(frac * dim + 0.5) : 0;
+    size_t off = 0;
+    int parts[2][2], np = 0;
+    if (n_hi > 0) parts[np][0] = n_hi, parts[np][1] = k + 1, np++;
+    parts[np][0] = dim - n_hi, parts[np][1] = k, np++;
+    int start = 0;
+    for (int p = 0; p < np; p++) {
+        if (parts[p][1] > 0) {
+            const tq_codebook *cb;
+            st = tq_codebook_get(dim, parts[p][1], &cb);
+            if (st) return st;
+            x->seg[x->n_seg].start = start;
+            x->seg[x->n_seg].count = parts[p][0];
+            x->seg[x->n_seg].bits = parts[p][1];
+            x->seg[x->n_seg].off = off;
+            x->seg[x->n_seg].centroids = cb->centroids;
+            x->n_seg++;
+            off += tq_group_bytes((size_t)parts[p][0], parts[p][1]);
+        }
+        start += parts[p][0];
+    }
+    if (x->prod) {
+        x->sign_off = off;
+        off += tq_group_bytes((size_t)dim, 1);
+    }
+    x->norm_f32 = cc.norm_format == TQ_NORM_F32;
+    x->norm_off = off;
+    off += x->norm_f32 ? 4 : 2;
+    if (x->prod) {
+        x->gamma_off = off;
+        off += x->norm_f32 ? 4 : 2;
+    }
+    if (off != x->rec_bytes) return TQ_ERR_VARIANT; /* the codec's layout is not the spec's */
+    /* Keys score against the prepared query (R q / √d), so rows carry n·C[idx] (codebooks are
+     * ×√d); values accumulate the reconstruction n/√d·C[idx] in the codec's rotated basis. */
+    x->inv_sqrt_dim = is_key ? 1.0f : (float)(1.0 / sqrt((double)dim));
+    x->prod_scale = (float)(1.2533141373155003 / dim);
+    return TQ_OK;
+}
+
+static float rec_norm(const tq_kv_tensor *x, const uint8_t *p) {
+    return x->norm_f32 ? tq_load_f32(p) : tq_f16_to_f32(tq_load_u16(p));
+}
+
+int tq_kv_decode_rows(const tq_kv_tensor *x, const uint8_t *rec, size_t n, float *rows,
+                      size_t stride) {
+    const tq_attn_kernels *ak = tq_attn_kernels_get();
+    int ok = 1;
+    switch (x->format) {
+    case TQ_KV_F16:
+        for (size_t t = 0; t < n; t++)
+            ak->f16_to_f32((const uint16_t *)(const void *)(rec + t * x->rec_bytes),
+                           rows + t * stride, x->dim);
+        return 1;
+    case TQ_KV_Q8_0:
+        for (size_t t = 0; t < n; t++) ak->q8_0_decode(rec + t * x->rec_bytes, x->dim, rows + t * stride);
+        return 1;
+    case TQ_KV_Q4_0:
+        for (size_t t = 0; t < n; t++) ak->q4_0_decode(rec + t * x->rec_bytes, x->dim, rows + t * stride);
+        return 1;
+    case TQ_KV_TURBO:
+        break;
+    }
+    const tq_kernel_table *k = tq_kernels();
+    void (*unpack)(const uint8_t *, int, int, const float *, float, float *) = k->unpack_lookup;
+    /* fp16 norms of up to 64 records at a time, converted with the SIMD kernel. */
+    uint16_t nh[64];
+    float nf[64];
+    for (size_t t = 0; t < n; t++) {
+        const uint8_t *r = rec + t * x->rec_bytes;
+        float *row = rows + t * stride;
+        if (!x->norm_f32 && t % 64 == 0) {
+            size_t m = n - t < 64 ? n - t : 64;
+            for (size_t j = 0; j < m; j++) nh[j] = tq_load_u16(r + j * x->rec_bytes + x->norm_off);
+            ak->f16_to_f32(nh, nf, (int)m);
+        }
+        float nrm = x->norm_f32 ? rec_norm(x, r + x->norm_off) : nf[t % 64];
+        float g = x->prod ? rec_norm(x, r + x->gamma_off) : 0.0f;
+        if (!(isfinite(nrm) && nrm >= 0.0f) || !(isfinite(g) && g >= 0.0f)) {
+            memset(row, 0, sizeof(float) * (size_t)x->row_floats);
+            ok = 0;
+            continue;
+        }
+        if (x->n_seg == 0 || x->seg[0].start > 0)
+            memset(row, 0, sizeof(float) * (size_t)x->dim); /* PROD at 1 bit: no MSE part */
+        for (int s = 0; s < x->n_seg; s++) {
+            int b = x->seg[s].bits;
+            (b <= 4 && ak->unpack_small ? ak->unpack_small : unpack)(
+                r + x->seg[s].off, x->seg[s].count, b, x->seg[s].centroids,
+                nrm * x->inv_sqrt_dim, row + x->seg[s].start);
+        }
+        if (x->prod)
+            k->unpack_lookup(r + x->sign_off, x->dim, 1, sign_centroids,
+                             nrm * g * x->prod_scale, row + x->dim);
+    }
+    return ok;
+}
+
+void tq_kv_f16_rows(const uint16_t *in, size_t n, int dim, float *out, size_t stride) {
+    const tq_attn_kernels *ak = tq_attn_kernels_get();
+    for (size_t t = 0; t < n; t++) ak->f16_to_f32(in + t * (size_t)dim, out + t * stride, dim);
+}
+
+/* Plain encoders (ggml's q8_0 / q4_0 rounding). */
+static void encode_q8_0(const float *x, int dim, uint8_t *rec) {
+    for (int b = 0; b < dim; b += TQ_KV_BLOCK) {
+        int n = dim - b < TQ_KV_BLOCK ? dim - b : TQ_KV_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        tq_store_u16(rec, tq_f32_to_f16(d));
+        for (int i = 0; i < n; i++) rec[2 + i] = (uint8_t)(int8_t)lrintf(x[b + i] * id);
+        rec += 2 + n;
+    }
+}
+
+static void encode_q4_0(const float *x, int dim, uint8_t *rec) {
+    for (int b = 0; b < dim; b += TQ_KV_BLOCK) {
+        int n = dim - b < TQ_KV_BLOCK ? dim - b : TQ_KV_BLOCK, h = n / 2;
+        float amax = 0.0f, mx = 0.0f;
+        for (int i = 0; i < n; i++)
+            if (fabsf(x[b + i]) > amax) amax = fabsf(x[b + i]), mx = x[b + i];
+        float d = mx / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        tq_store_u16(rec, tq_f32_to_f16(d));
+        for (int i = 0; i < h; i++) {
+            int a = (int)(x[b + i] * id + 8.5f), c = (int)(x[b + h + i] * id + 8.5f);
+            a = a < 0 ? 0 : a > 15 ? 15 : a;
+            c = c < 0 ? 0 : c > 15 ? 15 : c;
+            rec[2 + i] = (uint8_t)(a | (c << 4));
+        }
+        rec += 2 + h;
+    }
+}
+
+static tq_status encode_tensor(const tq_kv_tensor *x, const float *v, uint8_t *rec) {
+    switch (x->format) {
+    case TQ_KV_F16:
+        for (int i = 0; i < x->dim; i++) {
+            uint16_t h = tq_f32_to_f16(v[i]);
+            memcpy(rec + 2 * i, &h, 2); /* native order, as the raw part */
+        }
+        return TQ_OK;
+    case TQ_KV_Q8_0: encode_q8_0(v, x->dim, rec); return TQ_OK;
+    case TQ_KV_Q4_0: encode_q4_0(v, x->dim, rec); return TQ_OK;
+    case TQ_KV_TURBO: return tq_codec_encode(x->codec, v, 1, rec, x->rec_bytes);
+    }
+    return TQ_ERR_VARIANT;
+}
+
+/* Decodes one record to the original basis (the reference path: no shortcut). */
+static tq_status decode_tensor(const tq_kv_tensor *x, const uint8_t *rec, float *out) {
+    switch (x->format) {
+    case TQ_KV_F16:
+        for (int i = 0; i < x->dim; i++) {
+            uint16_t h;
+            memcpy(&h, rec + 2 * i, 2);
+            out[i] = tq_f16_to_f32(h);
+        }
+        return TQ_OK;
+    case TQ_KV_Q8_0: tq_attn_kernels_ref()->q8_0_decode(rec, x->dim, out); return TQ_OK;
+    case TQ_KV_Q4_0: tq_attn_kernels_ref()->q4_0_decode(rec, x->dim, out); return TQ_OK;
+    case TQ_KV_TURBO: return tq_codec_decode(x->codec, rec, 1, out, (size_t)x->dim);
+    }
+    return TQ_ERR_VARIANT;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Cache objects                                                                              */
+/* ---------------------------------------------------------------------------------------- */
+
+void tq_kv_cache_config_init(tq_kv_cache_config *cfg, int n_layers, int n_kv_heads, int dk,
+                             int dv) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->n_layers = n_layers;
+    cfg->n_kv_heads = n_kv_heads;
+    cfg->head_dim_k = dk;
+    cfg->head_dim_v = dv;
+    scheme_defaults(&cfg->scheme);
+}
+
+static void layer_free(tq_kv_layer *l) {
+    tq_codec_free(l->k.codec);
+    tq_codec_free(l->v.codec);
+    for (size_t i = 0; i < l->n_cpages; i++) free(l->cpages[i]);
+    for (size_t i = 0; i < l->n_rpages; i++) free(l->rpages[i]);
+    for (size_t i = 0; i < l->n_rspare; i++) free(l->rspare[i]);
+    free(l->cpages);
+    free(l->rpages);
+    free(l->rspare);
+    free(l->key_mean);
+}
+
+void tq_kv_cache_free(tq_kv_cache *c) {
+    if (!c) return;
+    if (c->layers)
+        for (int i = 0; i < c->cfg.n_layers; i++) layer_free(&c->layers[i]);
+    free(c->layers);
+    free(c);
+}
+
+static tq_kv_layer_scheme resolve_scheme(const tq_kv_cache_config *cfg, int i) {
+    if (cfg->layer_schemes) return cfg->layer_schemes[i];
+    if (i < cfg->scheme.edge_first || i >= cfg->n_layers - cfg->scheme.edge_last)
+        return cfg->scheme.edge;
+    return cfg->scheme.layer;
+}
+
+tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
+    if (!out) return TQ_ERR_NULL;
+    *out = NULL;
+    if (!cfg) return TQ_ERR_NULL;
+    const tq_kv_scheme *s = &cfg->scheme;
+    if (cfg->n_layers < 1 || cfg->n_layers > 4096 || cfg->n_kv_heads < 1 ||
+        cfg->n_kv_heads > 1024 || s->batch < 1 || s->raw_window < 0 ||
+        s->quantized_kv_start < 0 || s->edge_first < 0 || s->edge_last < 0)
+        return TQ_ERR_INVALID;
+    if (cfg->head_dim_k < TQ_MIN_DIM || cfg->head_dim_k > TQ_MAX_DIM ||
+        cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)
+        return TQ_ERR_DIM;
+    tq_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return TQ_ERR_NOMEM;
+    c->cfg = *cfg;
+    c->cfg.layer_schemes = NULL;
+    c->cfg.reserve_tokens = 0;
+    c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
+    tq_status st = TQ_OK;
+    if (!c->layers) {
+        st = TQ_ERR_NOMEM;
+        goto fail;
+    }
+    c->rpage_bytes = (size_t)cfg->n_kv_heads * TQ_KV_P *
+                     (size_t)(cfg->head_dim_k + cfg->head_dim_v) * sizeof(uint16_t);
+    for (int i = 0; i < cfg->n_layers; i++) {
+        tq_kv_layer *l = &c->layers[i];
+        l->scheme = resolve_scheme(cfg, i);
+        const tq_kv_layer_scheme *ls = &l->scheme;
+        if (!layer_scheme_valid(ls)) {
+            st = TQ_ERR_VARIANT;
+            goto fail;
+        }
+        if (ls->key_format != TQ_KV_TURBO) l->scheme.key_mean = 0;
+        st = tensor_init(&l->k, ls->key_format, cfg->head_dim_k, ls->key_bits, ls->key_variant,
+                         ls->norm_correction, s->seed, 1);
+        if (st) goto fail;
+        st = tensor_init(&l->v, ls->value_format, cfg->head_dim_v, ls->value_bits,
+                         TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0);
+        if (st) goto fail;
+        l->compress_none = ls->key_format == TQ_KV_F16 && ls->value_format == TQ_KV_F16;
+        if (l->scheme.key_mean) {
+            l->key_mean = calloc((size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k, sizeof(float));
+            if (!l->key_mean) {
+                st = TQ_ERR_NOMEM;
+                goto fail;
+            }
+        }
+    }
+    if (cfg->reserve_tokens) {
+        st = tq_kv_cache_reserve(c, cfg->reserve_tokens);
+        if (st) goto fail;
+        c->cfg.reserve_tokens = cfg->reserve_tokens;
+    }
+    *out = c;
+    return TQ_OK;
+fail:
+    tq_kv_cache_free(c);
+    return st;
+}
+
+tq_kv_cache_config tq_kv_cache_get_config(const tq_kv_cache *c) {
+    tq_kv_cache_config cfg;
+    if (c) return c->cfg;
+    memset(&cfg, 0, sizeof cfg);
+    return cfg;
+}
+
+tq_kv_layer_scheme tq_kv_cache_layer_scheme(const tq_kv_cache *c, int layer) {
+    tq_kv_layer_scheme l;
+    if (c && layer >= 0 && layer < c->cfg.n_layers) return c->layers[layer].scheme;
+    memset(&l, 0, sizeof l);
+    return l;
+}
+
+/* Grows a pointer array to hold at least n entries (doubling). */
+static int grow_ptrs(void ***arr, size_t *cap, size_t n) {
+    if (n <= *cap) return 1;
+    size_t nc = *cap ? *cap : 8;
+    while (nc < n) nc *= 2;
+    void **p = realloc(*arr, nc * sizeof *p);
+    if (!p) return 0;
+    *arr = p;
+    *cap = nc;
+    return 1;
+}
+
+/* Compressed pages for tokens [0, n_tokens). */
+static tq_status ensure_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t n_tokens) {
+    size_t need = (n_tokens + TQ_KV_P - 1) / TQ_KV_P;
+    if (need <= l->n_cpages) return TQ_OK;
+    if (!grow_ptrs((void ***)&l->cpages, &l->cap_cpages, need)) return TQ_ERR_NOMEM;
+    while (l->n_cpages < need) {
+        uint8_t *p = malloc(tq_kv_cpage_bytes(c, l));
+        if (!p) return TQ_ERR_NOMEM;
+        l->cpages[l->n_cpages++] = p;
+    }
+    return TQ_OK;
+}
+
+/* Raw pages for tokens up to (not including) `end`. */
+static tq_status ensure_rpages(const tq_kv_cache *c, tq_kv_layer *l, size_t end) {
+    if (end <= l->raw_base) return TQ_OK;
+    size_t need = (end - l->raw_base + TQ_KV_P - 1) / TQ_KV_P;
+    if (need <= l->n_rpages) return TQ_OK;
+    if (!grow_ptrs((void ***)&l->rpages, &l->cap_rpages, need)) return TQ_ERR_NOMEM;
+    while (l->n_rpages < need) {
+        uint16_t *p = l->n_rspare ? l->rspare[--l->n_rspare] : malloc(c->rpage_bytes);
+        if (!p) return TQ_ERR_NOMEM;
+        l->rpages[l->n_rpages++] = p;
+    }
+    return TQ_OK;
+}
+
+/* Keeps a raw page for reuse (frees it if even the spare list cannot grow). */
+static void spare_rpage(tq_kv_layer *l, uint16_t *p) {
+    if (!grow_ptrs((void ***)&l->rspare, &l->cap_rspare, l->n_rspare + 1)) {
+        free(p);
+        return;
+    }
+    l->rspare[l->n_rspare++] = p;
+}
+
+tq_status tq_kv_cache_reserve(tq_kv_cache *c, size_t n_tokens) {
+    if (!c) return TQ_ERR_NULL;
+    for (int i = 0; i < c->cfg.n_layers; i++) {
+        tq_kv_layer *l = &c->layers[i];
+        tq_status st = l->compress_none ? ensure_rpages(c, l, n_tokens) : ensure_cpages(c, l, n_tokens);
+        if (st) return st;
+        /* The raw part needs window + batch tokens in decode (two pages across a boundary). */
+        if (!l->compress_none) {
+            size_t raw = (size_t)c->cfg.scheme.raw_window + (size_t)c->cfg.scheme.batch + TQ_KV_P;
+            st = ensure_rpages(c, l, l->raw_base + (raw < n_tokens ? raw : n_tokens));
+            if (st) return st;
+        }
+    }
+    return TQ_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Two-phase storage                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+/* How many leading tokens the scheme wants compressed at length len: a pure function of the
+ * length, so every history reaching a length can reach the same state (doc/kvcache.md). */
+static size_t compress_target(const tq_kv_cache *c, const tq_kv_layer *l, size_t len) {
+    const tq_kv_scheme *s = &c->cfg.scheme;
+    if (l->compress_none || len < (size_t)s->quantized_kv_start || len <= (size_t)s->raw_window)
+        return 0;
+    size_t avail = len - (size_t)s->raw_window;
+    return avail / (size_t)s->batch * (size_t)s->batch;
+}
+
+static uint16_t *raw_k_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h) {
+    return (uint16_t *)tq_kv_kraw(c, l, t, h);
+}
+static uint16_t *raw_v_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h) {
+    return (uint16_t *)tq_kv_vraw(c, l, t, h);
+}
+
+/* The per-head key mean of tokens [0, min(batch, len)), from the raw part. */
+static void compute_key_mean(const tq_kv_cache *c, tq_kv_layer *l) {
+    int dk = c->cfg.head_dim_k, H = c->cfg.n_kv_heads;
+    size_t n = l->len < (size_t)c->cfg.scheme.batch ? l->len : (size_t)c->cfg.scheme.batch;
+    for (int h = 0; h < H; h++) {
+        float *m = l->key_mean + (size_t)h * (size_t)dk;
+        for (int i = 0; i < dk; i++) {
+            double acc = 0.0;
+            for (size_t t = 0; t < n; t++) acc += tq_f16_to_f32(tq_kv_kraw(c, l, t, h)[i]);
+            m[i] = n ? (float)(acc / (double)n) : 0.0f;
+        }
+    }
+    l->mean_set = 1;
+}
+
+/* Compresses raw tokens [n_comp, target), K and V of each token in one pass. */
+static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
+    if (target <= l->n_comp) return TQ_OK;
+    tq_status st = ensure_cpages(c, l, target);
+    if (st) return st;
+    if (l->key_mean && !l->mean_set) compute_key_mean(c, l);
+    int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
+    float kbuf[TQ_MAX_DIM], vbuf[TQ_MAX_DIM];
+    size_t t = l->n_comp;
+    for (; t < target; t++) {
+        for (int h = 0; h < H; h++) {
+            const uint16_t *kr = tq_kv_kraw(c, l, t, h), *vr = tq_kv_vraw(c, l, t, h);
+            for (int i = 0; i < dk; i++) kbuf[i] = tq_f16_to_f32(kr[i]);
+            for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
+            if (l->key_mean) {
+                const float *m = l->key_mean + (size_t)h * (size_t)dk;
+                for (int i = 0; i < dk; i++) kbuf[i] -= m[i];
+            }
+            st = encode_tensor(&l->k, kbuf, (uint8_t *)tq_kv_krec(c, l, t, h));
+            if (!st) st = encode_tensor(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
+            if (st) break;
+        }
+        if (st) break;
+    }
+    l->n_comp = t;
+    /* Raw pages wholly below the compressed boundary go to the spare list. */
+    size_t drop = 0;
+    while (drop < l->n_rpages && l->raw_base + TQ_KV_P <= l->n_comp) {
+        spare_rpage(l, l->rpages[drop++]);
+        l->raw_base += TQ_KV_P;
+    }
+    if (drop) {
+        memmove(l->rpages, l->rpages + drop, (l->n_rpages - drop) * sizeof *l->rpages);
+        l->n_rpages -= drop;
+    }
+    if (l->n_rpages == 0) l->raw_base = l->n_comp / TQ_KV_P * TQ_KV_P;
+    return st;
+}
+
+static int check_values(const float *x, size_t n, tq_status *st) {
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) return *st = TQ_ERR_NONFINITE, 0;
+        if (fabsf(x[i]) > 65504.0f && (tq_f32_to_f16(x[i]) & 0x7C00u) == 0x7C00u)
+            return *st = TQ_ERR_RANGE, 0;
+    }
+    return 1;
+}
+
+/* Stores n_tokens tokens raw (fp16) after the layer's last one; no compression. */
+static tq_status store_raw(tq_kv_cache *c, tq_kv_layer *l, const float *k, const float *v,
+                           size_t n_tokens) {
+    int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
+    tq_status st = TQ_OK;
+    if (!check_values(k, n_tokens * (size_t)H * (size_t)dk, &st) ||
+        !check_values(v, n_tokens * (size_t)H * (size_t)dv, &st))
+        return st;
+    st = ensure_rpages(c, l, l->len + n_tokens);
+    if (st) return st;
+    for (size_t i = 0; i < n_tokens; i++) {
+        size_t t = l->len + i;
+        for (int h = 0; h < H; h++) {
+            const float *kx = k + (i * (size_t)H + (size_t)h) * (size_t)dk;
+            const float *vx = v + (i * (size_t)H + (size_t)h) * (size_t)dv;
+            uint16_t *kr = raw_k_mut(c, l, t, h), *vr = raw_v_mut(c, l, t, h);
+            for (int j = 0; j < dk; j++) kr[j] = tq_f32_to_f16(kx[j]);
+            for (int j = 0; j < dv; j++) vr[j] = tq_f32_to_f16(vx[j]);
+        }
+    }
+    l->len += n_tokens;
+    return TQ_OK;
+}
+
+tq_status tq_kv_cache_append(tq_kv_cache *c, int layer, const float *k, const float *v,
+                             size_t n_tokens) {
+    if (!c) return TQ_ERR_NULL;
+    if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    if (n_tokens == 0) return TQ_OK;
+    if (!k || !v) return TQ_ERR_NULL;
+    tq_kv_layer *l = &c->layers[layer];
+    tq_status st = store_raw(c, l, k, v, n_tokens);
+    if (st || l->compress_none) return st;
+    /* Two-phase rule: a multi-token append is prefill and stays raw until the first decode
+     * step (a single-token append), unless prefill_raw is off. */
+    if (n_tokens == 1 || !c->cfg.scheme.prefill_raw) l->compress_started = 1;
+    if (!l->compress_started) return TQ_OK;
+    return compress_to(c, l, compress_target(c, l, l->len));
+}
+
+tq_status tq_kv_cache_compress(tq_kv_cache *c, int layer) {
+    if (!c) return TQ_ERR_NULL;
+    if (layer < -1 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    tq_status first = TQ_OK;
+    for (int i = layer < 0 ? 0 : layer; i < (layer < 0 ? c->cfg.n_layers : layer + 1); i++) {
+        tq_kv_layer *l = &c->layers[i];
+        if (l->compress_none) continue;
+        l->compress_started = 1;
+        tq_status st = compress_to(c, l, compress_target(c, l, l->len));
+        if (st && !first) first = st;
+    }
+    return first;
+}
+
+size_t tq_kv_cache_length(const tq_kv_cache *c, int layer) {
+    return c && layer >= 0 && layer < c->cfg.n_layers ? c->layers[layer].len : 0;
+}
+
+size_t tq_kv_cache_compressed_length(const tq_kv_cache *c, int layer) {
+    return c && layer >= 0 && layer < c->cfg.n_layers ? c->layers[layer].n_comp : 0;
+}
+
+tq_status tq_kv_cache_truncate(tq_kv_cache *c, size_t length) {
+    if (!c) return TQ_ERR_NULL;
+    for (int i = 0; i < c->cfg.n_layers; i++)
+        if (length > c->layers[i].len) return TQ_ERR_INVALID;
+    for (int i = 0; i < c->cfg.n_layers; i++) {
+        tq_kv_layer *l = &c->layers[i];
+        if (length < l->n_comp) {
+            /* The raw copies of [length, n_comp) are gone: the kept tokens stay compressed. */
+            l->n_comp = length;
+            for (size_t j = 0; j < l->n_rpages; j++) spare_rpage(l, l->rpages[j]);
+            l->n_rpages = 0;
+            l->raw_base = length / TQ_KV_P * TQ_KV_P;
+        }
+        l->len = length;
+        if (length == 0) {
+            l->mean_set = 0;
+            l->compress_started = 0;
+        }
+    }
+    return TQ_OK;
+}
+
+tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t n, float *k,
+                           float *v) {
+    if (!c) return TQ_ERR_NULL;
+    if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    const tq_kv_layer *l = &c->layers[layer];
+    if (start > l->len || n > l->len - start) return TQ_ERR_INVALID;
+    int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
+    tq_status st = TQ_OK;
+    for (size_t i = 0; i < n; i++) {
+        size_t t = start + i;
+        for (int h = 0; h < H; h++) {
+            float *ko = k ? k + (i * (size_t)H + (size_t)h) * (size_t)dk : NULL;
+            float *vo = v ? v + (i * (size_t)H + (size_t)h) * (size_t)dv : NULL;
+            if (t < l->n_comp) {
+                tq_status s1 = TQ_OK;
+                if (ko) {
+                    s1 = decode_tensor(&l->k, tq_kv_krec(c, l, t, h), ko);
+                    if (l->key_mean)
+                        for (int j = 0; j < dk; j++) ko[j] += l->key_mean[(size_t)h * (size_t)dk + (size_t)j];
+                }
+                if (vo) {
+                    tq_status s2 = decode_tensor(&l->v, tq_kv_vrec(c, l, t, h), vo);
+                    if (!s1) s1 = s2;
+                }
+                if (s1 && !st) st = s1;
+            } else {
+                if (ko) {
+                    const uint16_t *r = tq_kv_kraw(c, l, t, h);
+                    for (int j = 0; j < dk; j++) ko[j] = tq_f16_to_f32(r[j]);
+                }
+                if (vo) {
+                    const uint16_t *r = tq_kv_vraw(c, l, t, h);
+                    for (int j = 0; j < dv; j++) vo[j] = tq_f16_to_f32(r[j]);
+                }
+            }
+        }
+    }
+    return st;
+}
+
+tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *m) {
+    if (!c || !m) return TQ_ERR_NULL;
+    memset(m, 0, sizeof *m);
+    size_t H = (size_t)c->cfg.n_kv_heads, dk = (size_t)c->cfg.head_dim_k,
+           dv = (size_t)c->cfg.head_dim_v;
+    m->allocated_bytes = sizeof *c + (size_t)c->cfg.n_layers * sizeof(tq_kv_layer);
+    for (int i = 0; i < c->cfg.n_layers; i++) {
+        const tq_kv_layer *l = &c->layers[i];
+        m->tokens += l->len;
+        m->compressed_tokens += l->n_comp;
+        m->data_bytes += l->n_comp * H * (l->k.rec_bytes + l->v.rec_bytes) +
+                         (l->len - l->n_comp) * H * 2 * (dk + dv);
+        m->f16_bytes += l->len * H * 2 * (dk + dv);
+        m->allocated_bytes += l->n_cpages * tq_kv_cpage_bytes(c, l) +
+                              (l->n_rpages + l->n_rspare) * c->rpage_bytes +
+                              (l->cap_cpages + l->cap_rpages + l->cap_rspare) * sizeof(void *);
+        if (l->key_mean) {
+            m->data_bytes += H * dk * sizeof(float);
+            m->allocated_bytes += H * dk * sizeof(float);
+        }
+    }
+    return TQ_OK;
+}
+
+tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
+                              tq_kv_cache **out) {
+    if (!out) return TQ_ERR_NULL;
+    *out = NULL;
+    if (!src || !scheme) return TQ_ERR_NULL;
+    tq_kv_cache_config cfg = src->cfg;
+    cfg.scheme = *scheme;
+    cfg.reserve_tokens = 0;
+    tq_kv_cache *dst;
+    tq_status st = tq_kv_cache_create(&dst, &cfg);
+    if (st) return st;
+    size_t H = (size_t)cfg.n_kv_heads, chunk = TQ_KV_P;
+    float *kb = malloc(chunk * H * (size_t)cfg.head_dim_k * sizeof(float));
+    float *vb = malloc(chunk * H * (size_t)cfg.head_dim_v * sizeof(float));
+    if (!kb || !vb) st = TQ_ERR_NOMEM;
+    for (int i = 0; !st && i < cfg.n_layers; i++) {
+        size_t len = src->layers[i].len;
+        for (size_t t = 0; !st && t < len; t += chunk) {
+            size_t n = len - t < chunk ? len - t : chunk;
+            st = tq_kv_cache_read(src, i, t, n, kb, vb);
+            if (!st) st = store_raw(dst, &dst->layers[i], kb, vb, n);
+        }
+        if (!st) st = tq_kv_cache_compress(dst, i);
+    }
+    free(kb);
+    free(vb);
+    if (st) {
+        tq_kv_cache_free(dst);
+        return st;
+    }
+    *out = dst;
+    return TQ_OK;
+}

@@ -1,0 +1,361 @@
+/*
+ * Attention on compressed codes against the reference path (dequantize everything, exact
+ * attention in double), for every scheme, head dims 64/80/96/128/256, GQA ratios 1/4/8, raw
+ * windows 0 and 64, decode and chunked prefill, causal / sliding-window / soft-capped, one
+ * thread and a pool. Also the attention kernel tables against their scalar reference.
+ *
+ * Tolerance: outputs are convex combinations of value rows of magnitude ~1; the fast path
+ * sums in fp32 in a different order (and with a polynomial exp) than the double reference,
+ * so |fast − ref| ≤ 2e-4 (measured ~1e-6).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "kvcache_internal.h"
+#include "test_util.h"
+#include "turboquant.h"
+
+#define TOL 2e-4
+
+static const char *schemes[] = {"f16",      "q8_0",     "q4_0",     "turbo2",   "turbo3",
+                                "turbo4",   "turbo4v2", "turbo4v3", "turbo0v4", "turbo0v2",
+                                "turbo3.5", "turbo2.5", "k3.5v3",   "turbo8v4", "turbo8v3",
+                                "k=4:v=3:variant=prod", "turbo3:mean=1"};
+#define N_SCHEMES (sizeof schemes / sizeof *schemes)
+
+static unsigned long long rng_state = 88172645463325252ull;
+static double urand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1.0p-53;
+}
+static float grand(void) {
+    double u = urand(), v = urand();
+    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+}
+static void fill(float *x, size_t n, float bias) {
+    for (size_t i = 0; i < n; i++) x[i] = grand() + (i % 7 == 0 ? bias : 0.0f);
+}
+
+static tq_kv_cache *make_cache(const char *scheme, int window, int H, int dk, int dv) {
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 1, H, dk, dv);
+    char err[1024];
+    if (tq_kv_scheme_parse(scheme, &cfg.scheme, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    cfg.scheme.raw_window = window;
+    tq_kv_cache *c = NULL;
+    tq_status st = tq_kv_cache_create(&c, &cfg);
+    if (st) fprintf(stderr, "create %s dk %d: %s\n", scheme, dk, tq_error_name(st));
+    return c;
+}
+
+static int append_random(tq_kv_cache *c, int H, int dk, int dv, size_t n, int single) {
+    float *k = malloc(sizeof(float) * n * (size_t)H * (size_t)dk);
+    float *v = malloc(sizeof(float) * n * (size_t)H * (size_t)dv);
+    fill(k, n * (size_t)H * (size_t)dk, 1.5f);
+    fill(v, n * (size_t)H * (size_t)dv, 0.0f);
+    tq_status st = TQ_OK;
+    if (single) {
+        for (size_t t = 0; t < n && !st; t++)
+            st = tq_kv_cache_append(c, 0, k + t * (size_t)H * (size_t)dk,
+                                    v + t * (size_t)H * (size_t)dv, 1);
+    } else {
+        st = tq_kv_cache_append(c, 0, k, v, n);
+    }
+    free(k);
+    free(v);
+    return st == TQ_OK;
+}
+
+/* max |fast − ref| over one attention call; -1 on an API error. */
+static double compare(const tq_kv_cache *c, int nqh, size_t nq, const tq_attn_params *p,
+                      tq_threadpool *pool) {
+    tq_kv_cache_config cfg = tq_kv_cache_get_config(c);
+    size_t qn = nq * (size_t)nqh * (size_t)cfg.head_dim_k, on = nq * (size_t)nqh * (size_t)cfg.head_dim_v;
+    float *q = malloc(sizeof(float) * qn), *o1 = malloc(sizeof(float) * on),
+          *o2 = malloc(sizeof(float) * on);
+    fill(q, qn, 0.0f);
+    for (size_t i = 0; i < qn; i++) q[i] *= 2.0f; /* peakier softmax */
+    int T = tq_threadpool_size(pool);
+    size_t wb = tq_kv_attention_workspace_size(c, 0, nqh, nq, T);
+    void *work = malloc(wb);
+    double err = -1;
+    tq_status s1 = tq_kv_attention(c, 0, q, nqh, nq, p, pool, work, wb, o1);
+    tq_status s2 = tq_kv_attention_ref(c, 0, q, nqh, nq, p, o2);
+    if (s1 || s2) {
+        fprintf(stderr, "attention: %s / %s\n", tq_error_name(s1), tq_error_name(s2));
+    } else {
+        err = 0;
+        for (size_t i = 0; i < on; i++) {
+            double d = fabs((double)o1[i] - o2[i]);
+            if (!(d <= err)) err = d; /* NaN propagates */
+        }
+    }
+    free(q);
+    free(o1);
+    free(o2);
+    free(work);
+    return err;
+}
+
+static void test_decode_vs_ref(void) {
+    static const int dims[] = {64, 80, 96, 128, 256};
+    static const int gqa[] = {1, 4, 8};
+    static const int windows[] = {0, 64};
+    double worst = 0;
+    for (size_t si = 0; si < N_SCHEMES; si++)
+        for (int di = 0; di < 5; di++)
+            for (int gi = 0; gi < 3; gi++)
+                for (int wi = 0; wi < 2; wi++) {
+                    int H = 2, d = dims[di];
+                    tq_kv_cache *c = make_cache(schemes[si], windows[wi], H, d, d);
+                    CHECK_MSG(c != NULL, "%s d %d", schemes[si], d);
+                    if (!c) continue;
+                    /* Prefill 300 raw tokens, then 5 decode steps compress the history. */
+                    CHECK(append_random(c, H, d, d, 300, 0));
+                    CHECK(append_random(c, H, d, d, 5, 1));
+                    tq_attn_params p;
+                    tq_attn_params_init(&p, d);
+                    double e = compare(c, H * gqa[gi], 1, &p, NULL);
+                    CHECK_MSG(e >= 0 && e <= TOL, "%s d %d gqa %d window %d: err %g", schemes[si],
+                              d, gqa[gi], windows[wi], e);
+                    if (e > worst) worst = e;
+                    tq_kv_cache_free(c);
+                }
+    printf("     decode: worst |fast - ref| = %.3g\n", worst);
+}
+
+static void test_prefill_vs_ref(void) {
+    static const int dims[] = {64, 80, 128, 256};
+    double worst = 0;
+    for (size_t si = 0; si < N_SCHEMES; si++)
+        for (int di = 0; di < 4; di++)
+            for (int gi = 0; gi < 2; gi++)
+                for (int wi = 0; wi < 2; wi++) {
+                    int H = 2, d = dims[di], G = gi ? 4 : 1;
+                    tq_kv_cache *c = make_cache(schemes[si], wi ? 64 : 0, H, d, d);
+                    if (!c) {
+                        CHECK(c != NULL);
+                        continue;
+                    }
+                    CHECK(append_random(c, H, d, d, 200, 0));
+                    CHECK(append_random(c, H, d, d, 2, 1)); /* history compressed */
+                    CHECK(append_random(c, H, d, d, 90, 0)); /* the new chunk */
+                    for (int mode = 0; mode < 4; mode++) {
+                        tq_attn_params p;
+                        tq_attn_params_init(&p, d);
+                        if (mode == 1) p.sliding_window = 50;
+                        if (mode == 2) p.softcap = 2.0f;
+                        if (mode == 3) p.causal = 0;
+                        double e = compare(c, H * G, 90, &p, NULL);
+                        CHECK_MSG(e >= 0 && e <= TOL, "%s d %d G %d mode %d: err %g",
+                                  schemes[si], d, G, mode, e);
+                        if (e > worst) worst = e;
+                    }
+                    tq_kv_cache_free(c);
+                }
+    printf("     prefill: worst |fast - ref| = %.3g\n", worst);
+}
+
+static void test_threads(void) {
+    tq_threadpool *pool;
+    CHECK(tq_threadpool_create(&pool, 4) == TQ_OK);
+    CHECK(tq_threadpool_size(pool) == 4);
+    const char *ss[] = {"f16", "turbo3", "turbo4", "q8_0", "turbo4v2:window=64"};
+    for (int si = 0; si < 5; si++) {
+        for (int H = 1; H <= 8; H *= 8) {
+            tq_kv_cache *c = make_cache(ss[si], 0, H, 128, 128);
+            CHECK(c != NULL);
+            if (!c) continue;
+            CHECK(append_random(c, H, 128, 128, 1500, 0));
+            CHECK(append_random(c, H, 128, 128, 3, 1));
+            tq_attn_params p;
+            tq_attn_params_init(&p, 128);
+            double e = compare(c, 4 * H, 1, &p, pool);
+            CHECK_MSG(e >= 0 && e <= TOL, "%s H %d decode threads: %g", ss[si], H, e);
+            p.sliding_window = 700;
+            e = compare(c, 4 * H, 33, &p, pool);
+            CHECK_MSG(e >= 0 && e <= TOL, "%s H %d prefill threads: %g", ss[si], H, e);
+            tq_kv_cache_free(c);
+        }
+    }
+    tq_threadpool_free(pool);
+    tq_threadpool_free(NULL);
+    CHECK(tq_threadpool_create(&pool, 0) == TQ_ERR_INVALID);
+}
+
+/* K and V dims that differ, and the raw window crossing a page. */
+static void test_asymmetric_dims(void) {
+    tq_kv_cache *c = make_cache("turbo3", 64, 2, 128, 64);
+    CHECK(c != NULL);
+    if (!c) return;
+    CHECK(append_random(c, 2, 128, 64, 500, 0));
+    CHECK(append_random(c, 2, 128, 64, 40, 1));
+    tq_attn_params p;
+    tq_attn_params_init(&p, 128);
+    double e = compare(c, 8, 1, &p, NULL);
+    CHECK_MSG(e >= 0 && e <= TOL, "err %g", e);
+    e = compare(c, 8, 17, &p, NULL);
+    CHECK_MSG(e >= 0 && e <= TOL, "err %g", e);
+    tq_kv_cache_free(c);
+}
+
+static void test_errors(void) {
+    tq_kv_cache *c = make_cache("turbo3", 0, 2, 64, 64);
+    CHECK(c != NULL);
+    if (!c) return;
+    CHECK(append_random(c, 2, 64, 64, 10, 0));
+    float q[4 * 64], o[4 * 64];
+    fill(q, 4 * 64, 0);
+    tq_attn_params p;
+    tq_attn_params_init(&p, 64);
+    size_t wb = tq_kv_attention_workspace_size(c, 0, 4, 1, 1);
+    CHECK(wb > 0);
+    void *w = malloc(wb);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o) == TQ_OK);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb - 65, o) == TQ_ERR_CAPACITY);
+    CHECK(tq_kv_attention(c, 1, q, 4, 1, &p, NULL, w, wb, o) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(c, 0, q, 3, 1, &p, NULL, w, wb, o) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(c, 0, q, 4, 11, &p, NULL, w, wb, o) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(NULL, 0, q, 4, 1, &p, NULL, w, wb, o) == TQ_ERR_NULL);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, NULL, NULL, w, wb, o) == TQ_ERR_NULL);
+    CHECK(tq_kv_attention(c, 0, q, 4, 0, &p, NULL, w, wb, o) == TQ_OK);
+    tq_attn_params bad = p;
+    bad.scale = NAN;
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &bad, NULL, w, wb, o) == TQ_ERR_INVALID);
+    bad = p;
+    bad.softcap = -1;
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &bad, NULL, w, wb, o) == TQ_ERR_INVALID);
+    q[5] = NAN;
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o) == TQ_ERR_NONFINITE);
+    CHECK(tq_kv_attention_ref(c, 0, q, 4, 1, &p, o) == TQ_ERR_NONFINITE);
+    CHECK(tq_kv_attention_workspace_size(c, 0, 3, 1, 1) == 0);
+    free(w);
+    tq_kv_cache_free(c);
+}
+
+/* A key bias of 20σ: subtracting the key mean must bring TurboQuant close to fp16. */
+static void test_key_mean(void) {
+    int H = 1, d = 128;
+    double err[2];
+    for (int m = 0; m < 2; m++) {
+        rng_state = 12345;
+        tq_kv_cache *f16 = make_cache("f16", 0, H, d, d);
+        tq_kv_cache *tq = make_cache(m ? "turbo3:mean=1" : "turbo3", 0, H, d, d);
+        size_t n = 400;
+        float *k = malloc(sizeof(float) * n * (size_t)d), *v = malloc(sizeof(float) * n * (size_t)d);
+        fill(v, n * (size_t)d, 0);
+        for (size_t t = 0; t < n; t++)
+            for (int i = 0; i < d; i++) k[t * (size_t)d + (size_t)i] = grand() + (i % 4 == 0 ? 20.0f : 0.0f);
+        tq_kv_cache_append(f16, 0, k, v, n);
+        tq_kv_cache_append(tq, 0, k, v, n);
+        tq_kv_cache_compress(tq, -1);
+        float q[4 * 128], o1[4 * 128], o2[4 * 128];
+        for (int i = 0; i < 4 * d; i++) q[i] = 3.0f * grand();
+        tq_attn_params p;
+        tq_attn_params_init(&p, d);
+        tq_kv_attention_ref(f16, 0, q, 4, 1, &p, o1);
+        tq_kv_attention_ref(tq, 0, q, 4, 1, &p, o2);
+        double e = 0;
+        for (int i = 0; i < 4 * d; i++) e += (o1[i] - o2[i]) * (double)(o1[i] - o2[i]);
+        err[m] = sqrt(e / (4 * d));
+        double fe = compare(tq, 4, 1, &p, NULL);
+        CHECK_MSG(fe >= 0 && fe <= TOL, "mean %d: fast vs ref %g", m, fe);
+        free(k);
+        free(v);
+        tq_kv_cache_free(f16);
+        tq_kv_cache_free(tq);
+    }
+    printf("     key bias 20: rms output error vs f16: mean off %.4f, mean on %.4f\n", err[0], err[1]);
+    CHECK(err[1] < err[0]);
+}
+
+static void test_attn_kernels(void) {
+    const tq_attn_kernels *ref = tq_attn_kernels_ref();
+    const tq_attn_kernels *tabs[2] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
+    int have[2] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512)};
+    float q[8 * 300], k[300], a1[300], a2[300], rows[40 * 300], pw[40];
+    fill(q, 8 * 300, 0);
+    fill(k, 300, 0);
+    fill(rows, 40 * 300, 0);
+    for (int i = 0; i < 40; i++) pw[i] = (float)urand();
+    for (int ti = 0; ti < 2; ti++) {
+        const tq_attn_kernels *t = tabs[ti];
+        if (!t || !have[ti]) continue;
+        for (int n = 1; n <= 300; n += 37) {
+            for (int nq = 1; nq <= 8; nq++) {
+                float o1[8], o2[8];
+                ref->dot_multi(k, q, 300, nq, n, o1);
+                t->dot_multi(k, q, 300, nq, n, o2);
+                for (int j = 0; j < nq; j++) CHECK_NEAR(o1[j], o2[j], 1e-4 * sqrt(n));
+            }
+            for (int nk = 0; nk <= 40; nk += 13) {
+                memset(a1, 0, sizeof a1);
+                memset(a2, 0, sizeof a2);
+                ref->accum_rows(a1, pw, rows, 300, nk, n);
+                t->accum_rows(a2, pw, rows, 300, nk, n);
+                for (int j = 0; j < n; j++) CHECK_NEAR(a1[j], a2[j], 1e-4);
+                for (int j = n; j < 300; j++) CHECK(a2[j] == 0.0f);
+            }
+            float s1[300], s2[300];
+            for (int i = 0; i < n; i++) s1[i] = s2[i] = -40.0f * (float)urand();
+            float r1 = ref->exp_sum(s1, n, 0.5f), r2 = t->exp_sum(s2, n, 0.5f);
+            CHECK_NEAR(r1, r2, 1e-6 * (r1 + 1));
+            for (int i = 0; i < n; i++) CHECK_NEAR(s1[i], s2[i], 3e-7 * s1[i] + 1e-30);
+            uint16_t h[300];
+            for (int i = 0; i < n; i++) h[i] = tq_f32_to_f16(k[i]);
+            ref->f16_to_f32(h, a1, n);
+            t->f16_to_f32(h, a2, n);
+            CHECK(memcmp(a1, a2, sizeof(float) * (size_t)n) == 0);
+        }
+        /* Small-width unpack: bit-exact with the codec table's reference. */
+        if (t->unpack_small) {
+            uint8_t codes[1024];
+            float cents[16];
+            for (int i = 0; i < 1024; i++) codes[i] = (uint8_t)(urand() * 256);
+            for (int i = 0; i < 16; i++) cents[i] = (float)i - 7.5f;
+            for (int bits = 1; bits <= 4; bits++)
+                for (int n = 1; n <= 300; n += 13) {
+                    tq_kernels_ref()->unpack_lookup(codes, n, bits, cents, 0.37f, a1);
+                    t->unpack_small(codes, n, bits, cents, 0.37f, a2);
+                    CHECK_MSG(memcmp(a1, a2, sizeof(float) * (size_t)n) == 0, "bits %d n %d", bits, n);
+                }
+        }
+        /* q8_0 / q4_0: bit-exact decode (one multiply per element). */
+        uint8_t rec[300];
+        for (int i = 0; i < 300; i++) rec[i] = (uint8_t)(urand() * 256);
+        for (int dim = 16; dim <= 256; dim += 16) {
+            for (int b = 0; b < dim; b += 32) {
+                size_t off = (size_t)(b / 32) * 34;
+                rec[off] = 0x00, rec[off + 1] = 0x3C; /* 1.0 */
+            }
+            ref->q8_0_decode(rec, dim, a1);
+            t->q8_0_decode(rec, dim, a2);
+            CHECK(memcmp(a1, a2, sizeof(float) * (size_t)dim) == 0);
+            ref->q4_0_decode(rec, dim, a1);
+            t->q4_0_decode(rec, dim, a2);
+            CHECK(memcmp(a1, a2, sizeof(float) * (size_t)dim) == 0);
+        }
+    }
+}
+
+/* `test_attention threads` runs only the threaded test (for the ThreadSanitizer build). */
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "threads") == 0) {
+        RUN_TEST(test_threads);
+        return test_report();
+    }
+    RUN_TEST(test_attn_kernels);
+    RUN_TEST(test_errors);
+    RUN_TEST(test_asymmetric_dims);
+    RUN_TEST(test_decode_vs_ref);
+    RUN_TEST(test_prefill_vs_ref);
+    RUN_TEST(test_threads);
+    RUN_TEST(test_key_mean);
+    return test_report();
+}

@@ -1,0 +1,322 @@
+/*
+ * The KV cache: scheme parsing and formatting, exact bytes per token, two-phase storage,
+ * "prefill then decode equals all at once", truncation then re-append equals never having
+ * appended (inside the raw part and across the compressed boundary), conversion from f16,
+ * per-layer and edge schemes, memory accounting, errors.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "turboquant.h"
+
+static unsigned long long rng_state = 2463534242ull;
+static float grand(void) {
+    double s = 0;
+    for (int i = 0; i < 12; i++) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        s += (double)(rng_state >> 11) * 0x1.0p-53;
+    }
+    return (float)(s - 6.0);
+}
+
+#define H 2
+#define D 128
+#define NT 700
+
+static float Kd[NT * H * D], Vd[NT * H * D];
+
+static void make_data(void) {
+    for (size_t i = 0; i < sizeof Kd / sizeof *Kd; i++) Kd[i] = grand() + 0.5f, Vd[i] = grand();
+}
+static const float *kat(size_t t) { return Kd + t * H * D; }
+static const float *vat(size_t t) { return Vd + t * H * D; }
+
+static tq_kv_cache *cache_for(const char *scheme, int n_layers) {
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, n_layers, H, D, D);
+    if (tq_kv_scheme_parse(scheme, &cfg.scheme, NULL, 0)) return NULL;
+    tq_kv_cache *c = NULL;
+    if (tq_kv_cache_create(&c, &cfg)) return NULL;
+    return c;
+}
+
+/* Byte-equal read-back of two caches' layer 0 (same length and boundary required). */
+static int same_state(const tq_kv_cache *a, const tq_kv_cache *b) {
+    size_t n = tq_kv_cache_length(a, 0);
+    if (n != tq_kv_cache_length(b, 0)) return 0;
+    if (tq_kv_cache_compressed_length(a, 0) != tq_kv_cache_compressed_length(b, 0)) return 0;
+    float *x = malloc(sizeof(float) * n * H * D * 2 + 4), *y = malloc(sizeof(float) * n * H * D * 2 + 4);
+    tq_kv_cache_read(a, 0, 0, n, x, x + n * H * D);
+    tq_kv_cache_read(b, 0, 0, n, y, y + n * H * D);
+    int eq = memcmp(x, y, sizeof(float) * n * H * D * 2) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void test_parse(void) {
+    tq_kv_scheme s;
+    CHECK(tq_kv_scheme_parse("f16", &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_format == TQ_KV_F16 && s.layer.value_format == TQ_KV_F16 && s.batch == 64);
+    CHECK(tq_kv_scheme_parse("q8_0", &s, NULL, 0) == TQ_OK && s.layer.key_format == TQ_KV_Q8_0);
+    CHECK(tq_kv_scheme_parse("q4_0", &s, NULL, 0) == TQ_OK && s.layer.value_format == TQ_KV_Q4_0);
+    CHECK(tq_kv_scheme_parse("turbo3", &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_format == TQ_KV_TURBO && s.layer.key_bits == 3 && s.layer.value_bits == 3);
+    CHECK(s.layer.key_variant == TQ_VARIANT_MSE && s.layer.norm_correction == 1);
+    CHECK(tq_kv_scheme_parse("turbo4v2", &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_bits == 4 && s.layer.value_bits == 2);
+    CHECK(tq_kv_scheme_parse("turbo0v4", &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_format == TQ_KV_F16 && s.layer.value_format == TQ_KV_TURBO);
+    CHECK(tq_kv_scheme_parse("turbo3.5", &s, NULL, 0) == TQ_OK && s.layer.key_bits == 3.5f);
+    CHECK(tq_kv_scheme_parse("k3.5v3", &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_bits == 3.5f && s.layer.value_bits == 3);
+    CHECK(tq_kv_scheme_parse("turbo8v4", &s, NULL, 0) == TQ_OK && s.layer.key_bits == 8);
+    CHECK(tq_kv_scheme_parse("kq8_0v4", &s, NULL, 0) == TQ_OK && s.layer.key_format == TQ_KV_Q8_0);
+    CHECK(tq_kv_scheme_parse("k=4:v=3:variant=prod:norm=0:window=32:seed=7:batch=16:start=100",
+                             &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_variant == TQ_VARIANT_PROD && s.layer.norm_correction == 0);
+    CHECK(s.raw_window == 32 && s.seed == 7 && s.batch == 16 && s.quantized_kv_start == 100);
+    CHECK(tq_kv_scheme_parse("turbo3:first=2:last=1", &s, NULL, 0) == TQ_OK);
+    CHECK(s.edge_first == 2 && s.edge_last == 1 && s.edge.key_bits == 8);
+    CHECK(tq_kv_scheme_parse("turbo3:first=2:edge=q8_0:mean=1", &s, NULL, 0) == TQ_OK);
+    CHECK(s.edge.key_format == TQ_KV_Q8_0 && s.layer.key_mean == 1);
+    /* Canonical form round-trips. */
+    const char *forms[] = {"turbo3", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
+                           "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0"};
+    for (int i = 0; i < 5; i++) {
+        tq_kv_scheme a, b;
+        char buf[256];
+        CHECK(tq_kv_scheme_parse(forms[i], &a, NULL, 0) == TQ_OK);
+        CHECK(tq_kv_scheme_format(&a, buf, sizeof buf) == TQ_OK);
+        CHECK_MSG(tq_kv_scheme_parse(buf, &b, NULL, 0) == TQ_OK, "%s", buf);
+        CHECK_MSG(memcmp(&a, &b, sizeof a) == 0, "%s -> %s", forms[i], buf);
+        CHECK(tq_kv_scheme_format(&a, buf, 10) == TQ_ERR_CAPACITY);
+    }
+    /* Invalid strings: TQ_ERR_SCHEME and a message listing the valid forms. */
+    const char *bad[] = {"", "turbo", "turbo9", "turbo0.5", "k3", "k3v", "q5_0", "turbo3:",
+                         "turbo3:window", "turbo3:window=-1", "turbo3:foo=1", "turbo3:variant=x",
+                         "turbo3:batch=0", "k=3", "k=3:v=x", "turbo3:k=3", "turbo3v2x",
+                         "k=4:v=3:variant=prod:norm=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char err[2048];
+        CHECK_MSG(tq_kv_scheme_parse(bad[i], &s, err, sizeof err) == TQ_ERR_SCHEME, "%s", bad[i]);
+        CHECK_MSG(strstr(err, "turboKvV") != NULL, "%s: %s", bad[i], err);
+    }
+    char small[8];
+    CHECK(tq_kv_scheme_parse("nope", &s, small, sizeof small) == TQ_ERR_SCHEME);
+    CHECK(strlen(small) == 7);
+    CHECK(tq_kv_scheme_parse(NULL, &s, NULL, 0) == TQ_ERR_NULL);
+    CHECK(strstr(tq_kv_scheme_help(), "f16") != NULL);
+}
+
+static void test_bytes(void) {
+    static const struct {
+        const char *scheme;
+        int d;
+        size_t kb, vb;
+    } t[] = {
+        {"f16", 128, 256, 256},     {"q8_0", 128, 136, 136},    {"q4_0", 128, 72, 72},
+        {"turbo4", 128, 66, 66},    {"turbo3", 128, 50, 50},    {"turbo2", 128, 34, 34},
+        {"turbo4v2", 128, 66, 34},  {"turbo0v4", 128, 256, 66}, {"turbo3.5", 128, 58, 58},
+        {"turbo8v4", 128, 130, 66}, {"turbo3", 256, 98, 98},    {"q8_0", 80, 86, 86},
+        {"q4_0", 80, 46, 46},       {"turbo3", 80, 34, 34},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        tq_kv_scheme s;
+        size_t kb = 0, vb = 0;
+        CHECK(tq_kv_scheme_parse(t[i].scheme, &s, NULL, 0) == TQ_OK);
+        CHECK(tq_kv_layer_scheme_bytes(&s.layer, t[i].d, t[i].d, &kb, &vb) == TQ_OK);
+        CHECK_MSG(kb == t[i].kb && vb == t[i].vb, "%s d %d: %zu %zu", t[i].scheme, t[i].d, kb, vb);
+    }
+    tq_kv_scheme s;
+    size_t kb, vb;
+    tq_kv_scheme_parse("q8_0", &s, NULL, 0);
+    CHECK(tq_kv_layer_scheme_bytes(&s.layer, 72, 72, &kb, &vb) == TQ_ERR_DIM);
+}
+
+static void test_two_phase(void) {
+    tq_kv_cache *c = cache_for("turbo3:window=16:batch=32", 1);
+    CHECK(c != NULL);
+    if (!c) return;
+    CHECK(tq_kv_cache_append(c, 0, kat(0), vat(0), 100) == TQ_OK);
+    CHECK(tq_kv_cache_length(c, 0) == 100);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 0); /* prefill stays raw */
+    CHECK(tq_kv_cache_append(c, 0, kat(100), vat(100), 1) == TQ_OK);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 64); /* (101 − 16) rounded down to 32 */
+    for (size_t t = 101; t < 113; t++) tq_kv_cache_append(c, 0, kat(t), vat(t), 1);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 96);
+    tq_kv_memory m;
+    CHECK(tq_kv_cache_memory(c, &m) == TQ_OK);
+    CHECK(m.tokens == 113 && m.compressed_tokens == 96);
+    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D);
+    CHECK(m.f16_bytes == 113 * H * 4 * D);
+    CHECK(m.allocated_bytes >= m.data_bytes);
+    tq_kv_cache_free(c);
+    /* quantized_kv_start: nothing compressed below it. */
+    c = cache_for("turbo3:start=200", 1);
+    for (size_t t = 0; t < 199; t++) tq_kv_cache_append(c, 0, kat(t), vat(t), 1);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 0);
+    tq_kv_cache_append(c, 0, kat(199), vat(199), 1);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 192);
+    tq_kv_cache_free(c);
+    /* prefill_raw=0 compresses at once; f16 never compresses. */
+    c = cache_for("turbo3:prefill_raw=0", 1);
+    tq_kv_cache_append(c, 0, kat(0), vat(0), 100);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 64);
+    tq_kv_cache_free(c);
+    c = cache_for("f16", 1);
+    tq_kv_cache_append(c, 0, kat(0), vat(0), 600);
+    tq_kv_cache_append(c, 0, kat(600), vat(600), 1);
+    CHECK(tq_kv_cache_compressed_length(c, 0) == 0 && tq_kv_cache_length(c, 0) == 601);
+    float k[H * D];
+    CHECK(tq_kv_cache_read(c, 0, 555, 1, k, NULL) == TQ_OK);
+    for (int i = 0; i < H * D; i++) CHECK_NEAR(k[i], kat(555)[i], 2e-3 * fabs(k[i]) + 1e-7);
+    tq_kv_cache_free(c);
+}
+
+static void test_prefill_then_decode_equals_all_at_once(void) {
+    const char *ss[] = {"turbo3", "turbo4v2:window=64", "q8_0", "turbo3:mean=1", "turbo0v4"};
+    for (int i = 0; i < 5; i++) {
+        tq_kv_cache *a = cache_for(ss[i], 1), *b = cache_for(ss[i], 1);
+        CHECK(a && b);
+        if (!a || !b) continue;
+        tq_kv_cache_append(a, 0, kat(0), vat(0), 300);
+        for (size_t t = 300; t < 420; t++) tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
+        tq_kv_cache_append(b, 0, kat(0), vat(0), 420);
+        tq_kv_cache_compress(b, 0);
+        CHECK_MSG(same_state(a, b), "%s", ss[i]);
+        CHECK(tq_kv_cache_compressed_length(a, 0) > 0);
+        tq_kv_cache_free(a);
+        tq_kv_cache_free(b);
+    }
+}
+
+static void test_truncate(void) {
+    const char *ss[] = {"turbo3", "turbo4v2:window=64", "q4_0", "turbo3:mean=1", "f16"};
+    for (int i = 0; i < 5; i++) {
+        /* Reference: 300 prefill + decode to 330. */
+        tq_kv_cache *ref = cache_for(ss[i], 1), *a = cache_for(ss[i], 1);
+        tq_kv_cache_append(ref, 0, kat(0), vat(0), 300);
+        for (size_t t = 300; t < 330; t++) tq_kv_cache_append(ref, 0, kat(t), vat(t), 1);
+        /* a: same, then 40 other tokens (speculation), rolled back inside the raw part. */
+        tq_kv_cache_append(a, 0, kat(0), vat(0), 300);
+        for (size_t t = 300; t < 330; t++) tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
+        for (size_t t = 0; t < 40; t++) tq_kv_cache_append(a, 0, kat(600 + t), vat(600 + t), 1);
+        size_t nc = tq_kv_cache_compressed_length(a, 0);
+        CHECK(tq_kv_cache_truncate(a, 320) == (nc <= 320 ? TQ_OK : TQ_OK));
+        for (size_t t = 320; t < 330; t++) tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
+        if (nc <= 320) CHECK_MSG(same_state(a, ref), "%s raw rollback", ss[i]);
+        /* Across the boundary: roll back to 100 (compressed), re-append up to 700 in both. */
+        CHECK(tq_kv_cache_truncate(a, 100) == TQ_OK);
+        CHECK(tq_kv_cache_length(a, 0) == 100);
+        CHECK(tq_kv_cache_compressed_length(a, 0) <= 100);
+        for (size_t t = 100; t < 650; t++) tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
+        for (size_t t = 330; t < 650; t++) tq_kv_cache_append(ref, 0, kat(t), vat(t), 1);
+        CHECK_MSG(same_state(a, ref), "%s boundary rollback", ss[i]);
+        CHECK(tq_kv_cache_truncate(a, 651) == TQ_ERR_INVALID);
+        CHECK(tq_kv_cache_truncate(a, 0) == TQ_OK && tq_kv_cache_length(a, 0) == 0);
+        tq_kv_cache_append(a, 0, kat(0), vat(0), 300);
+        for (size_t t = 300; t < 650; t++) tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
+        CHECK_MSG(same_state(a, ref), "%s reset", ss[i]);
+        tq_kv_cache_free(a);
+        tq_kv_cache_free(ref);
+    }
+}
+
+static void test_convert(void) {
+    tq_kv_cache *f = cache_for("f16", 2), *direct = cache_for("turbo3", 2), *conv = NULL;
+    for (int l = 0; l < 2; l++) {
+        tq_kv_cache_append(f, l, kat(0), vat(0), 500);
+        tq_kv_cache_append(direct, l, kat(0), vat(0), 500);
+    }
+    tq_kv_cache_compress(direct, -1);
+    tq_kv_scheme s;
+    tq_kv_scheme_parse("turbo3", &s, NULL, 0);
+    CHECK(tq_kv_cache_convert(f, &s, &conv) == TQ_OK);
+    CHECK(conv && same_state(conv, direct));
+    CHECK(tq_kv_cache_compressed_length(conv, 1) == 448);
+    tq_kv_memory m1, m2;
+    tq_kv_cache_memory(f, &m1);
+    tq_kv_cache_memory(conv, &m2);
+    CHECK(m2.data_bytes * 3 < m1.data_bytes);
+    /* Compressed tokens decode close to the input (turbo3: relative MSE ≈ 0.034). */
+    float k[H * D];
+    tq_kv_cache_read(conv, 0, 7, 1, k, NULL);
+    double e = 0, n = 0;
+    for (int i = 0; i < H * D; i++) e += (k[i] - kat(7)[i]) * (double)(k[i] - kat(7)[i]), n += kat(7)[i] * (double)kat(7)[i];
+    CHECK(e / n < 0.08);
+    tq_kv_cache_free(f);
+    tq_kv_cache_free(direct);
+    tq_kv_cache_free(conv);
+}
+
+static void test_layer_schemes(void) {
+    tq_kv_cache *c = cache_for("turbo3:first=2:last=1", 6);
+    CHECK(c != NULL);
+    if (!c) return;
+    for (int l = 0; l < 6; l++) {
+        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(c, l);
+        float want = (l < 2 || l == 5) ? 8.0f : 3.0f;
+        CHECK_MSG(ls.key_bits == want, "layer %d: %g", l, ls.key_bits);
+    }
+    tq_kv_cache_free(c);
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 2, H, D, D);
+    tq_kv_layer_scheme ov[2];
+    tq_kv_scheme s;
+    tq_kv_scheme_parse("q8_0", &s, NULL, 0);
+    ov[0] = s.layer;
+    tq_kv_scheme_parse("turbo2", &s, NULL, 0);
+    ov[1] = s.layer;
+    cfg.layer_schemes = ov;
+    cfg.reserve_tokens = 1000;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_OK);
+    CHECK(tq_kv_cache_layer_scheme(c, 0).key_format == TQ_KV_Q8_0);
+    CHECK(tq_kv_cache_layer_scheme(c, 1).key_bits == 2.0f);
+    tq_kv_cache_free(c);
+    /* A fraction that does not split the dim. */
+    tq_kv_cache_config_init(&cfg, 1, 1, 64, 64);
+    tq_kv_scheme_parse("turbo3.3", &cfg.scheme, NULL, 0);
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_BITS);
+    tq_kv_cache_config_init(&cfg, 0, 1, 64, 64);
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID);
+    tq_kv_cache_config_init(&cfg, 1, 1, 2000, 64);
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_DIM);
+}
+
+static void test_errors(void) {
+    tq_kv_cache *c = cache_for("turbo3", 1);
+    float k[H * D], v[H * D];
+    memcpy(k, kat(0), sizeof k);
+    memcpy(v, vat(0), sizeof v);
+    k[3] = NAN;
+    CHECK(tq_kv_cache_append(c, 0, k, v, 1) == TQ_ERR_NONFINITE);
+    k[3] = 1e6f;
+    CHECK(tq_kv_cache_append(c, 0, k, v, 1) == TQ_ERR_RANGE);
+    CHECK(tq_kv_cache_length(c, 0) == 0);
+    CHECK(tq_kv_cache_append(c, 1, kat(0), vat(0), 1) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_append(c, 0, NULL, vat(0), 1) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_append(NULL, 0, kat(0), vat(0), 1) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_read(c, 0, 0, 1, k, v) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_compress(c, 3) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_truncate(NULL, 0) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_length(NULL, 0) == 0);
+    tq_kv_cache_free(c);
+    tq_kv_cache_free(NULL);
+}
+
+int main(void) {
+    make_data();
+    RUN_TEST(test_parse);
+    RUN_TEST(test_bytes);
+    RUN_TEST(test_two_phase);
+    RUN_TEST(test_prefill_then_decode_equals_all_at_once);
+    RUN_TEST(test_truncate);
+    RUN_TEST(test_convert);
+    RUN_TEST(test_layer_schemes);
+    RUN_TEST(test_errors);
+    return test_report();
+}
