@@ -3,7 +3,7 @@
  * contract and doc/gemma3.md for every fact about Gemma 3 used here.
  *
  * Sections, in dependency order: status and messages, configuration, weights, run state,
- * the math kernels (RMSNorm, RoPE, activations), forward, load/free. */
+ * the KV cache, the math kernels (RMSNorm, RoPE, activations), forward, load/free. */
 #include "model.h"
 
 #include <math.h>
@@ -32,6 +32,7 @@ const char *model_status_name(int status) {
         case MODEL_ERR_TOKEN: return "MODEL_ERR_TOKEN";
         case MODEL_ERR_POS: return "MODEL_ERR_POS";
         case MODEL_ERR_INTERNAL: return "MODEL_ERR_INTERNAL";
+        case MODEL_ERR_KV_SCHEME: return "MODEL_ERR_KV_SCHEME";
         default: return "MODEL_ERR_UNKNOWN";
     }
 }
@@ -297,10 +298,6 @@ static model_status build_state(model *m) {
     if (s->x == NULL || s->xb == NULL || s->xb2 == NULL || s->q == NULL || s->k == NULL || s->v == NULL ||
         s->att == NULL || s->hb == NULL || s->hb2 == NULL || s->rope_cs == NULL || s->work == NULL)
         return fail(m, MODEL_ERR_NOMEM, "out of memory (run state)");
-    kv_f16_params kp = {c->n_layer, c->n_head, c->n_head_kv, c->head_dim, c->head_dim_v,
-                        m->params.max_ctx, m->params.max_batch, nt, m->params.ggml_rounding};
-    int st = kv_f16_create(&kp, &m->kv);
-    if (st != KV_OK) return fail(m, MODEL_ERR_NOMEM, "KV store: %s", kv_status_name(st));
     return MODEL_OK;
 }
 
@@ -318,6 +315,88 @@ static void free_state(model_state *s) {
     free(s->gelu_f16);
     free(s->work);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- the KV cache ---------------------------------------------------------------------------- */
+
+/* A status of the library as a model status: the shape/scheme errors of create mean the
+ * scheme does not fit this model; running out of memory is itself; the rest is a bug. */
+static model_status kv_fail(model *m, tq_status ts, const char *what) {
+    model_status st = ts == TQ_ERR_NOMEM ? MODEL_ERR_NOMEM
+                      : ts == TQ_ERR_DIM || ts == TQ_ERR_BITS || ts == TQ_ERR_VARIANT || ts == TQ_ERR_INVALID
+                          ? MODEL_ERR_KV_SCHEME
+                          : MODEL_ERR_INTERNAL;
+    return fail(m, st, "KV cache %s: %s (%s)", what, tq_error_message(ts), tq_error_name(ts));
+}
+
+/* Builds a cache of scheme (NULL: f16) with the overrides, reserved for max_ctx, and its
+ * attention workspace, then swaps them in; on error the model keeps what it had. */
+static model_status build_kv(model *m, const tq_kv_scheme *scheme, const tq_kv_layer_scheme *layer_schemes) {
+    const model_config *c = &m->cfg;
+    tq_kv_cache_config kc;
+    tq_kv_cache_config_init(&kc, c->n_layer, c->n_head_kv, c->head_dim, c->head_dim_v);
+    if (scheme != NULL) kc.scheme = *scheme;
+    kc.layer_schemes = layer_schemes;
+    kc.reserve_tokens = (size_t)m->params.max_ctx;
+    tq_kv_cache *kv = NULL;
+    tq_status ts = tq_kv_cache_create(&kv, &kc);
+    if (ts != TQ_OK) return kv_fail(m, ts, "create");
+    ts = tq_kv_cache_reserve(kv, (size_t)m->params.max_ctx); /* in case create took no reserve */
+    if (ts != TQ_OK) {
+        tq_kv_cache_free(kv);
+        return kv_fail(m, ts, "reserve");
+    }
+    /* The workspace depends on the layer's scheme, the batch and the threads, not on the cache
+     * length. It is not monotone in the batch (fewer query blocks get more key splits: 448
+     * queries need more than 512), so take the largest over every batch size. */
+    const int nt = m->attn_pool != NULL ? tq_threadpool_size(m->attn_pool) : 1;
+    size_t ws = 0;
+    for (int il = 0; il < c->n_layer; il++)
+        for (int nq = 1; nq <= m->params.max_batch; nq++) {
+            size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)nq, nt);
+            if (w == 0) {
+                tq_kv_cache_free(kv);
+                return fail(m, MODEL_ERR_KV_SCHEME, "KV cache: no attention workspace size for layer %d", il);
+            }
+            if (w > ws) ws = w;
+        }
+    void *work = malloc(ws);
+    if (work == NULL) {
+        tq_kv_cache_free(kv);
+        return fail(m, MODEL_ERR_NOMEM, "out of memory (attention workspace, %zu bytes)", ws);
+    }
+    tq_kv_cache_free(m->kv);
+    free(m->attn_work);
+    m->kv = kv;
+    m->attn_work = work;
+    m->attn_work_size = ws;
+    m->kv_scheme = kc.scheme;
+    m->params.kv_scheme = &m->kv_scheme;
+    return MODEL_OK;
+}
+
+model_status model_set_kv_layer_schemes(model *m, const tq_kv_scheme *scheme,
+                                        const tq_kv_layer_scheme *layer_schemes) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    m->err[0] = '\0';
+    return build_kv(m, scheme, layer_schemes);
+}
+
+model_status model_set_kv_scheme(model *m, const tq_kv_scheme *scheme) {
+    return model_set_kv_layer_schemes(m, scheme, NULL);
+}
+
+model_status model_kv_memory(const model *m, tq_kv_memory *mem) {
+    if (m == NULL || mem == NULL) return MODEL_ERR_ARG;
+    return tq_kv_cache_memory(m->kv, mem) == TQ_OK ? MODEL_OK : MODEL_ERR_INTERNAL;
+}
+
+const tq_kv_cache *model_kv_cache(const model *m) { return m == NULL ? NULL : m->kv; }
+
+/* Drops every position >= len (no change when len is not below the length). */
+static void kv_rewind(model *m, int len) {
+    if (len < 0) len = 0;
+    if ((size_t)len < tq_kv_cache_length(m->kv, 0)) (void)tq_kv_cache_truncate(m->kv, (size_t)len);
 }
 
 /* ---- math ---------------------------------------------------------------------------------- */
@@ -414,12 +493,25 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
     const float *cs = s->rope_cs + (L->is_swa ? (size_t)m->params.max_batch * (size_t)c->n_rot : 0);
     qk_prepare(c, s->q, n, c->n_head, L->q_norm, cs);
     qk_prepare(c, s->k, n, c->n_head_kv, L->k_norm, cs);
-    const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
-    for (size_t i = 0; i < nq; i++) s->q[i] *= c->attn_scale;
-    int st = kv_f16_append(m->kv, il, s->k, s->v, n);
-    if (st != KV_OK) return fail(m, MODEL_ERR_INTERNAL, "kv append layer %d: %s", il, kv_status_name(st));
-    st = kv_f16_attend(m->kv, il, s->q, n, pos0, L->is_swa ? c->sliding_window : 0, s->att, m->pool);
-    if (st != KV_OK) return fail(m, MODEL_ERR_INTERNAL, "kv attend layer %d: %s", il, kv_status_name(st));
+    if (m->params.ggml_rounding) { /* llama.cpp rounds the scaled Q to fp16 for K.q */
+        const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
+        for (size_t i = 0; i < nq; i++) s->q[i] = quant_f16_to_f32(quant_f32_to_f16(s->q[i] * c->attn_scale)) / c->attn_scale;
+    }
+    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
+     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
+    tq_status ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
+    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
+        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
+    tq_attn_params ap;
+    tq_attn_params_init(&ap, c->head_dim);
+    ap.scale = c->attn_scale;
+    ap.causal = 1;
+    ap.sliding_window = L->is_swa ? c->sliding_window : 0;
+    ap.softcap = 0.0f; /* Gemma 3 has no attention soft-cap (doc/gemma3.md section 4) */
+    ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->attn_pool, m->attn_work, m->attn_work_size,
+                         s->att);
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
     TRY(mm(m, &L->wo, s->att, s->xb2, n, "attn_output"));
     for (int t = 0; t < n; t++) {
         float *a = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
@@ -461,7 +553,7 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return fail(m, MODEL_ERR_TOKEN, "token %d at %d outside 0..%d", tokens[t], t, c->n_vocab - 1);
-    kv_f16_truncate(m->kv, pos0);
+    kv_rewind(m, pos0);
 
     /* x = embd[token] * embd_scale (sqrt(n_embd) for Gemma: doc section 5) */
     const size_t row_bytes = quant_row_bytes(m->w.token_embd.type, c->n_embd);
@@ -480,7 +572,7 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
     for (int il = 0; il < c->n_layer; il++) {
         model_status st = forward_layer(m, il, n, pos0);
         if (st != MODEL_OK) {
-            kv_f16_truncate(m->kv, pos0);
+            kv_rewind(m, pos0);
             return st;
         }
     }
@@ -503,16 +595,18 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
 
 const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }
 
-int model_seq_len(const model *m) { return m == NULL ? 0 : kv_f16_len(m->kv, 0); }
+int model_seq_len(const model *m) { return m == NULL ? 0 : (int)tq_kv_cache_length(m->kv, 0); }
 
 void model_truncate(model *m, int len) {
-    if (m != NULL) kv_f16_truncate(m->kv, len);
+    if (m != NULL) kv_rewind(m, len);
 }
 
 void model_free(model *m) {
     if (m == NULL) return;
     free_state(&m->s);
-    kv_f16_free(m->kv);
+    tq_kv_cache_free(m->kv);
+    free(m->attn_work);
+    tq_threadpool_free(m->attn_pool);
     tp_free(m->pool);
     free(m->w.layers);
     gguf_close(m->file);
@@ -530,7 +624,13 @@ static model_status load_into(model *m, const char *path) {
     TRY(read_weights(m));
     m->pool = tp_create(m->params.n_threads);
     if (m->pool == NULL) return fail(m, MODEL_ERR_NOMEM, "cannot start %d threads", m->params.n_threads);
+    if (m->params.n_threads > 1) {
+        tq_status ts = tq_threadpool_create(&m->attn_pool, m->params.n_threads);
+        if (ts != TQ_OK) return fail(m, MODEL_ERR_NOMEM, "cannot start %d attention threads: %s", m->params.n_threads,
+                                     tq_error_name(ts));
+    }
     TRY(build_state(m));
+    TRY(build_kv(m, m->params.kv_scheme, NULL));
     return MODEL_OK;
 }
 

@@ -8,14 +8,28 @@
  * batches of up to max_batch tokens and sequences of up to max_ctx positions. model_forward()
  * allocates nothing.
  *
- * One model holds one sequence (its own fp16 KV store, kv_f16.h). Positions run from 0;
+ * One model holds one sequence, its K/V in a libturboquant KV cache (include/turboquant.h,
+ * doc/kvcache.md) of the scheme model_params.kv_scheme (NULL: "f16", every K/V value as IEEE
+ * half, attended exactly in fp32). Every attention layer, sliding-window ones included, stores
+ * into that cache and attends with tq_kv_attention on the compressed codes; per-layer schemes
+ * (e.g. local layers kept f16) through model_set_kv_layer_schemes(). Positions run from 0;
  * model_forward() appends tokens at positions pos0 .. pos0 + n - 1, rewinding the sequence
  * to pos0 first if it is longer.
  *
- * Thread-safety: a model is used by one thread at a time; its own pool of n_threads runs
- * the matmuls and attention. The library never prints and never exits: every call returns
- * a model_status and fills the model's message (model_last_error), or the caller's buffer
- * for model_load(). */
+ * Two-phase storage. With a scheme's prefill_raw = 1 (the library default, as mlx-swift-lm)
+ * a multi-token forward() keeps its tokens fp16 until the first single-token forward (the
+ * first decode step), which compresses everything the scheme allows; a prefill-only workload
+ * such as perplexity then never touches the compressed path. Set prefill_raw = 0 to compress
+ * on every forward: after a call ending at length L, tokens [0, batch * floor(L / batch)) are
+ * compressed before the attention of that call runs, so with L a multiple of the scheme's
+ * batch every key every query of the call sees (its own included) is compressed.
+ *
+ * Thread-safety: a model is used by one thread at a time. It owns two pools of n_threads
+ * (caller included): the engine's tp_pool runs the matmuls, a tq_threadpool runs attention.
+ * They never run at once (a layer's attention and its matmuls alternate), and idle workers
+ * sleep, so the threads do not oversubscribe the cores. The engine never prints and never
+ * exits: every call returns a model_status and fills the model's message (model_last_error),
+ * or the caller's buffer for model_load(). */
 #ifndef TQ_ENGINE_MODEL_H
 #define TQ_ENGINE_MODEL_H
 
@@ -23,9 +37,9 @@
 #include <stdint.h>
 
 #include "gguf.h"
-#include "kv_f16.h"
 #include "matmul.h"
 #include "threadpool.h"
+#include "turboquant.h"
 
 /* Status codes, pinned: never renumber, only append. */
 typedef enum model_status {
@@ -42,7 +56,10 @@ typedef enum model_status {
     MODEL_ERR_BATCH = 10,     /* n > max_batch */
     MODEL_ERR_TOKEN = 11,     /* token id < 0 or >= n_vocab */
     MODEL_ERR_POS = 12,       /* pos0 < 0 or pos0 > the sequence length (a gap) */
-    MODEL_ERR_INTERNAL = 13   /* a kernel refused its arguments (a bug; message says which) */
+    MODEL_ERR_INTERNAL = 13,  /* a kernel refused its arguments (a bug; message says which) */
+    MODEL_ERR_KV_SCHEME = 14  /* the KV scheme does not fit this model's head dims (e.g. q4_0
+                                 with head_dim % 16 != 0, a fraction that does not split
+                                 head_dim), or is out of range; message has the library's word */
 } model_status;
 
 const char *model_status_name(int status);
@@ -143,7 +160,12 @@ typedef struct model_params {
     int ggml_rounding; /* 0: plain fp32 activations (8-bit only inside matmul); 1: also round
                           where llama.cpp's CPU backend rounds (fp16 Q and softmax weights in
                           attention, GELU through an fp16 table: doc/gemma3.md, "Numerics").
-                          Measured: neither tracks llama.cpp's logits better (test_model.c) */
+                          Measured: neither tracks llama.cpp's logits better (test_model.c).
+                          With the library's cache only Q is rounded in attention (its
+                          softmax weights stay fp32) */
+    const tq_kv_scheme *kv_scheme; /* the KV cache scheme (tq_kv_scheme_parse); NULL: "f16".
+                          Copied at load: the pointer need not outlive model_load(). In the
+                          model's own copy of the params it points at the model's copy */
 } model_params;
 
 typedef struct model {
@@ -152,8 +174,13 @@ typedef struct model {
     model_state s;
     model_params params;
     gguf_file *file;  /* owns the mapping the weights point into */
-    kv_f16 *kv;       /* the sequence's K/V */
-    tp_pool *pool;
+    tq_kv_cache *kv;  /* the sequence's K/V, (n_layer, max_ctx reserved, n_head_kv, head_dim) */
+    tq_kv_scheme kv_scheme;        /* the cache's scheme (params.kv_scheme points here) */
+    tq_threadpool *attn_pool;      /* n_threads for tq_kv_attention; NULL when n_threads = 1 */
+    void *attn_work;               /* attention workspace, attn_work_size bytes: the largest
+                                      tq_kv_attention_workspace_size over layers, max_batch */
+    size_t attn_work_size;
+    tp_pool *pool;    /* matmuls */
     char err[256];    /* message of the last failing call */
 } model;
 
@@ -161,7 +188,7 @@ typedef struct model {
  * error *out is NULL, a status is returned and err (if err_cap > 0) holds a message.
  * Errors: MODEL_ERR_ARG, MODEL_ERR_FILE, MODEL_ERR_ARCH, MODEL_ERR_CONFIG, MODEL_ERR_TENSOR,
  * MODEL_ERR_SHAPE, MODEL_ERR_TYPE, MODEL_ERR_CONTEXT (max_ctx over context_length),
- * MODEL_ERR_NOMEM. */
+ * MODEL_ERR_KV_SCHEME (p->kv_scheme does not fit the model), MODEL_ERR_NOMEM. */
 model_status model_load(const char *path, const model_params *p, model **out, char *err,
                         size_t err_cap);
 /* NULL is fine. */
@@ -184,5 +211,26 @@ const char *model_last_error(const model *m);
  * (checked before anything changes), MODEL_ERR_INTERNAL. */
 model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int all_logits,
                            float *logits);
+
+/* ---- KV cache scheme ---------------------------------------------------------------------- */
+
+/* Replaces the model's KV cache with an empty one of `scheme` (NULL: "f16") and resets the
+ * sequence to length 0; the weights stay loaded, so several schemes can run one after the
+ * other on one model. The new cache reserves max_ctx tokens and the attention workspace is
+ * re-sized, all here: model_forward() still allocates nothing. On error the model keeps its
+ * previous cache and sequence. Errors: MODEL_ERR_ARG (m NULL), MODEL_ERR_KV_SCHEME,
+ * MODEL_ERR_NOMEM. */
+model_status model_set_kv_scheme(model *m, const tq_kv_scheme *scheme);
+/* The same with per-layer overrides: layer_schemes NULL, or (n_layer) layer schemes that win
+ * over scheme->layer and scheme->edge (tq_kv_cache_config.layer_schemes; copied). E.g. keep
+ * the sliding-window layers (model_layer.is_swa) at f16 and compress only the global ones. */
+model_status model_set_kv_layer_schemes(model *m, const tq_kv_scheme *scheme,
+                                        const tq_kv_layer_scheme *layer_schemes);
+/* Memory of the sequence's K/V (tq_kv_cache_memory: exact data bytes, allocated bytes, and
+ * what fp16 would take). Errors: MODEL_ERR_ARG (NULL argument). */
+model_status model_kv_memory(const model *m, tq_kv_memory *mem);
+/* The cache itself, read-only (tq_kv_cache_compressed_length, tq_kv_cache_layer_scheme …);
+ * valid until the next model_set_kv_* or model_free. NULL for a NULL model. */
+const tq_kv_cache *model_kv_cache(const model *m);
 
 #endif

@@ -450,6 +450,55 @@ TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem)
 TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
                                      tq_kv_cache **out);
 
+/* ---- Cache files (doc/cachefile.md: format version 1) ----
+ * A file holds the whole state of a cache: shapes, scheme (every layer's, resolved), seed, and
+ * per layer the length, the compression boundary, the two-phase flags, the key mean, the
+ * compressed records and the raw fp16 tokens, each section with a CRC32C. Loading restores
+ * the identical state: tq_kv_cache_read, tq_kv_attention and later appends give the same bits
+ * as on the cache that was saved, and saving the loaded cache gives the same bytes. The file is
+ * little-endian on every host. Saving reads the cache only (not concurrently with an append,
+ * compress or truncate); loading creates a new cache (reserve_tokens 0). */
+
+#define TQ_KV_CACHE_FILE_VERSION 1
+
+/* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL. */
+TQ_API size_t tq_kv_cache_save_bound(const tq_kv_cache *cache);
+/* Writes the file image into dst (capacity bytes; never writes past it) and its size into
+ * *written (may be NULL). Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY (capacity < the bound),
+ * TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_cache_save_memory(const tq_kv_cache *cache, void *dst, size_t capacity,
+                                         size_t *written);
+/* Saves atomically: writes "<path>.tmp", fsyncs it, renames it over path and fsyncs the
+ * folder, so a crash at any point leaves the previous file (or none) or the complete new one,
+ * never a partial file at path. A stale "<path>.tmp" from a crash is overwritten. Two savers of
+ * one path at once are not supported. Errors: TQ_ERR_NULL, TQ_ERR_IO (cannot create, write,
+ * sync or rename; the temp file is removed and path is untouched), TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_cache_save(const tq_kv_cache *cache, const char *path);
+
+/* Loads a cache file image of size bytes (any alignment) into a new cache *out (NULL on
+ * error). Every byte is validated before use; allocation is bounded by the size of the input
+ * (pages hold at most TQ_KV_PAGE_TOKENS times a token's bytes), never by a count read from it.
+ * Errors, first failing check wins (doc/cachefile.md lists them all):
+ *   TQ_ERR_NULL; TQ_ERR_FORMAT (not a cache file, truncated, trailing bytes, a count or field
+ *   out of range, sections out of order, a scheme the shapes cannot have); TQ_ERR_VERSION (a
+ *   format version other than TQ_KV_CACHE_FILE_VERSION); TQ_ERR_CHECKSUM (a section's CRC32C
+ *   does not match); TQ_ERR_CORRUPT (a record or raw token no encoder writes: non-finite
+ *   norm, scale, fp16 value or key mean); TQ_ERR_NOMEM. Never crashes on any input. */
+TQ_API tq_status tq_kv_cache_load_memory(const void *data, size_t size, tq_kv_cache **out);
+/* Reads the file at path and loads it as above; TQ_ERR_IO when it cannot be opened or read
+ * (or is not a regular file). */
+TQ_API tq_status tq_kv_cache_load(const char *path, tq_kv_cache **out);
+/* As the two above, and the file must match *expect (when not NULL): n_layers, n_kv_heads,
+ * head dims, the whole scheme (layer, edge, edges, window, batch, start, prefill_raw, seed)
+ * and, when expect->layer_schemes is set, every layer's scheme; otherwise TQ_ERR_MISMATCH
+ * (checked right after the header's and the scheme's checksums, before any allocation for the
+ * tokens). reserve_tokens is ignored. */
+TQ_API tq_status tq_kv_cache_load_memory_expect(const void *data, size_t size,
+                                                const tq_kv_cache_config *expect,
+                                                tq_kv_cache **out);
+TQ_API tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_config *expect,
+                                         tq_kv_cache **out);
+
 /* ---------------------------------------------------------------------------------------- */
 /* Attention                                                                                 */
 /* ---------------------------------------------------------------------------------------- */

@@ -22,7 +22,7 @@
 
 #include "kvcache_internal.h"
 
-#define KB 32 /* keys per tile */
+#define KB 64 /* keys per tile */
 #define QB 64 /* query positions per task */
 
 void tq_attn_params_init(tq_attn_params *p, int head_dim_k) {
@@ -101,6 +101,20 @@ size_t tq_kv_attention_workspace_size(const tq_kv_cache *c, int layer, int n_q_h
 }
 
 /* ---- the fast path ---- */
+
+/* Query positions per task up to which decode uses the fused kernels (codes read in
+ * registers, once per position) instead of a decoded tile shared by all positions. */
+#define FUSED_QUERIES 2
+enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
+
+/* Which fused kernel reads tensor x (NULL: the raw fp16 part); FUSED_NONE: use the tile. */
+static int fused_kind(const tq_attn_kernels *ak, const tq_kv_tensor *x, int is_key) {
+    if (!x || x->format == TQ_KV_F16)
+        return (is_key ? ak->score_f16 != NULL : ak->accum_f16 != NULL) ? FUSED_F16 : FUSED_NONE;
+    if (tq_attn_fused_turbo(x) && (is_key ? ak->score_turbo != NULL : ak->accum_turbo != NULL))
+        return FUSED_TURBO;
+    return FUSED_NONE;
+}
 
 typedef struct attn_ctx {
     const tq_kv_cache *c;
@@ -182,7 +196,13 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             continue;
         }
         int kw = comp ? pl->kw : pl->dk, vw = comp ? pl->vw : pl->dv;
-        if (comp) {
+        /* Decode (few query positions): read the records in registers, no tile. Prefill: the
+         * tile, decoded once and reused by every query position of the block. */
+        int few = i1 - i0 <= FUSED_QUERIES;
+        int fk = few ? fused_kind(ak, comp ? &l->k : NULL, 1) : FUSED_NONE;
+        int fv = few ? fused_kind(ak, comp ? &l->v : NULL, 0) : FUSED_NONE;
+        if (fk) {
+        } else if (comp) {
             if (!tq_kv_decode_rows(&l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
                 atomic_store(&x->corrupt, 1);
         } else {
@@ -197,18 +217,35 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
             const float *qv = comp ? x->qprep + qrow * (size_t)pl->kw : x->q + qrow * (size_t)pl->dk;
             float *Si = S + (i - i0) * (size_t)G * KB;
-            for (size_t t = v0; t < v1; t++) {
-                ak->dot_multi(ktile + (t - b0) * (size_t)pl->kt, qv, (size_t)kw, G, kw, tmp);
-                for (int g = 0; g < G; g++) Si[(size_t)g * KB + (t - v0)] = tmp[g];
+            if (fk == FUSED_TURBO) {
+                if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0), qv,
+                                     (size_t)kw, G, Si, KB))
+                    atomic_store(&x->corrupt, 1);
+            } else if (fk == FUSED_F16) {
+                const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_krec(c, l, v0, h)
+                                            : tq_kv_kraw(c, l, v0, h);
+                ak->score_f16(rows, (size_t)pl->dk, (int)(v1 - v0), pl->dk, qv, (size_t)kw, G, Si, KB);
+            } else {
+                for (size_t t = v0; t < v1; t++) {
+                    ak->dot_multi(ktile + (t - b0) * (size_t)pl->kt, qv, (size_t)kw, G, kw, tmp);
+                    for (int g = 0; g < G; g++) Si[(size_t)g * KB + (t - v0)] = tmp[g];
+                }
             }
             for (int g = 0; g < G; g++) {
                 float *s = Si + (size_t)g * KB;
                 int n = (int)(v1 - v0);
                 float add = comp ? x->qmu[qrow + (size_t)g] : 0.0f;
                 float mb = -INFINITY;
-                for (int t = 0; t < n; t++) {
-                    s[t] = transform_score(x, s[t] + add);
-                    if (s[t] > mb) mb = s[t];
+                if (x->p.softcap > 0.0f) {
+                    for (int t = 0; t < n; t++) {
+                        s[t] = transform_score(x, s[t] + add);
+                        if (s[t] > mb) mb = s[t];
+                    }
+                } else {
+                    /* The same operations as transform_score without a cap, vectorizable. */
+                    float scale = x->p.scale;
+                    for (int t = 0; t < n; t++) s[t] = (s[t] + add) * scale;
+                    for (int t = 0; t < n; t++) mb = s[t] > mb ? s[t] : mb;
                 }
                 float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
                 if (mb > pr[0]) {
@@ -222,7 +259,8 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                 pr[1] += ak->exp_sum(s, n, pr[0]);
             }
         }
-        if (comp) {
+        if (fv) {
+        } else if (comp) {
             if (!tq_kv_decode_rows(&l->v, tq_kv_vrec(c, l, b0, h), nb, vtile, (size_t)pl->vt))
                 atomic_store(&x->corrupt, 1);
         } else {
@@ -233,6 +271,21 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             row_range(x, x->q0 + i, &lo, &hi);
             size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
             if (v0 >= v1) continue;
+            if (fv) {
+                float *acc0 = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->vw);
+                const float *p0 = S + (i - i0) * (size_t)G * KB;
+                if (fv == FUSED_TURBO) {
+                    if (!ak->accum_turbo(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, KB, G,
+                                         acc0, pl->row_floats))
+                        atomic_store(&x->corrupt, 1);
+                } else {
+                    const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_vrec(c, l, v0, h)
+                                                : tq_kv_vraw(c, l, v0, h);
+                    ak->accum_f16(rows, (size_t)pl->dv, (int)(v1 - v0), pl->dv, p0, KB, G, acc0,
+                                  pl->row_floats);
+                }
+                continue;
+            }
             for (int g = 0; g < G; g++) {
                 float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
                 float *acc = comp ? pr + 2 : pr + 2 + pl->vw;

@@ -664,6 +664,22 @@ static void spare_rpage(tq_kv_layer *l, uint16_t *p) {
     l->rspare[l->n_rspare++] = p;
 }
 
+/* For cachefile.c: gives layer `layer` of an empty cache the shape of a saved state (len tokens,
+ * the first n_comp compressed, raw_base = ⌊n_comp/P⌋·P as compress_to leaves it) with every page
+ * allocated; the caller then fills the records, raw tokens and key mean. */
+tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_t n_comp) {
+    if (!c || layer < 0 || layer >= c->cfg.n_layers || n_comp > len) return TQ_ERR_INVALID;
+    tq_kv_layer *l = &c->layers[layer];
+    if (l->len || l->n_comp || (l->compress_none && n_comp)) return TQ_ERR_INVALID;
+    l->raw_base = n_comp / TQ_KV_P * TQ_KV_P;
+    tq_status st = ensure_cpages(c, l, n_comp);
+    if (!st) st = ensure_rpages(c, l, len);
+    if (st) return st;
+    l->len = len;
+    l->n_comp = n_comp;
+    return TQ_OK;
+}
+
 tq_status tq_kv_cache_reserve(tq_kv_cache *c, size_t n_tokens) {
     if (!c) return TQ_ERR_NULL;
     for (int i = 0; i < c->cfg.n_layers; i++) {

@@ -103,6 +103,11 @@ static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer
 int tq_kv_decode_rows(const tq_kv_tensor *x, const uint8_t *rec, size_t n, float *rows,
                       size_t stride);
 
+/* Cache files (src/cachefile.c): shapes an empty layer for a saved state, pages allocated
+ * (kvcache.c). Errors: TQ_ERR_INVALID (bad layer, n_comp > len, a non-empty layer, n_comp > 0 on
+ * an f16 layer), TQ_ERR_NOMEM. */
+tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_t n_comp);
+
 /* fp16 rows → f32 (SIMD where available). */
 void tq_kv_f16_rows(const uint16_t *in, size_t n, int dim, float *out, size_t stride);
 
@@ -128,7 +133,33 @@ typedef struct tq_attn_kernels {
      * NULL: use the codec table's unpack_lookup. Bit-exact with it (one multiply). */
     void (*unpack_small)(const uint8_t *in, int n, int bits, const float *centroids, float scale,
                          float *out);
+    /* Fused decode paths: the records are read in registers, no tile is written. Each returns
+     * what the tile path computes from tq_kv_decode_rows rows (within float rounding).
+     * score_turbo / accum_turbo take a TURBO tensor with tq_attn_fused_turbo(x) true:
+     *   score: S[j·s_stride + t] = ⟨q_j, row_t⟩, q_j = q + j·q_stride, t < nk, j < nq;
+     *   accum: acc_j[i] += Σ_t p_j[t]·row_t[i], p_j = p + j·p_stride, acc_j = acc + j·acc_stride;
+     * with row_t the decoded row of record t (stride x->rec_bytes). A record with a corrupt norm
+     * counts as a zero row and makes the call return 0 (else 1).
+     * score_f16 / accum_f16 do the same for fp16 rows (row t at rows + t·row_stride, dim
+     * elements): the raw part, and F16-format records. */
+    int (*score_turbo)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
+                       size_t q_stride, int nq, float *S, size_t s_stride);
+    int (*accum_turbo)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
+                       size_t p_stride, int nq, float *acc, size_t acc_stride);
+    void (*score_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *q,
+                      size_t q_stride, int nq, float *S, size_t s_stride);
+    void (*accum_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *p,
+                      size_t p_stride, int nq, float *acc, size_t acc_stride);
 } tq_attn_kernels;
+
+/* 1 if score_turbo / accum_turbo handle tensor x: TURBO, MSE (no PROD sketch), every segment
+ * of ≤ 4 bits (≤ 16 centroids: one vpermps register). */
+static inline int tq_attn_fused_turbo(const tq_kv_tensor *x) {
+    if (x->format != TQ_KV_TURBO || x->prod || x->n_seg < 1) return 0;
+    for (int s = 0; s < x->n_seg; s++)
+        if (x->seg[s].bits > 4) return 0;
+    return 1;
+}
 
 const tq_attn_kernels *tq_attn_kernels_get(void);
 const tq_attn_kernels *tq_attn_kernels_ref(void);

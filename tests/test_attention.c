@@ -354,6 +354,78 @@ static void test_attn_kernels(void) {
     }
 }
 
+/* The fused decode kernels (codes read in registers) of every table the host supports against
+ * the scalar reference: TURBO MSE records of 1..4 bits (fractional splits, tails of odd dims),
+ * f16 rows; 1..9 queries; a corrupt norm zeroes its row and is reported. Tolerance 1e-4
+ * relative to the sum of |terms| (fp32 in another order against double). */
+static void test_fused_kernels(void) {
+    const tq_attn_kernels *ref = tq_attn_kernels_ref();
+    const tq_attn_kernels *tabs[2] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
+    int have[2] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512)};
+    static const struct { int dim; float bits; } cfgs[] = {
+        {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
+        {256, 3}, {40, 3}, {18, 4}};
+    enum { NK = 37, NQ = 9 };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        char sch[64];
+        snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
+        int d = cfgs[ci].dim;
+        tq_kv_cache *c = make_cache(sch, 0, 1, d, d);
+        CHECK_MSG(c != NULL, "%s d %d", sch, d);
+        if (!c) continue;
+        const tq_kv_tensor *kx = &c->layers[0].k, *vx = &c->layers[0].v;
+        CHECK(tq_attn_fused_turbo(kx) && tq_attn_fused_turbo(vx));
+        size_t rb = kx->rec_bytes;
+        uint8_t *rec = malloc(rb * NK);
+        float *x = malloc(sizeof(float) * (size_t)d * NK);
+        fill(x, (size_t)d * NK, 0.5f);
+        CHECK(tq_codec_encode(kx->codec, x, NK, rec, rb * NK) == TQ_OK);
+        /* Record 5: a NaN norm (fp16 0x7E00). */
+        rec[5 * rb + kx->norm_off] = 0x00, rec[5 * rb + kx->norm_off + 1] = 0x7E;
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)d * NK);
+        for (size_t i = 0; i < (size_t)d * NK; i++) h[i] = tq_f32_to_f16(x[i]);
+        float q[NQ * 256], p[NQ * NK], S1[NQ * NK], S2[NQ * NK], A1[NQ * 256], A2[NQ * 256];
+        fill(q, sizeof q / sizeof *q, 0.0f);
+        for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
+        for (int ti = 0; ti < 2; ti++) {
+            const tq_attn_kernels *t = tabs[ti];
+            if (!t || !have[ti] || !t->score_turbo) continue;
+            for (int nq = 1; nq <= NQ; nq += 3 - (nq == 1)) {
+                for (int pass = 0; pass < 2; pass++) {
+                    /* pass 0: TURBO records (K scoring basis, V accumulation); 1: f16 rows */
+                    memset(A1, 0, sizeof A1);
+                    memset(A2, 0, sizeof A2);
+                    int ok1 = 1, ok2 = 1;
+                    if (pass == 0) {
+                        ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
+                        ok2 = t->score_turbo(kx, rec, NK, q, (size_t)d, nq, S2, NK);
+                        CHECK(ok1 == 0 && ok2 == 0);
+                        ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
+                        ok2 = t->accum_turbo(vx, rec, NK, p, NK, nq, A2, (size_t)d);
+                        CHECK(ok1 == 0 && ok2 == 0);
+                    } else {
+                        ref->score_f16(h, (size_t)d, NK, d, q, (size_t)d, nq, S1, NK);
+                        t->score_f16(h, (size_t)d, NK, d, q, (size_t)d, nq, S2, NK);
+                        ref->accum_f16(h, (size_t)d, NK, d, p, NK, nq, A1, (size_t)d);
+                        t->accum_f16(h, (size_t)d, NK, d, p, NK, nq, A2, (size_t)d);
+                    }
+                    double es = 0, ea = 0;
+                    for (int i = 0; i < nq * NK; i++) es = fmax(es, fabs(S1[i] - S2[i]) / (1.0 + fabs(S1[i])));
+                    for (int i = 0; i < nq * d; i++) ea = fmax(ea, fabs(A1[i] - A2[i]) / (1.0 + fabs(A1[i])));
+                    CHECK_MSG(es <= 1e-4 && ea <= 1e-4, "%s %s d %d nq %d pass %d: %g %g", t->name,
+                              sch, d, nq, pass, es, ea);
+                    if (pass == 0)
+                        for (int j = 0; j < nq; j++) CHECK(S2[j * NK + 5] == 0.0f);
+                }
+            }
+        }
+        free(rec);
+        free(x);
+        free(h);
+        tq_kv_cache_free(c);
+    }
+}
+
 /* `test_attention threads` runs only the threaded test (for the ThreadSanitizer build). */
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
@@ -361,6 +433,7 @@ int main(int argc, char **argv) {
         return test_report();
     }
     RUN_TEST(test_attn_kernels);
+    RUN_TEST(test_fused_kernels);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);
     RUN_TEST(test_decode_vs_ref);

@@ -31,6 +31,116 @@ done
 if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' /tmp/tq_cli_out.$$ 2>/dev/null; then
   pass=$((pass+1)); echo "ok   json parses"
 else fail=$((fail+1)); echo "FAIL json does not parse"; cat /tmp/tq_cli_out.$$; fi
+
+# ---- model commands: generate, perplexity, passkey, run ----------------------------------------
+# Usage errors exit 2; a missing file exits 1 with a message; -c beyond the model's context length
+# is a usage error (exit 2). Real runs only when the model is present.
+has() { # name, fixed string expected in stdout+stderr of the last check
+  if grep -q -F -- "$2" /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$; then pass=$((pass+1)); echo "ok   $1"
+  else fail=$((fail+1)); echo "FAIL $1: no '$2' in output"; cat /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$; fi
+}
+for c in generate perplexity passkey run; do check "$c help" 0 "$tq" $c --help; done
+check "generate without -p" 2 "$tq" generate -n 4
+check "generate bad -n" 2 "$tq" generate -p hi -n 0
+check "generate bad --temp" 2 "$tq" generate -p hi --temp warm
+check "generate bad --top-p" 2 "$tq" generate -p hi --top-p 1.5
+check "generate missing value" 2 "$tq" generate -p
+check "generate unknown flag" 2 "$tq" generate -p hi --frob
+check "generate kv list" 2 "$tq" generate -p hi --kv f16,f16
+check "generate bad -t" 2 "$tq" generate -p hi -t 0
+check "perplexity without -f" 2 "$tq" perplexity -c 128
+check "perplexity bad --chunks" 2 "$tq" perplexity -f x --chunks 0
+check "perplexity -c too small" 2 "$tq" perplexity -f x -c 4
+check "perplexity bad scheme" 2 "$tq" perplexity -f x --kv f16,nonsense
+has "bad scheme message" "--kv nonsense: "
+check "perplexity bad cache type" 2 "$tq" perplexity -f x --cache-type-k q9
+check "passkey bad --trials" 2 "$tq" passkey --trials 0
+check "passkey bad --depths" 2 "$tq" passkey --depths 0.5,2
+check "run bad -n" 2 "$tq" run -n 0
+check "run unknown flag" 2 "$tq" run --frob
+check "perplexity missing text" 1 "$tq" perplexity -f /nonexistent/text.txt -c 128
+has "missing text message" "cannot open '/nonexistent/text.txt'"
+check "run bad scheme" 2 "$tq" run --kv turbo99
+check "generate missing model" 1 "$tq" generate -m /nonexistent/model.gguf -p hi -n 1
+has "missing model message" "cannot open model '/nonexistent/model.gguf'"
+
+model=${TQ_MODEL:-$(dirname "$0")/../models/gemma3-270m-q4_k_m.gguf}
+if [ -r "$model" ]; then
+  check "context beyond the model's" 2 "$tq" generate -m "$model" -p hi -n 1 -c 10000000
+  has "context message" "larger than the model's context"
+  # A scheme other than f16 either runs under its own name or says it cannot: never f16 silently.
+  "$tq" generate -m "$model" -p hi -n 2 --temp 0 --kv turbo3 >/tmp/tq_cli_out.$$ 2>/tmp/tq_cli_err.$$
+  rc=$?
+  if { [ $rc = 1 ] && grep -q "not yet supported by the engine" /tmp/tq_cli_err.$$; } ||
+     { [ $rc = 0 ] && grep -q "KV cache (turbo3)" /tmp/tq_cli_err.$$; }; then
+    pass=$((pass+1)); echo "ok   turbo3 runs as itself or is refused (exit $rc)"
+  else fail=$((fail+1)); echo "FAIL turbo3: exit $rc"; cat /tmp/tq_cli_err.$$; fi
+  check "generate run" 0 "$tq" generate -m "$model" -p "The capital of France is" -n 4 --temp 0 -t 2
+  has "generate echoes the prompt" "The capital of France is"
+  for key in "prefill:" "decode:" "tok/s" "KV cache (f16)" "bytes/token"; do has "generate prints $key" "$key"; done
+  text=/tmp/tq_cli_text.$$
+  for i in 1 2 3 4 5 6; do
+    echo "The lighthouse keeper climbed the stairs every evening to light the lamp for the ships."
+    echo "In spring the fields turned green, and in autumn the farmers brought in the harvest."
+  done >"$text"
+  check "perplexity run" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --json -t 2
+  for key in '"ctx":128' '"chunks":1' '"tokens_scored":63' '"results":[' '"scheme":"f16"' '"ppl":' \
+             '"kld_mean":0' '"kld_median":0' '"kld_p99":0' '"top1":1' '"kv_bytes_per_token":'; do
+    has "perplexity json $key" "$key"
+  done
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert 1 < d["results"][0]["ppl"] < 1e4' \
+      /tmp/tq_cli_out.$$ 2>/dev/null; then pass=$((pass+1)); echo "ok   perplexity json parses"
+  else fail=$((fail+1)); echo "FAIL perplexity json"; cat /tmp/tq_cli_out.$$; fi
+  check "perplexity text too short" 1 "$tq" perplexity -m "$model" -f "$text" -c 4096
+  check "perplexity f16 vs turbo3" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo3 --json -t 2
+  if python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+assert [x["scheme"] for x in r] == ["f16", "turbo3"], r
+assert r[0]["kld_mean"] == 0 and r[0]["top1"] == 1
+t = r[1]
+assert t["kld_mean"] > 0 and 0 <= t["kld_median"] <= t["kld_p99"] and 0 <= t["top1"] <= 1
+assert 0 < t["kv_bytes_per_token"] < r[0]["kv_bytes_per_token"]
+' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity turbo3 row"
+  else fail=$((fail+1)); echo "FAIL perplexity turbo3 row"; cat /tmp/tq_cli_out.$$; fi
+  rm -f "$text"
+  check "passkey run" 0 "$tq" passkey -m "$model" -c 256 --trials 1 -t 2
+  has "passkey depth line" "f16          depth 0.50  "
+  has "passkey retrieval line" "f16          retrieval "
+  check "run" 0 "$tq" run -m "$model" -n 4 -t 2
+  has "run f16 text" "[f16] "
+  has "run memory and speed" "bytes/token"
+  has "run compressed line" "[turbo3] "
+  has "run KLD line" "turbo3 vs f16 along the f16 continuation"
+else
+  echo "skip model runs: no model at $model (scripts/get-model.sh)"
+fi
+rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
+
+# ---- tq attn-bench (appended block: decode attention benchmark) ---------------------------------
+check "attn-bench help" 0 "$tq" attn-bench --help
+check "attn-bench bad head dim" 2 "$tq" attn-bench --head-dim 1
+check "attn-bench heads not a multiple" 2 "$tq" attn-bench --q-heads 6 --kv-heads 4
+check "attn-bench bad scheme" 2 "$tq" attn-bench --scheme turbo3,frob
+check "attn-bench scheme not for dim" 2 "$tq" attn-bench --head-dim 64 --scheme turbo3.3
+check "attn-bench missing value" 2 "$tq" attn-bench --ctx
+check "attn-bench garbage ctx" 2 "$tq" attn-bench --ctx 12x
+check "attn-bench queries beyond ctx" 2 "$tq" attn-bench --ctx 8 --queries 9
+check "attn-bench unknown flag" 2 "$tq" attn-bench --frob
+check "attn-bench json run" 0 "$tq" attn-bench --head-dim 64 --q-heads 4 --kv-heads 2 --ctx 300 \
+  --scheme q8_0,turbo3 --layers 2 --threads 2 --reps 2 --json
+for key in '"ctx":300' '"results":[' '"scheme":"f16"' '"scheme":"turbo3"' '"us_per_step":' \
+           '"speedup_vs_f16":' '"bytes_per_token":' '"ratio_vs_fp16":' '"rel_l2":' '"max_abs":' \
+           '"f16_gflops":' '"gb_per_s":'; do
+  if grep -q -F "$key" /tmp/tq_cli_out.$$; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL attn-bench json key $key"; fi
+done
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["results"])==3' /tmp/tq_cli_out.$$ 2>/dev/null; then
+  pass=$((pass+1)); echo "ok   attn-bench json parses"
+else fail=$((fail+1)); echo "FAIL attn-bench json does not parse"; cat /tmp/tq_cli_out.$$; fi
+check "attn-bench table prefill run" 0 "$tq" attn-bench --head-dim 64 --q-heads 2 --kv-heads 1 --ctx 100 \
+  --queries 4 --scheme turbo4v2 --reps 1
 rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -378,7 +378,7 @@ static int write_prefix(const char *path, size_t n, long flip) {
 }
 
 static void test_bad_files(void) {
-    model_params p = {512, 64, 1, 0};
+    model_params p = {512, 64, 1, 0, NULL};
     model *m = (model *)1;
     char err[256] = "";
     CHECK(model_load("/nonexistent/model.gguf", &p, &m, err, sizeof err) == MODEL_ERR_FILE && m == NULL);
@@ -407,7 +407,7 @@ static void test_bad_files(void) {
     }
     remove(tmp);
     /* requests the model cannot serve */
-    model_params big = {65536, 64, 1, 0};
+    model_params big = {65536, 64, 1, 0, NULL};
     CHECK(model_load(model_path, &big, &m, err, sizeof err) == MODEL_ERR_CONTEXT && m == NULL);
     int32_t bad[2] = {2, 262144};
     float *lg = malloc((size_t)g_model->cfg.n_vocab * sizeof(float));
@@ -428,7 +428,7 @@ int main(void) {
     model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
     snprintf(golden_dir, sizeof golden_dir, "%s", getenv("TQ_GOLDEN_DIR") ? getenv("TQ_GOLDEN_DIR") : "tests/golden");
     if (getenv("TQ_THREADS")) g_threads = atoi(getenv("TQ_THREADS"));
-    model_params p = {512, 512, g_threads, getenv("TQ_GGML_ROUNDING") != NULL};
+    model_params p = {512, 512, g_threads, getenv("TQ_GGML_ROUNDING") != NULL, NULL};
     char err[256];
     FILE *fp = fopen(model_path, "rb");
     if (fp != NULL) {

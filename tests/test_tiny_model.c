@@ -5,7 +5,7 @@
  * equals token-by-token decode, the sliding window, every load/forward error, the vocab
  * builder and the sampler.
  *
- * The reference rounds K and V to fp16 exactly where the engine's KV store does, so with F32
+ * The reference rounds K and V to fp16 exactly where the engine's f16 KV cache does, so with F32
  * weights the only differences are float vs double arithmetic, and a K/V value that float
  * arithmetic puts on the other side of an fp16 rounding boundary than double does (one fp16
  * ulp, ~5e-4 relative): logits agree to 2e-3 (measured <= 1.3e-3 on logits up to ~40). With Q8_0 weights the engine quantizes activations to 8 bits
@@ -341,7 +341,7 @@ static void check_arch(model_arch arch, int q8, int n_threads) {
     t->arch = arch;
     t->q8 = q8;
     CHECK(write_tiny(t, tmp_path, NULL));
-    model_params p = {CTX, 8, n_threads, 0};
+    model_params p = {CTX, 8, n_threads, 0, NULL};
     model *m = NULL;
     char err[256];
     model_status st = model_load(tmp_path, &p, &m, err, sizeof err);
@@ -389,7 +389,7 @@ static void test_archs_q8_0_threads(void) {
 }
 
 static void test_load_errors(void) {
-    model_params p = {CTX, 8, 1, 0};
+    model_params p = {CTX, 8, 1, 0, NULL};
     model *m = (model *)1;
     char err[256];
     struct {
@@ -411,9 +411,9 @@ static void test_load_errors(void) {
         printf("  case %zu: %s: %s\n", i, model_status_name(st), err);
     }
     CHECK(write_tiny(&g_tiny, tmp_path, NULL));
-    model_params big = {CTX + 1, 8, 1, 0};
+    model_params big = {CTX + 1, 8, 1, 0, NULL};
     CHECK(model_load(tmp_path, &big, &m, err, sizeof err) == MODEL_ERR_CONTEXT && m == NULL);
-    model_params zero = {CTX, 0, 1, 0};
+    model_params zero = {CTX, 0, 1, 0, NULL};
     CHECK(model_load(tmp_path, &zero, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
     CHECK(model_load(tmp_path, &p, &m, err, sizeof err) == MODEL_OK);
     float lg[V];

@@ -4,5 +4,10 @@
 #define TQ_TOOLS_COMMANDS_H
 
 int cmd_codec_bench(int argc, char **argv);
+int cmd_attn_bench(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_passkey(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 #endif

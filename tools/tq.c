@@ -14,7 +14,12 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"run", cmd_run, "demo: f16 vs turbo3 KV on the default model (text, memory, speed, KLD)"},
+    {"generate", cmd_generate, "continue a prompt, streaming tokens (-p, -n, --temp, --kv)"},
+    {"perplexity", cmd_perplexity, "llama.cpp-style perplexity, KLD and top-1 per KV scheme"},
+    {"passkey", cmd_passkey, "pass-key retrieval rate per KV scheme and needle depth"},
     {"codec-bench", cmd_codec_bench, "codec quality and throughput per bit width"},
+    {"attn-bench", cmd_attn_bench, "decode/prefill attention speed and error per KV scheme vs f16"},
 };
 
 static void usage(FILE *f) {

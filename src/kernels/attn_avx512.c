@@ -241,6 +241,403 @@ static void avx512_unpack_small(const uint8_t *in, int n, int bits, const float 
     }
 }
 
+/* ---- fused paths: records decoded in registers (kvcache_internal.h) ---- */
+
+/* One segment's lookup state: 16 indices of B bits fill 2B bytes (a chunk); perm/shift turn
+ * them into 16 int32 lanes (as unpack_B above, without the mask: see seg_setup), cv holds the
+ * 2^B centroids repeated over 16 lanes. */
+typedef struct seg_lut {
+    __m512i perm, shift;
+    __m512 cv;
+    int B, start, count;
+    size_t off, bytes;
+} seg_lut;
+
+static void seg_setup(const tq_kv_tensor *x, int s, seg_lut *g) {
+    static const uint16_t *perms[5] = {NULL, perm_1, perm_2, perm_3, perm_4};
+    static const uint32_t *shifts[5] = {NULL, shift_1, shift_2, shift_3, shift_4};
+    int B = x->seg[s].bits;
+    g->B = B;
+    g->perm = _mm512_loadu_si512(perms[B]);
+    g->shift = _mm512_loadu_si512(shifts[B]);
+    /* vpermps reads only the low 4 bits of an index: with the 2^B centroids repeated over the
+     * 16 lanes, the bits above index i select the same centroid, so no mask is needed. */
+    float rep[16];
+    for (int i = 0; i < 16; i++) rep[i] = x->seg[s].centroids[i & ((1 << B) - 1)];
+    g->cv = _mm512_loadu_ps(rep);
+    g->start = x->seg[s].start;
+    g->count = x->seg[s].count;
+    g->off = x->seg[s].off;
+    g->bytes = ((size_t)g->count * (size_t)B + 31) / 32 * 4;
+}
+
+/* Centroids of the 16 indices of chunk c (coordinates 16c … 16c + 15) of a segment at p; a
+ * last partial chunk reads only the segment's own bytes (the lanes past count are garbage
+ * centroids, masked by the caller). */
+static inline __m512 seg_chunk(const seg_lut *g, const uint8_t *p, int c) {
+    size_t at = (size_t)c * 2 * (size_t)g->B;
+    uint64_t w;
+    if (at + 2 * (size_t)g->B <= g->bytes) {
+        w = load_bytes(p + at, 2 * g->B);
+    } else {
+        w = 0;
+        memcpy(&w, p + at, g->bytes - at);
+    }
+    __m512i v = _mm512_zextsi128_si512(_mm_cvtsi64_si128((long long)w));
+    __m512i idx = _mm512_srlv_epi32(_mm512_permutexvar_epi16(g->perm, v), g->shift);
+    return _mm512_permutexvar_ps(idx, g->cv);
+}
+
+static inline float rec_scale(const tq_kv_tensor *x, const uint8_t *r) {
+    float n;
+    if (x->norm_f32) {
+        memcpy(&n, r + x->norm_off, 4);
+    } else {
+        uint16_t h;
+        memcpy(&h, r + x->norm_off, 2);
+        n = _cvtsh_ss(h);
+    }
+    return n >= 0.0f && n <= 3.4e38f ? n * x->inv_sqrt_dim : -1.0f; /* NaN fails both */
+}
+
+/* Four horizontal sums: lane j of the result is the sum of a_j. */
+static inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(abcd),
+                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+}
+
+/* Sixteen horizontal sums at once: a[4k + m] for query k, token m (k, m < 4); returns the
+ * vector whose 128-bit block k holds the sums of a[4k], …, a[4k + 3] (query k, tokens 0..3). */
+static inline __m512 hsum16(const __m512 a[16]) {
+    __m512 t[8], u[4];
+    for (int i = 0; i < 8; i++)
+        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* u[k] block b holds query k's four token sums over block b of the inputs. */
+    __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Stores block k of r (scaled by the four token scales) to S + k·ss + t. */
+static inline void store16(__m512 r, const float sc[4], float *S, size_t ss) {
+    r = _mm512_mul_ps(r, _mm512_broadcast_f32x4(_mm_loadu_ps(sc)));
+    _mm_storeu_ps(S, _mm512_castps512_ps128(r));
+    _mm_storeu_ps(S + ss, _mm512_extractf32x4_ps(r, 1));
+    _mm_storeu_ps(S + 2 * ss, _mm512_extractf32x4_ps(r, 2));
+    _mm_storeu_ps(S + 3 * ss, _mm512_extractf32x4_ps(r, 3));
+}
+
+/* Full chunk c of a segment of constant width B (2B bytes inside the segment). */
+static inline __attribute__((always_inline)) __m512 chunk_b(const seg_lut *g, const uint8_t *p,
+                                                            int c, int B) {
+    uint64_t w = load_bytes(p + (size_t)c * 2 * (size_t)B, 2 * B);
+    __m512i v = _mm512_zextsi128_si512(_mm_cvtsi64_si128((long long)w));
+    __m512i idx = _mm512_srlv_epi32(_mm512_permutexvar_epi16(g->perm, v), g->shift);
+    return _mm512_permutexvar_ps(idx, g->cv);
+}
+
+/* Full chunk c of a segment (no bounds check: 2B bytes lie inside the segment). */
+static inline __m512 seg_chunk_full(const seg_lut *g, const uint8_t *p, int c) {
+    uint64_t w = load_bytes(p + (size_t)c * 2 * (size_t)g->B, 2 * g->B);
+    __m512i v = _mm512_zextsi128_si512(_mm_cvtsi64_si128((long long)w));
+    __m512i idx = _mm512_srlv_epi32(_mm512_permutexvar_epi16(g->perm, v), g->shift);
+    return _mm512_permutexvar_ps(idx, g->cv);
+}
+
+/* Four tokens × four queries of TURBO records: each q chunk is loaded once for four tokens,
+ * the sixteen sums reduce in one tree. */
+static int score_turbo_4x4(const tq_kv_tensor *x, const seg_lut *sg, const uint8_t *r0,
+                           const float *q, size_t qs, float *S, size_t ss) {
+    float sc[4];
+    int ok = 1;
+    size_t rb = x->rec_bytes;
+    for (int m = 0; m < 4; m++) {
+        sc[m] = rec_scale(x, r0 + (size_t)m * rb);
+        if (sc[m] < 0.0f) ok = 0, sc[m] = 0.0f;
+    }
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+#define FMA4(v, m)                                   \
+    a[m] = _mm512_fmadd_ps(v, q0, a[m]);             \
+    a[4 + m] = _mm512_fmadd_ps(v, q1, a[4 + m]);     \
+    a[8 + m] = _mm512_fmadd_ps(v, q2, a[8 + m]);     \
+    a[12 + m] = _mm512_fmadd_ps(v, q3, a[12 + m]);
+    for (int s = 0; s < x->n_seg; s++) {
+        const seg_lut g = sg[s];
+        const uint8_t *p = r0 + g.off;
+        const float *qc = q + g.start;
+        int c = 0, full = g.count / 16;
+        /* The chunk loop with the bit width a constant (the loads fold to one instruction). */
+#define CHUNKS(B)                                                                            \
+    for (; c < full; c++, qc += 16) {                                                        \
+        __m512 q0 = _mm512_loadu_ps(qc), q1 = _mm512_loadu_ps(qc + qs),                      \
+               q2 = _mm512_loadu_ps(qc + 2 * qs), q3 = _mm512_loadu_ps(qc + 3 * qs);         \
+        __m512 v0 = chunk_b(&g, p, c, B), v1 = chunk_b(&g, p + rb, c, B);                    \
+        FMA4(v0, 0)                                                                          \
+        FMA4(v1, 1)                                                                          \
+        __m512 v2 = chunk_b(&g, p + 2 * rb, c, B), v3 = chunk_b(&g, p + 3 * rb, c, B);       \
+        FMA4(v2, 2)                                                                          \
+        FMA4(v3, 3)                                                                          \
+    }
+        switch (g.B) {
+        case 4: CHUNKS(4) break;
+        case 3: CHUNKS(3) break;
+        case 2: CHUNKS(2) break;
+        default: CHUNKS(1) break;
+        }
+#undef CHUNKS
+        if (c * 16 < g.count) {
+            __mmask16 mk = tail_mask(g.count - c * 16);
+            __m512 q0 = _mm512_maskz_loadu_ps(mk, qc), q1 = _mm512_maskz_loadu_ps(mk, qc + qs),
+                   q2 = _mm512_maskz_loadu_ps(mk, qc + 2 * qs), q3 = _mm512_maskz_loadu_ps(mk, qc + 3 * qs);
+            __m512 v0 = seg_chunk(&g, p, c), v1 = seg_chunk(&g, p + rb, c);
+            FMA4(v0, 0)
+            FMA4(v1, 1)
+            __m512 v2 = seg_chunk(&g, p + 2 * rb, c), v3 = seg_chunk(&g, p + 3 * rb, c);
+            FMA4(v2, 2)
+            FMA4(v3, 3)
+        }
+    }
+#undef FMA4
+    store16(hsum16(a), sc, S, ss);
+    return ok;
+}
+
+static int avx512_score_turbo(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
+                              size_t qs, int nq, float *S, size_t ss) {
+    seg_lut sg[2];
+    for (int s = 0; s < x->n_seg; s++) seg_setup(x, s, &sg[s]);
+    int ok = 1;
+    int t = 0;
+    if (nq % 4 == 0)
+        for (; t + 4 <= nk; t += 4)
+            for (int j = 0; j < nq; j += 4)
+                ok &= score_turbo_4x4(x, sg, rec + (size_t)t * x->rec_bytes, q + (size_t)j * qs,
+                                      qs, S + (size_t)j * ss + (size_t)t, ss);
+    for (; t < nk; t++) {
+        const uint8_t *r = rec + (size_t)t * x->rec_bytes;
+        float sc = rec_scale(x, r);
+        if (sc < 0.0f) {
+            ok = 0;
+            for (int j = 0; j < nq; j++) S[(size_t)j * ss + (size_t)t] = 0.0f;
+            continue;
+        }
+        int j = 0;
+        for (; j + 4 <= nq; j += 4) {
+            const float *q0 = q + (size_t)j * qs;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int s = 0; s < x->n_seg; s++) {
+                const seg_lut *g = &sg[s];
+                const uint8_t *p = r + g->off;
+                const float *qc = q0 + g->start;
+                int c = 0;
+                for (; (c + 1) * 16 <= g->count; c++, qc += 16) {
+                    __m512 v = seg_chunk(g, p, c);
+                    a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(qc), a0);
+                    a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(qc + qs), a1);
+                    a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(qc + 2 * qs), a2);
+                    a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(qc + 3 * qs), a3);
+                }
+                if (c * 16 < g->count) {
+                    __mmask16 m = tail_mask(g->count - c * 16);
+                    __m512 v = seg_chunk(g, p, c);
+                    a0 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, qc), a0);
+                    a1 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, qc + qs), a1);
+                    a2 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, qc + 2 * qs), a2);
+                    a3 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, qc + 3 * qs), a3);
+                }
+            }
+            float o[4];
+            _mm_storeu_ps(o, _mm_mul_ps(hsum4(a0, a1, a2, a3), _mm_set1_ps(sc)));
+            for (int k = 0; k < 4; k++) S[(size_t)(j + k) * ss + (size_t)t] = o[k];
+        }
+        for (; j < nq; j++) {
+            const float *q0 = q + (size_t)j * qs;
+            __m512 a0 = _mm512_setzero_ps();
+            for (int s = 0; s < x->n_seg; s++) {
+                const seg_lut *g = &sg[s];
+                for (int c = 0; c * 16 < g->count; c++) {
+                    __mmask16 m = tail_mask(g->count - c * 16);
+                    a0 = _mm512_fmadd_ps(seg_chunk(g, r + g->off, c),
+                                         _mm512_maskz_loadu_ps(m, q0 + g->start + c * 16), a0);
+                }
+            }
+            S[(size_t)j * ss + (size_t)t] = sc * _mm512_reduce_add_ps(a0);
+        }
+    }
+    return ok;
+}
+
+#define FUSED_MAX_KEYS 256
+
+static int avx512_accum_turbo(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
+                              size_t ps, int nq, float *acc, size_t as) {
+    seg_lut sg[2];
+    for (int s = 0; s < x->n_seg; s++) seg_setup(x, s, &sg[s]);
+    float sc[FUSED_MAX_KEYS];
+    int ok = 1;
+    for (int t0 = 0; t0 < nk; t0 += FUSED_MAX_KEYS) {
+        int n = nk - t0 < FUSED_MAX_KEYS ? nk - t0 : FUSED_MAX_KEYS;
+        const uint8_t *rb = rec + (size_t)t0 * x->rec_bytes;
+        for (int t = 0; t < n; t++) {
+            sc[t] = rec_scale(x, rb + (size_t)t * x->rec_bytes);
+            if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
+        }
+        for (int j = 0; j < nq; j += 4) {
+            int m4 = nq - j < 4 ? nq - j : 4;
+            /* Weights w_k[t] = p_k[t]·scale_t for the (up to) four queries; absent ones are 0. */
+            float w[4][FUSED_MAX_KEYS];
+            for (int k = 0; k < 4; k++)
+                for (int t = 0; t < n; t++)
+                    w[k][t] = k < m4 ? p[(size_t)(j + k) * ps + (size_t)(t0 + t)] * sc[t] : 0.0f;
+            float *A0 = acc + (size_t)j * as;
+            float *A1 = m4 > 1 ? A0 + as : A0, *A2 = m4 > 2 ? A0 + 2 * as : A0,
+                  *A3 = m4 > 3 ? A0 + 3 * as : A0;
+            for (int s = 0; s < x->n_seg; s++) {
+                const seg_lut *g = &sg[s];
+                for (int c = 0; c * 16 < g->count; c++) {
+                    __mmask16 m = tail_mask(g->count - c * 16);
+                    size_t at = (size_t)g->start + (size_t)c * 16;
+                    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                    const uint8_t *pc = rb + g->off;
+                    size_t step = x->rec_bytes;
+#define TOKENS(CHUNK)                                                     \
+    for (int t = 0; t < n; t++, pc += step) {                             \
+        __m512 v = CHUNK;                                                 \
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(w[0][t]), v, a0);             \
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(w[1][t]), v, a1);             \
+        a2 = _mm512_fmadd_ps(_mm512_set1_ps(w[2][t]), v, a2);             \
+        a3 = _mm512_fmadd_ps(_mm512_set1_ps(w[3][t]), v, a3);             \
+    }
+                    if ((c + 1) * 16 > g->count) {
+                        TOKENS(seg_chunk(g, pc, c))
+                    } else {
+                        switch (g->B) {
+                        case 4: TOKENS(chunk_b(g, pc, c, 4)) break;
+                        case 3: TOKENS(chunk_b(g, pc, c, 3)) break;
+                        case 2: TOKENS(chunk_b(g, pc, c, 2)) break;
+                        default: TOKENS(chunk_b(g, pc, c, 1)) break;
+                        }
+                    }
+#undef TOKENS
+                    /* Absent queries alias A0 with zero weights: add the real ones last. */
+                    if (m4 > 3) _mm512_mask_storeu_ps(A3 + at, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A3 + at), a3));
+                    if (m4 > 2) _mm512_mask_storeu_ps(A2 + at, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A2 + at), a2));
+                    if (m4 > 1) _mm512_mask_storeu_ps(A1 + at, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A1 + at), a1));
+                    _mm512_mask_storeu_ps(A0 + at, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A0 + at), a0));
+                }
+            }
+        }
+    }
+    return ok;
+}
+
+static void score_f16_4x4(const uint16_t *r0, size_t rs, int dim, const float *q, size_t qs,
+                          float *S, size_t ss) {
+    static const float one[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    __m512 a[16];
+    for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+    for (int i = 0; i < dim; i += 16) {
+        __mmask16 mk = tail_mask(dim - i);
+        __m512 q0 = _mm512_maskz_loadu_ps(mk, q + i), q1 = _mm512_maskz_loadu_ps(mk, q + qs + i),
+               q2 = _mm512_maskz_loadu_ps(mk, q + 2 * qs + i), q3 = _mm512_maskz_loadu_ps(mk, q + 3 * qs + i);
+        for (int m = 0; m < 4; m++) {
+            __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, r0 + (size_t)m * rs + i));
+            a[m] = _mm512_fmadd_ps(v, q0, a[m]);
+            a[4 + m] = _mm512_fmadd_ps(v, q1, a[4 + m]);
+            a[8 + m] = _mm512_fmadd_ps(v, q2, a[8 + m]);
+            a[12 + m] = _mm512_fmadd_ps(v, q3, a[12 + m]);
+        }
+    }
+    store16(hsum16(a), one, S, ss);
+}
+
+static void avx512_score_f16(const uint16_t *rows, size_t rs, int nk, int dim, const float *q,
+                             size_t qs, int nq, float *S, size_t ss) {
+    int t0 = 0;
+    if (nq % 4 == 0)
+        for (; t0 + 4 <= nk; t0 += 4)
+            for (int j = 0; j < nq; j += 4)
+                score_f16_4x4(rows + (size_t)t0 * rs, rs, dim, q + (size_t)j * qs, qs,
+                              S + (size_t)j * ss + (size_t)t0, ss);
+    for (int t = t0; t < nk; t++) {
+        const uint16_t *r = rows + (size_t)t * rs;
+        int j = 0;
+        for (; j + 4 <= nq; j += 4) {
+            const float *q0 = q + (size_t)j * qs;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int i = 0;
+            for (; i + 16 <= dim; i += 16) {
+                __m512 v = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + i)));
+                a0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + i), a0);
+                a1 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + qs + i), a1);
+                a2 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + 2 * qs + i), a2);
+                a3 = _mm512_fmadd_ps(v, _mm512_loadu_ps(q0 + 3 * qs + i), a3);
+            }
+            if (i < dim) {
+                __mmask16 m = tail_mask(dim - i);
+                __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, r + i));
+                a0 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, q0 + i), a0);
+                a1 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, q0 + qs + i), a1);
+                a2 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, q0 + 2 * qs + i), a2);
+                a3 = _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(m, q0 + 3 * qs + i), a3);
+            }
+            float o[4];
+            _mm_storeu_ps(o, hsum4(a0, a1, a2, a3));
+            for (int k = 0; k < 4; k++) S[(size_t)(j + k) * ss + (size_t)t] = o[k];
+        }
+        for (; j < nq; j++) {
+            const float *q0 = q + (size_t)j * qs;
+            __m512 a0 = _mm512_setzero_ps();
+            for (int i = 0; i < dim; i += 16) {
+                __mmask16 m = tail_mask(dim - i);
+                a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, r + i)),
+                                     _mm512_maskz_loadu_ps(m, q0 + i), a0);
+            }
+            S[(size_t)j * ss + (size_t)t] = _mm512_reduce_add_ps(a0);
+        }
+    }
+}
+
+static void avx512_accum_f16(const uint16_t *rows, size_t rs, int nk, int dim, const float *p,
+                             size_t ps, int nq, float *acc, size_t as) {
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        const float *p0 = p + (size_t)j * ps;
+        const float *p1 = m4 > 1 ? p0 + ps : p0, *p2 = m4 > 2 ? p0 + 2 * ps : p0,
+                    *p3 = m4 > 3 ? p0 + 3 * ps : p0;
+        float *A0 = acc + (size_t)j * as;
+        for (int i = 0; i < dim; i += 16) {
+            __mmask16 m = tail_mask(dim - i);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            const uint16_t *r = rows + i;
+            for (int t = 0; t < nk; t++, r += rs) {
+                __m512 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, r));
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[t]), v, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[t]), v, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[t]), v, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(p3[t]), v, a3);
+            }
+            if (m4 > 3) _mm512_mask_storeu_ps(A0 + 3 * as + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A0 + 3 * as + i), a3));
+            if (m4 > 2) _mm512_mask_storeu_ps(A0 + 2 * as + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A0 + 2 * as + i), a2));
+            if (m4 > 1) _mm512_mask_storeu_ps(A0 + as + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A0 + as + i), a1));
+            _mm512_mask_storeu_ps(A0 + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, A0 + i), a0));
+        }
+    }
+}
+
 static const tq_attn_kernels avx512_table = {
     .name = "avx512",
     .dot_multi = avx512_dot_multi,
@@ -251,6 +648,10 @@ static const tq_attn_kernels avx512_table = {
     .q8_0_decode = avx512_q8_0_decode,
     .q4_0_decode = avx512_q4_0_decode,
     .unpack_small = avx512_unpack_small,
+    .score_turbo = avx512_score_turbo,
+    .accum_turbo = avx512_accum_turbo,
+    .score_f16 = avx512_score_f16,
+    .accum_f16 = avx512_accum_f16,
 };
 
 const tq_attn_kernels *tq_attn_kernels_avx512(void) { return &avx512_table; }

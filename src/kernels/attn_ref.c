@@ -68,6 +68,89 @@ static void ref_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     }
 }
 
+/* The scale of a TURBO record's row: norm·inv_sqrt_dim, or -1 for a corrupt norm. */
+static float ref_row_scale(const tq_kv_tensor *x, const uint8_t *r) {
+    float n;
+    if (x->norm_f32) {
+        uint32_t u = (uint32_t)r[x->norm_off] | (uint32_t)r[x->norm_off + 1] << 8 |
+                     (uint32_t)r[x->norm_off + 2] << 16 | (uint32_t)r[x->norm_off + 3] << 24;
+        memcpy(&n, &u, 4);
+    } else {
+        n = tq_f16_to_f32(load_u16(r + x->norm_off));
+    }
+    return isfinite(n) && n >= 0.0f ? n * x->inv_sqrt_dim : -1.0f;
+}
+
+static int ref_score_turbo(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
+                           size_t q_stride, int nq, float *S, size_t s_stride) {
+    int ok = 1;
+    for (int t = 0; t < nk; t++) {
+        const uint8_t *r = rec + (size_t)t * x->rec_bytes;
+        float sc = ref_row_scale(x, r);
+        if (sc < 0.0f) ok = 0;
+        for (int j = 0; j < nq; j++) {
+            const float *qj = q + (size_t)j * q_stride;
+            double acc = 0.0;
+            for (int s = 0; s < x->n_seg; s++)
+                for (int i = 0; i < x->seg[s].count; i++)
+                    acc += (double)qj[x->seg[s].start + i] *
+                           x->seg[s].centroids[tq_ref_get_index(r + x->seg[s].off, (size_t)i,
+                                                                x->seg[s].bits)];
+            S[(size_t)j * s_stride + (size_t)t] = sc < 0.0f ? 0.0f : (float)(acc * sc);
+        }
+    }
+    return ok;
+}
+
+static int ref_accum_turbo(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
+                           size_t p_stride, int nq, float *acc, size_t acc_stride) {
+    int ok = 1;
+    for (int t = 0; t < nk; t++) {
+        const uint8_t *r = rec + (size_t)t * x->rec_bytes;
+        float sc = ref_row_scale(x, r);
+        if (sc < 0.0f) {
+            ok = 0;
+            continue;
+        }
+        for (int j = 0; j < nq; j++) {
+            float w = p[(size_t)j * p_stride + (size_t)t] * sc;
+            float *a = acc + (size_t)j * acc_stride;
+            for (int s = 0; s < x->n_seg; s++)
+                for (int i = 0; i < x->seg[s].count; i++)
+                    a[x->seg[s].start + i] +=
+                        w * x->seg[s].centroids[tq_ref_get_index(r + x->seg[s].off, (size_t)i,
+                                                                 x->seg[s].bits)];
+        }
+    }
+    return ok;
+}
+
+static void ref_score_f16(const uint16_t *rows, size_t row_stride, int nk, int dim,
+                          const float *q, size_t q_stride, int nq, float *S, size_t s_stride) {
+    for (int t = 0; t < nk; t++) {
+        const uint16_t *r = rows + (size_t)t * row_stride;
+        for (int j = 0; j < nq; j++) {
+            const float *qj = q + (size_t)j * q_stride;
+            double acc = 0.0;
+            for (int i = 0; i < dim; i++) acc += (double)qj[i] * tq_f16_to_f32(r[i]);
+            S[(size_t)j * s_stride + (size_t)t] = (float)acc;
+        }
+    }
+}
+
+static void ref_accum_f16(const uint16_t *rows, size_t row_stride, int nk, int dim,
+                          const float *p, size_t p_stride, int nq, float *acc,
+                          size_t acc_stride) {
+    for (int t = 0; t < nk; t++) {
+        const uint16_t *r = rows + (size_t)t * row_stride;
+        for (int j = 0; j < nq; j++) {
+            float w = p[(size_t)j * p_stride + (size_t)t];
+            float *a = acc + (size_t)j * acc_stride;
+            for (int i = 0; i < dim; i++) a[i] += w * tq_f16_to_f32(r[i]);
+        }
+    }
+}
+
 static const tq_attn_kernels ref_table = {
     .name = "ref",
     .dot_multi = ref_dot_multi,
@@ -77,6 +160,10 @@ static const tq_attn_kernels ref_table = {
     .f16_to_f32 = ref_f16_to_f32,
     .q8_0_decode = ref_q8_0_decode,
     .q4_0_decode = ref_q4_0_decode,
+    .score_turbo = ref_score_turbo,
+    .accum_turbo = ref_accum_turbo,
+    .score_f16 = ref_score_f16,
+    .accum_f16 = ref_accum_f16,
 };
 
 const tq_attn_kernels *tq_attn_kernels_ref(void) { return &ref_table; }

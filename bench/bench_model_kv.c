@@ -1,0 +1,317 @@
+/* What each KV cache scheme costs on a real model: perplexity, KL divergence and top-1
+ * agreement against the f16 cache (DESIGN §5, as llama-perplexity --kl-divergence reports
+ * them), bytes per token, and prefill/decode speed. A benchmark, not a test: it prints.
+ *
+ *   bench_model_kv [-m model.gguf] [-f wikitext.txt] [-c ctx] [-w windows] [-t threads]
+ *                  [-s scheme,scheme,...] [-l scheme,...] [--speed] [--no-quality]
+ *
+ * Windows are llama-perplexity's: window i is tokens [i·ctx, (i+1)·ctx) of the whole text
+ * (BOS first), rows ctx/2 .. ctx−2 scored. Every scheme runs with prefill_raw = 0 and forward
+ * calls ending at multiples of 64 (the schemes' batch), so before each call's attention every
+ * key it sees — its own included — is compressed: these are the figures of a fully
+ * compressed cache, an upper bound on what decode sees (decode keeps < 64 newest tokens raw).
+ * -l S also runs S with the sliding-window layers kept f16 (per-layer override), shown as
+ * "S/lf16". --speed: prefill of ctx − 64 tokens, then 64 decode steps (the first, which
+ * compresses the prefill, timed apart), for f16 and turbo3 with the library's defaults. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model.h"
+#include "sampler.h"
+#include "tokenizer.h"
+#include "vocab.h"
+
+#define MAX_RUNS 32
+#define PIECE 64
+
+typedef struct {
+    char name[64];
+    tq_kv_scheme scheme;
+    int local_f16;   /* sliding-window layers kept f16 */
+    double nll, kld; /* sums over scored rows */
+    long top1, rows;
+    float *kld_rows; /* (windows · rows per window) for the 99th percentile */
+    double ratio;    /* f16 bytes / data bytes, first window */
+} run;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int32_t *tokenize_file(const model *m, const char *path, size_t *n_out) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long sz = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *text = malloc((size_t)sz + 1);
+    size_t got = text ? fread(text, 1, (size_t)sz, fp) : 0;
+    fclose(fp);
+    int32_t *ids = NULL;
+    if (text != NULL && got == (size_t)sz) {
+        size_t len = got;
+        if (len > 0 && text[len - 1] == '\n') len--; /* as llama-perplexity reads it */
+        gguf_vocab gv;
+        tokenizer *tok = NULL;
+        char err[200];
+        if (vocab_build(m->file, &gv, err, sizeof err) == VOCAB_OK) {
+            if (tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
+                size_t cap = tokenizer_encode_bound(tok, len);
+                ids = malloc(cap * sizeof *ids);
+                if (ids != NULL &&
+                    tokenizer_encode(tok, text, len, TOKENIZER_ENCODE_ADD_SPECIAL, ids, cap, n_out) != TOKENIZER_OK) {
+                    free(ids);
+                    ids = NULL;
+                }
+            }
+            tokenizer_free(tok);
+            vocab_free(&gv);
+        }
+    }
+    free(text);
+    return ids;
+}
+
+static void log_softmax(const float *row, float *out, int n) {
+    float mx = row[0];
+    for (int i = 1; i < n; i++)
+        if (row[i] > mx) mx = row[i];
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += exp((double)(row[i] - mx));
+    const float lse = mx + (float)log(s);
+    for (int i = 0; i < n; i++) out[i] = row[i] - lse;
+}
+
+static int set_scheme(model *m, const run *r) {
+    model_status st;
+    if (r->local_f16) {
+        const int nl = m->cfg.n_layer;
+        tq_kv_layer_scheme *ls = malloc((size_t)nl * sizeof *ls);
+        tq_kv_scheme f16;
+        if (ls == NULL || tq_kv_scheme_parse("f16", &f16, NULL, 0) != TQ_OK) return 0;
+        for (int il = 0; il < nl; il++) ls[il] = m->w.layers[il].is_swa ? f16.layer : r->scheme.layer;
+        st = model_set_kv_layer_schemes(m, &r->scheme, ls);
+        free(ls);
+    } else {
+        st = model_set_kv_scheme(m, &r->scheme);
+    }
+    if (st != MODEL_OK) fprintf(stderr, "%s: %s\n", r->name, model_last_error(m));
+    return st == MODEL_OK;
+}
+
+/* One window with run r; ref (rows, n_vocab) is filled when is_ref, else compared with. */
+static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref, float *ref, float *logits,
+                      float *lp, long row_base) {
+    const int nv = m->cfg.n_vocab, first = ctx / 2;
+    if (!set_scheme(m, r)) return 0;
+    model_status st = MODEL_OK;
+    for (int p = 0; p < first && st == MODEL_OK; p += m->params.max_batch) {
+        const int n = first - p < m->params.max_batch ? first - p : m->params.max_batch;
+        st = model_forward(m, toks + p, n, p, 0, NULL);
+    }
+    for (int p = first; p < ctx && st == MODEL_OK; p += PIECE) {
+        const int n = ctx - p < PIECE ? ctx - p : PIECE;
+        st = model_forward(m, toks + p, n, p, 1, logits);
+        for (int i = 0; i < n && st == MODEL_OK && p + i < ctx - 1; i++) {
+            const int row = p + i - first;
+            float *rf = ref + (size_t)row * (size_t)nv;
+            const float *mine = is_ref ? rf : lp;
+            log_softmax(logits + (size_t)i * (size_t)nv, is_ref ? rf : lp, nv);
+            double k = 0.0;
+            if (!is_ref)
+                for (int j = 0; j < nv; j++) k += (double)(expf(rf[j]) * (rf[j] - mine[j]));
+            r->nll -= mine[toks[p + i + 1]];
+            r->kld += k;
+            r->kld_rows[row_base + row] = (float)k;
+            r->top1 += sampler_argmax(rf, nv) == sampler_argmax(mine, nv);
+            r->rows++;
+        }
+    }
+    if (st != MODEL_OK) {
+        fprintf(stderr, "%s: %s\n", r->name, model_last_error(m));
+        return 0;
+    }
+    if (r->ratio == 0.0) {
+        tq_kv_memory mem;
+        if (model_kv_memory(m, &mem) == MODEL_OK && mem.data_bytes > 0)
+            r->ratio = (double)mem.f16_bytes / (double)mem.data_bytes;
+    }
+    return 1;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void print_table(run *runs, int n_runs, int windows, int ctx) {
+    printf("\nctx %d, %d window%s, %ld scored rows per scheme; every key compressed (prefill_raw=0)\n", ctx, windows,
+           windows == 1 ? "" : "s", runs[0].rows);
+    printf("%-14s %9s %9s %10s %10s %8s %7s\n", "scheme", "PPL", "dPPL", "KLD mean", "KLD p99", "top-1", "ratio");
+    const double ppl0 = exp(runs[0].nll / (double)runs[0].rows);
+    for (int i = 0; i < n_runs; i++) {
+        run *r = &runs[i];
+        if (r->rows == 0) continue;
+        const double ppl = exp(r->nll / (double)r->rows);
+        float *sorted = malloc((size_t)r->rows * sizeof *sorted);
+        double p99 = 0.0;
+        if (sorted != NULL) {
+            memcpy(sorted, r->kld_rows, (size_t)r->rows * sizeof *sorted);
+            qsort(sorted, (size_t)r->rows, sizeof *sorted, cmp_float);
+            p99 = sorted[(size_t)(0.99 * (double)(r->rows - 1))];
+            free(sorted);
+        }
+        printf("%-14s %9.4f %+9.4f %10.5f %10.5f %7.2f%% %6.2fx\n", r->name, ppl, ppl - ppl0, r->kld / (double)r->rows,
+               p99, 100.0 * (double)r->top1 / (double)r->rows, r->ratio);
+    }
+    fflush(stdout);
+}
+
+static void bench_speed(model *m, const int32_t *toks, int ctx) {
+    const char *names[] = {"f16", "turbo3"};
+    const int nv = m->cfg.n_vocab, n_dec = 64, n_pre = ctx - n_dec;
+    float *logits = malloc((size_t)nv * sizeof(float));
+    if (logits == NULL) return;
+    printf("\nspeed at ctx %d, %d threads (library defaults: prefill raw, compressed at the first decode step)\n",
+           ctx, m->params.n_threads);
+    for (int s = 0; s < 2; s++) {
+        tq_kv_scheme sc;
+        if (tq_kv_scheme_parse(names[s], &sc, NULL, 0) != TQ_OK || model_set_kv_scheme(m, &sc) != MODEL_OK) break;
+        const int B = m->params.max_batch;
+        double t0 = now_s();
+        model_status st = MODEL_OK;
+        for (int p = 0; p < n_pre && st == MODEL_OK; p += B) {
+            const int n = n_pre - p < B ? n_pre - p : B;
+            st = model_forward(m, toks + p, n, p, 0, p + n == n_pre ? logits : NULL);
+        }
+        double t1 = now_s();
+        int32_t next = sampler_argmax(logits, nv);
+        st = st == MODEL_OK ? model_forward(m, &next, 1, n_pre, 0, logits) : st;
+        double t2 = now_s();
+        for (int i = 1; i < n_dec && st == MODEL_OK; i++) {
+            next = sampler_argmax(logits, nv);
+            st = model_forward(m, &next, 1, n_pre + i, 0, logits);
+        }
+        double t3 = now_s();
+        if (st != MODEL_OK) {
+            fprintf(stderr, "speed %s: %s\n", names[s], model_last_error(m));
+            break;
+        }
+        tq_kv_memory mem;
+        model_kv_memory(m, &mem);
+        printf("%-7s prefill %d tokens: %7.1f tok/s; first decode step (compresses) %6.1f ms; decode %d..%d: %6.2f "
+               "tok/s; KV %zu bytes (%.2fx smaller than f16)\n",
+               names[s], n_pre, n_pre / (t1 - t0), 1e3 * (t2 - t1), n_pre + 1, ctx - 1, (n_dec - 1) / (t3 - t2),
+               mem.data_bytes, (double)mem.f16_bytes / (double)mem.data_bytes);
+        fflush(stdout);
+    }
+    free(logits);
+}
+
+int main(int argc, char **argv) {
+    const char *model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
+    const char *text = "../shared/data/wikitext-2-raw-test.txt";
+    const char *schemes = "f16,q8_0,q4_0,turbo4,turbo3.5,turbo3,turbo2,turbo4v3,turbo0v4,turbo8v3", *locals = "";
+    int ctx = 2048, windows = 20, threads = 2, speed = 0, quality = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--speed") == 0) speed = 1;
+        else if (strcmp(a, "--no-quality") == 0) quality = 0;
+        else if (v != NULL && strcmp(a, "-m") == 0) model_path = v, i++;
+        else if (v != NULL && strcmp(a, "-f") == 0) text = v, i++;
+        else if (v != NULL && strcmp(a, "-c") == 0) ctx = atoi(v), i++;
+        else if (v != NULL && strcmp(a, "-w") == 0) windows = atoi(v), i++;
+        else if (v != NULL && strcmp(a, "-t") == 0) threads = atoi(v), i++;
+        else if (v != NULL && strcmp(a, "-s") == 0) schemes = v, i++;
+        else if (v != NULL && strcmp(a, "-l") == 0) locals = v, i++;
+        else {
+            fprintf(stderr, "usage: %s [-m model] [-f text] [-c ctx] [-w windows] [-t threads] [-s schemes] "
+                            "[-l schemes] [--speed] [--no-quality]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (ctx < 2 * PIECE || ctx % (2 * PIECE) != 0 || windows < 1 || threads < 1) {
+        fprintf(stderr, "ctx must be a multiple of %d, windows and threads >= 1\n", 2 * PIECE);
+        return 2;
+    }
+    model_params p;
+    memset(&p, 0, sizeof p);
+    p.max_ctx = ctx;
+    p.max_batch = ctx / 2 < 512 ? ctx / 2 : 512;
+    p.n_threads = threads;
+    model *m = NULL;
+    char err[300];
+    model_status ms = model_load(model_path, &p, &m, err, sizeof err);
+    if (ms != MODEL_OK) {
+        fprintf(stderr, "%s: %s (%s)\n", model_path, err, model_status_name(ms));
+        return 1;
+    }
+    size_t n_tok = 0;
+    int32_t *toks = tokenize_file(m, text, &n_tok);
+    if (toks == NULL || n_tok < (size_t)ctx) {
+        fprintf(stderr, "cannot tokenize %s (or shorter than ctx)\n", text);
+        model_free(m);
+        return 1;
+    }
+    if ((size_t)windows > n_tok / (size_t)ctx) windows = (int)(n_tok / (size_t)ctx);
+    printf("%s: %zu tokens, ctx %d, %d windows, %d threads, kernels %s\n", text, n_tok, ctx, windows, threads,
+           tq_kernels_name());
+
+    run runs[MAX_RUNS];
+    int n_runs = 0;
+    memset(runs, 0, sizeof runs);
+    for (int pass = 0; pass < 2 && quality; pass++) {
+        char list[1024];
+        snprintf(list, sizeof list, "%s%s", pass == 0 ? "f16," : "", pass == 0 ? schemes : locals);
+        for (char *tokp = strtok(list, ","); tokp != NULL && n_runs < MAX_RUNS; tokp = strtok(NULL, ",")) {
+            if (pass == 0 && n_runs > 0 && strcmp(tokp, "f16") == 0) continue; /* the reference runs first */
+            run *r = &runs[n_runs];
+            if (tq_kv_scheme_parse(tokp, &r->scheme, err, sizeof err) != TQ_OK) {
+                fprintf(stderr, "scheme %s: %s\n", tokp, err);
+                return 2;
+            }
+            r->scheme.prefill_raw = 0;
+            r->local_f16 = pass == 1;
+            snprintf(r->name, sizeof r->name, "%s%s", tokp, pass == 1 ? "/lf16" : "");
+            r->kld_rows = malloc((size_t)windows * (size_t)ctx * sizeof(float));
+            if (r->kld_rows == NULL) return 1;
+            n_runs++;
+        }
+    }
+    const int nv = m->cfg.n_vocab, rows = ctx - 1 - ctx / 2;
+    float *ref = quality ? malloc((size_t)rows * (size_t)nv * sizeof(float)) : NULL;
+    float *logits = malloc((size_t)PIECE * (size_t)nv * sizeof(float));
+    float *lp = malloc((size_t)nv * sizeof(float));
+    int32_t *win = malloc((size_t)ctx * sizeof *win);
+    if ((quality && ref == NULL) || logits == NULL || lp == NULL || win == NULL) return 1;
+    const double t_start = now_s();
+    for (int w = 0; w < windows && quality; w++) {
+        memcpy(win, toks + (size_t)w * (size_t)ctx, (size_t)ctx * sizeof *win);
+        win[0] = m->cfg.arch == MODEL_ARCH_GEMMA3 ? 2 : win[0];
+        for (int i = 0; i < n_runs; i++) {
+            const double nll0 = runs[i].nll, kld0 = runs[i].kld;
+            const long rows0 = runs[i].rows;
+            if (!run_window(m, win, ctx, &runs[i], i == 0, ref, logits, lp, (long)w * rows)) return 1;
+            const long nr = runs[i].rows - rows0;
+            printf("window %2d %-14s ppl %9.4f kld %9.5f (%.0f s)\n", w, runs[i].name,
+                   exp((runs[i].nll - nll0) / (double)nr), (runs[i].kld - kld0) / (double)nr, now_s() - t_start);
+            fflush(stdout);
+        }
+        print_table(runs, n_runs, w + 1, ctx);
+    }
+    if (speed) bench_speed(m, toks, ctx);
+    for (int i = 0; i < n_runs; i++) free(runs[i].kld_rows);
+    free(ref);
+    free(logits);
+    free(lp);
+    free(win);
+    free(toks);
+    model_free(m);
+    return 0;
+}

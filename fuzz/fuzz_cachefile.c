@@ -1,0 +1,54 @@
+/*
+ * libFuzzer target: arbitrary bytes loaded as a KV cache file (doc/cachefile.md).
+ *
+ * tq_kv_cache_load_memory must never crash, read out of bounds or leak, whatever the input;
+ * when it accepts a file, the cache must be usable: one attention call per layer (the last
+ * position, GQA 2) returns TQ_OK with finite outputs, and saving it again reproduces the
+ * input byte for byte (the loader accepts only what the writer writes).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "turboquant.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    /* An exact-size copy so that ASan catches any read past the input. */
+    uint8_t *buf = malloc(size ? size : 1);
+    if (size) memcpy(buf, data, size);
+    tq_kv_cache *c = NULL;
+    tq_status st = tq_kv_cache_load_memory(buf, size, &c);
+    if (st != TQ_OK) {
+        if (c) abort();
+        free(buf);
+        return 0;
+    }
+    tq_kv_cache_config cfg = tq_kv_cache_get_config(c);
+    int nqh = 2 * cfg.n_kv_heads;
+    for (int l = 0; l < cfg.n_layers && l < 8; l++) {
+        if (tq_kv_cache_length(c, l) == 0) continue;
+        size_t qn = (size_t)nqh * (size_t)cfg.head_dim_k, on = (size_t)nqh * (size_t)cfg.head_dim_v;
+        float *q = malloc(sizeof(float) * qn), *o = malloc(sizeof(float) * on);
+        for (size_t i = 0; i < qn; i++) q[i] = (float)((int)(i % 7) - 3) * 0.25f;
+        tq_attn_params p;
+        tq_attn_params_init(&p, cfg.head_dim_k);
+        size_t wb = tq_kv_attention_workspace_size(c, l, nqh, 1, 1);
+        void *w = malloc(wb);
+        st = tq_kv_attention(c, l, q, nqh, 1, &p, NULL, w, wb, o);
+        if (st != TQ_OK) abort();
+        for (size_t i = 0; i < on; i++)
+            if (!isfinite(o[i])) abort();
+        free(q), free(o), free(w);
+    }
+    size_t n = tq_kv_cache_save_bound(c), w = 0;
+    uint8_t *again = malloc(n ? n : 1);
+    if (tq_kv_cache_save_memory(c, again, n, &w) != TQ_OK || w != size || memcmp(again, buf, size))
+        abort();
+    free(again);
+    tq_kv_cache_free(c);
+    free(buf);
+    return 0;
+}

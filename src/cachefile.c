@@ -1,0 +1,707 @@
+/*
+ * Cache files: save and restore a tq_kv_cache (doc/cachefile.md, format version 1).
+ *
+ * A file is a fixed 64-byte header, a scheme section and one section per layer, each with its
+ * own CRC32C. The writer streams sections through a sink (a caller buffer or a buffered file
+ * descriptor) and never builds the file in memory; the reader validates every byte it uses
+ * before it allocates in proportion to it, so a hostile count in a small file costs nothing.
+ * Saves to a path go to "<path>.tmp", are fsync'd and renamed over <path>, so a crash at any
+ * point leaves either the old file or the new one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "kvcache_internal.h"
+
+#define CF_VERSION 1u
+#define CF_HEADER_BYTES 64u
+#define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */
+#define CF_LAYER_SCHEME 16u  /* one layer scheme record */
+#define CF_LAYER_FIXED 24u   /* len, n_comp, flags */
+#define CF_SECTION_HEAD 8u   /* scheme section: tag, payload bytes */
+#define CF_LAYER_HEAD 16u    /* layer section: tag, index, payload bytes */
+#define CF_CRC 4u
+
+static const uint8_t cf_magic[8] = {'T', 'Q', 'K', 'V', 'C', 'A', 'C', 'H'};
+static const uint8_t tag_scheme[4] = {'S', 'C', 'H', 'M'};
+static const uint8_t tag_layer[4] = {'L', 'A', 'Y', 'R'};
+
+/* ---------------------------------------------------------------------------------------- */
+/* CRC32C (Castagnoli): reflected polynomial 0x82F63B78, initial value and final xor ~0.      */
+/* Slicing by 8: t[0] is the byte table; t[k][b] advances t[k-1][b] by one more zero byte.    */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct crc_tab {
+    uint32_t t[8][256];
+} crc_tab;
+
+static void crc_tab_init(crc_tab *c) {
+    for (uint32_t b = 0; b < 256; b++) {
+        uint32_t r = b;
+        for (int k = 0; k < 8; k++) r = (r >> 1) ^ (0x82F63B78u & (0u - (r & 1u)));
+        c->t[0][b] = r;
+    }
+    for (int k = 1; k < 8; k++)
+        for (int b = 0; b < 256; b++)
+            c->t[k][b] = (c->t[k - 1][b] >> 8) ^ c->t[0][c->t[k - 1][b] & 0xFF];
+}
+
+/* Continues a CRC register (start from 0xFFFFFFFF; the checksum is the final value xor ~0). */
+static uint32_t crc_update(const crc_tab *c, uint32_t r, const uint8_t *p, size_t n) {
+    for (; n >= 8; n -= 8, p += 8) {
+        uint32_t lo = r ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        r = c->t[7][lo & 0xFF] ^ c->t[6][(lo >> 8) & 0xFF] ^ c->t[5][(lo >> 16) & 0xFF] ^
+            c->t[4][lo >> 24] ^ c->t[3][p[4]] ^ c->t[2][p[5]] ^ c->t[1][p[6]] ^ c->t[0][p[7]];
+    }
+    for (; n; n--, p++) r = (r >> 8) ^ c->t[0][(r ^ *p) & 0xFF];
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Little-endian helpers                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* a·b, or SIZE_MAX when it overflows. */
+static size_t mul_sat(size_t a, size_t b) {
+    if (a && b > SIZE_MAX / a) return SIZE_MAX;
+    return a * b;
+}
+static size_t add_sat(size_t a, size_t b) { return b > SIZE_MAX - a ? SIZE_MAX : a + b; }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sizes                                                                                      */
+/* ---------------------------------------------------------------------------------------- */
+
+static int has_mean(const tq_kv_layer *l) { return l->key_mean != NULL; }
+
+/* Payload bytes of a layer section for (len, n_comp): SIZE_MAX on overflow. */
+static size_t layer_payload(const tq_kv_cache *c, const tq_kv_layer *l, int with_mean,
+                            uint64_t len, uint64_t n_comp) {
+    size_t H = (size_t)c->cfg.n_kv_heads, dk = (size_t)c->cfg.head_dim_k,
+           dv = (size_t)c->cfg.head_dim_v;
+    if (len > SIZE_MAX || n_comp > len) return SIZE_MAX;
+    size_t n = CF_LAYER_FIXED;
+    if (with_mean) n = add_sat(n, H * dk * 4);
+    n = add_sat(n, mul_sat((size_t)n_comp, H * (l->k.rec_bytes + l->v.rec_bytes)));
+    n = add_sat(n, mul_sat((size_t)(len - n_comp), H * 2 * (dk + dv)));
+    return n;
+}
+
+static size_t scheme_payload(int n_layers) {
+    return CF_SCHEME_FIXED + (size_t)n_layers * CF_LAYER_SCHEME;
+}
+
+size_t tq_kv_cache_save_bound(const tq_kv_cache *c) {
+    if (!c) return 0;
+    size_t n = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_payload(c->cfg.n_layers) + CF_CRC;
+    for (int i = 0; i < c->cfg.n_layers; i++) {
+        const tq_kv_layer *l = &c->layers[i];
+        n = add_sat(n, CF_LAYER_HEAD + CF_CRC);
+        n = add_sat(n, layer_payload(c, l, has_mean(l), l->len, l->n_comp));
+    }
+    return n == SIZE_MAX ? 0 : n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Writing                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Where bytes go: a caller buffer (fd < 0) or a file descriptor through a buffer. The CRC
+ * register runs over everything written since the last crc_begin. */
+typedef struct sink {
+    uint8_t *buf;
+    size_t cap, pos;
+    int fd;
+    tq_status st;
+    size_t total;
+    const crc_tab *crc;
+    uint32_t reg;
+} sink;
+
+static void sink_flush(sink *s) {
+    if (s->fd < 0 || s->st) return;
+    size_t off = 0;
+    while (off < s->pos) {
+        ssize_t w = write(s->fd, s->buf + off, s->pos - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            s->st = TQ_ERR_IO;
+            return;
+        }
+        off += (size_t)w;
+    }
+    s->pos = 0;
+}
+
+static void sink_write(sink *s, const void *data, size_t n) {
+    const uint8_t *p = data;
+    if (s->st) return;
+    s->reg = crc_update(s->crc, s->reg, p, n);
+    s->total += n;
+    while (n) {
+        if (s->pos == s->cap) {
+            if (s->fd < 0) {
+                s->st = TQ_ERR_CAPACITY;
+                return;
+            }
+            sink_flush(s);
+            if (s->st) return;
+        }
+        size_t k = s->cap - s->pos < n ? s->cap - s->pos : n;
+        memcpy(s->buf + s->pos, p, k);
+        s->pos += k;
+        p += k;
+        n -= k;
+    }
+}
+
+static void crc_begin(sink *s) { s->reg = 0xFFFFFFFFu; }
+static void crc_end(sink *s) {
+    uint8_t b[4];
+    put_u32(b, s->reg ^ 0xFFFFFFFFu);
+    sink_write(s, b, 4);
+}
+
+static void put_layer_scheme(uint8_t *p, const tq_kv_layer_scheme *l) {
+    memset(p, 0, CF_LAYER_SCHEME);
+    p[0] = (uint8_t)l->key_format;
+    p[1] = (uint8_t)l->value_format;
+    p[2] = (uint8_t)l->key_variant;
+    p[3] = l->norm_correction ? 1 : 0;
+    p[4] = l->key_mean ? 1 : 0;
+    tq_store_f32(p + 8, l->key_format == TQ_KV_TURBO ? l->key_bits : 0.0f);
+    tq_store_f32(p + 12, l->value_format == TQ_KV_TURBO ? l->value_bits : 0.0f);
+}
+
+/* One tensor's records of n tokens (token-major, heads inside) of a compressed page run. F16
+ * records are native uint16 in memory and little-endian in the file. */
+static void write_records(sink *s, const tq_kv_cache *c, const tq_kv_layer *l, int is_v) {
+    const tq_kv_tensor *x = is_v ? &l->v : &l->k;
+    int H = c->cfg.n_kv_heads;
+    uint8_t tmp[2 * TQ_MAX_DIM];
+    for (size_t t = 0; t < l->n_comp; t++)
+        for (int h = 0; h < H; h++) {
+            const uint8_t *r = is_v ? tq_kv_vrec(c, l, t, h) : tq_kv_krec(c, l, t, h);
+            if (x->format == TQ_KV_F16) {
+                for (int i = 0; i < x->dim; i++) {
+                    uint16_t v;
+                    memcpy(&v, r + 2 * i, 2);
+                    tq_store_u16(tmp + 2 * i, v);
+                }
+                r = tmp;
+            }
+            sink_write(s, r, x->rec_bytes);
+        }
+}
+
+static void write_raw(sink *s, const tq_kv_cache *c, const tq_kv_layer *l, int is_v) {
+    int H = c->cfg.n_kv_heads, d = is_v ? c->cfg.head_dim_v : c->cfg.head_dim_k;
+    uint8_t tmp[2 * TQ_MAX_DIM];
+    for (size_t t = l->n_comp; t < l->len; t++)
+        for (int h = 0; h < H; h++) {
+            const uint16_t *r = is_v ? tq_kv_vraw(c, l, t, h) : tq_kv_kraw(c, l, t, h);
+            for (int i = 0; i < d; i++) tq_store_u16(tmp + 2 * i, r[i]);
+            sink_write(s, tmp, (size_t)d * 2);
+        }
+}
+
+static tq_status write_cache(const tq_kv_cache *c, sink *s) {
+    const tq_kv_cache_config *cfg = &c->cfg;
+    const tq_kv_scheme *sc = &cfg->scheme;
+    uint8_t b[CF_SCHEME_FIXED];
+    uint64_t n_tokens = 0;
+    for (int i = 0; i < cfg->n_layers; i++) n_tokens += c->layers[i].len;
+
+    /* Header. */
+    uint8_t h[CF_HEADER_BYTES];
+    memset(h, 0, sizeof h);
+    memcpy(h, cf_magic, 8);
+    put_u32(h + 8, CF_VERSION);
+    put_u32(h + 12, CF_HEADER_BYTES);
+    put_u32(h + 16, (uint32_t)cfg->n_layers);
+    put_u32(h + 20, (uint32_t)cfg->n_kv_heads);
+    put_u32(h + 24, (uint32_t)cfg->head_dim_k);
+    put_u32(h + 28, (uint32_t)cfg->head_dim_v);
+    put_u64(h + 32, sc->seed);
+    put_u64(h + 40, n_tokens);
+    put_u32(h + 48, (uint32_t)scheme_payload(cfg->n_layers));
+    crc_begin(s);
+    sink_write(s, h, 60);
+    crc_end(s);
+
+    /* Scheme section. */
+    crc_begin(s);
+    memcpy(b, tag_scheme, 4);
+    put_u32(b + 4, (uint32_t)scheme_payload(cfg->n_layers));
+    sink_write(s, b, CF_SECTION_HEAD);
+    put_layer_scheme(b, &sc->layer);
+    put_layer_scheme(b + 16, &sc->edge);
+    put_u32(b + 32, (uint32_t)sc->edge_first);
+    put_u32(b + 36, (uint32_t)sc->edge_last);
+    put_u32(b + 40, (uint32_t)sc->raw_window);
+    put_u32(b + 44, (uint32_t)sc->batch);
+    put_u32(b + 48, (uint32_t)sc->quantized_kv_start);
+    put_u32(b + 52, sc->prefill_raw ? 1u : 0u);
+    put_u64(b + 56, sc->seed);
+    sink_write(s, b, CF_SCHEME_FIXED);
+    for (int i = 0; i < cfg->n_layers; i++) {
+        put_layer_scheme(b, &c->layers[i].scheme);
+        sink_write(s, b, CF_LAYER_SCHEME);
+    }
+    crc_end(s);
+
+    /* Layer sections. */
+    for (int i = 0; i < cfg->n_layers; i++) {
+        const tq_kv_layer *l = &c->layers[i];
+        crc_begin(s);
+        memcpy(b, tag_layer, 4);
+        put_u32(b + 4, (uint32_t)i);
+        put_u64(b + 8, layer_payload(c, l, has_mean(l), l->len, l->n_comp));
+        sink_write(s, b, CF_LAYER_HEAD);
+        memset(b, 0, CF_LAYER_FIXED);
+        put_u64(b, l->len);
+        put_u64(b + 8, l->n_comp);
+        b[16] = l->compress_started ? 1 : 0;
+        b[17] = l->mean_set ? 1 : 0;
+        b[18] = has_mean(l) ? 1 : 0;
+        sink_write(s, b, CF_LAYER_FIXED);
+        if (has_mean(l)) {
+            size_t n = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k;
+            for (size_t j = 0; j < n; j++) {
+                tq_store_f32(b, l->key_mean[j]);
+                sink_write(s, b, 4);
+            }
+        }
+        write_records(s, c, l, 0);
+        write_records(s, c, l, 1);
+        write_raw(s, c, l, 0);
+        write_raw(s, c, l, 1);
+        crc_end(s);
+    }
+    return s->st;
+}
+
+tq_status tq_kv_cache_save_memory(const tq_kv_cache *c, void *dst, size_t capacity,
+                                  size_t *written) {
+    if (written) *written = 0;
+    if (!c || !dst) return TQ_ERR_NULL;
+    size_t need = tq_kv_cache_save_bound(c);
+    if (need == 0 || capacity < need) return TQ_ERR_CAPACITY;
+    crc_tab *ct = malloc(sizeof *ct);
+    if (!ct) return TQ_ERR_NOMEM;
+    crc_tab_init(ct);
+    sink s = {.buf = dst, .cap = capacity, .fd = -1, .crc = ct};
+    tq_status st = write_cache(c, &s);
+    free(ct);
+    if (!st && written) *written = s.total;
+    return st;
+}
+
+/* fsync of the folder holding path, so that the rename itself is durable. */
+static int sync_dir_of(const char *path) {
+    size_t n = strlen(path);
+    while (n && path[n - 1] != '/') n--;
+    char *dir = malloc(n ? n + 1 : 2);
+    if (!dir) return -1;
+    if (n) {
+        memcpy(dir, path, n);
+        dir[n] = 0;
+    } else {
+        strcpy(dir, ".");
+    }
+    int fd = open(dir, O_RDONLY);
+    free(dir);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    /* Some file systems refuse fsync on a folder; the data itself is already synced. */
+    if (r && (errno == EINVAL || errno == EBADF)) r = 0;
+    close(fd);
+    return r;
+}
+
+tq_status tq_kv_cache_save(const tq_kv_cache *c, const char *path) {
+    if (!c || !path) return TQ_ERR_NULL;
+    if (!*path) return TQ_ERR_IO;
+    if (tq_kv_cache_save_bound(c) == 0) return TQ_ERR_INVALID;
+    size_t pn = strlen(path);
+    char *tmp = malloc(pn + 5);
+    crc_tab *ct = malloc(sizeof *ct);
+    uint8_t *buf = malloc(1u << 20);
+    tq_status st = TQ_OK;
+    int fd = -1;
+    if (!tmp || !ct || !buf) {
+        st = TQ_ERR_NOMEM;
+        goto done;
+    }
+    memcpy(tmp, path, pn);
+    memcpy(tmp + pn, ".tmp", 5);
+    crc_tab_init(ct);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        st = TQ_ERR_IO;
+        goto done;
+    }
+    sink s = {.buf = buf, .cap = 1u << 20, .fd = fd, .crc = ct};
+    st = write_cache(c, &s);
+    if (!st) sink_flush(&s), st = s.st;
+    if (!st && fsync(fd) != 0) st = TQ_ERR_IO;
+    if (close(fd) != 0 && !st) st = TQ_ERR_IO;
+    fd = -1;
+    if (!st && rename(tmp, path) != 0) st = TQ_ERR_IO;
+    if (st) {
+        unlink(tmp);
+        goto done;
+    }
+    if (sync_dir_of(path) != 0) st = TQ_ERR_IO;
+done:
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    free(ct);
+    free(buf);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reading                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+static uint32_t crc_of(const crc_tab *ct, const uint8_t *p, size_t n) {
+    return crc_update(ct, 0xFFFFFFFFu, p, n) ^ 0xFFFFFFFFu;
+}
+
+/* A layer scheme record; 0 when a field holds a value no writer produces. */
+static int get_layer_scheme(const uint8_t *p, tq_kv_layer_scheme *l) {
+    memset(l, 0, sizeof *l);
+    if (p[0] > TQ_KV_TURBO || p[1] > TQ_KV_TURBO || p[2] > TQ_VARIANT_PROD || p[3] > 1 ||
+        p[4] > 1 || p[5] || p[6] || p[7])
+        return 0;
+    l->key_format = (tq_kv_format)p[0];
+    l->value_format = (tq_kv_format)p[1];
+    l->key_variant = (tq_variant)p[2];
+    l->norm_correction = p[3];
+    l->key_mean = p[4];
+    l->key_bits = tq_load_f32(p + 8);
+    l->value_bits = tq_load_f32(p + 12);
+    if (l->key_format == TQ_KV_TURBO ? !(l->key_bits >= 1.0f && l->key_bits <= 8.0f)
+                                     : l->key_bits != 0.0f)
+        return 0;
+    if (l->value_format == TQ_KV_TURBO ? !(l->value_bits >= 1.0f && l->value_bits <= 8.0f)
+                                       : l->value_bits != 0.0f)
+        return 0;
+    return 1;
+}
+
+static int same_layer_scheme(const tq_kv_layer_scheme *a, const tq_kv_layer_scheme *b) {
+    uint8_t x[CF_LAYER_SCHEME], y[CF_LAYER_SCHEME];
+    put_layer_scheme(x, a);
+    put_layer_scheme(y, b);
+    return memcmp(x, y, sizeof x) == 0;
+}
+
+static int f16_finite(uint16_t h) { return (h & 0x7C00u) != 0x7C00u; }
+
+/* 1 if a record holds only values an encoder produces (finite scales and norms, finite
+ * fp16 elements); rec is little-endian file bytes. */
+static int record_ok(const tq_kv_tensor *x, const uint8_t *r) {
+    switch (x->format) {
+    case TQ_KV_F16:
+        for (int i = 0; i < x->dim; i++)
+            if (!f16_finite(tq_load_u16(r + 2 * i))) return 0;
+        return 1;
+    case TQ_KV_Q8_0:
+    case TQ_KV_Q4_0: {
+        size_t blk = x->format == TQ_KV_Q8_0 ? 2 + TQ_KV_BLOCK : 2 + TQ_KV_BLOCK / 2;
+        for (size_t off = 0; off < x->rec_bytes; off += blk)
+            if (!f16_finite(tq_load_u16(r + off))) return 0;
+        return 1;
+    }
+    case TQ_KV_TURBO: {
+        float n = x->norm_f32 ? tq_load_f32(r + x->norm_off)
+                              : tq_f16_to_f32(tq_load_u16(r + x->norm_off));
+        if (!(isfinite(n) && n >= 0.0f)) return 0;
+        if (x->prod) {
+            float g = x->norm_f32 ? tq_load_f32(r + x->gamma_off)
+                                  : tq_f16_to_f32(tq_load_u16(r + x->gamma_off));
+            if (!(isfinite(g) && g >= 0.0f && g <= 8.0f)) return 0;
+        }
+        return 1;
+    }
+    }
+    return 0;
+}
+
+/* Reads one layer section's payload p (n bytes, checksum already verified) into layer i. */
+static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
+    tq_kv_layer *l = &c->layers[i];
+    int H = c->cfg.n_kv_heads, dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v;
+    if (n < CF_LAYER_FIXED) return TQ_ERR_FORMAT;
+    uint64_t len = get_u64(p), n_comp = get_u64(p + 8);
+    int started = p[16], mean_set = p[17], with_mean = p[18];
+    for (int j = 19; j < 24; j++)
+        if (p[j]) return TQ_ERR_FORMAT;
+    if (started > 1 || mean_set > 1 || with_mean != has_mean(l)) return TQ_ERR_FORMAT;
+    if (n_comp > len || (l->compress_none && (n_comp || started))) return TQ_ERR_FORMAT;
+    /* Compressed tokens need the mean they were encoded with. */
+    if (with_mean && n_comp && !mean_set) return TQ_ERR_FORMAT;
+    if (layer_payload(c, l, with_mean, len, n_comp) != n) return TQ_ERR_FORMAT;
+    /* From here on the counts are bounded by n, itself bounded by the input size. */
+    const uint8_t *q = p + CF_LAYER_FIXED;
+    size_t nm = (size_t)H * (size_t)dk;
+    if (with_mean) {
+        for (size_t j = 0; j < nm; j++)
+            if (!isfinite(tq_load_f32(q + 4 * j))) return TQ_ERR_CORRUPT;
+    }
+    const uint8_t *krec = q + (with_mean ? nm * 4 : 0);
+    const uint8_t *vrec = krec + (size_t)n_comp * (size_t)H * l->k.rec_bytes;
+    const uint8_t *kraw = vrec + (size_t)n_comp * (size_t)H * l->v.rec_bytes;
+    size_t n_raw = (size_t)(len - n_comp);
+    const uint8_t *vraw = kraw + n_raw * (size_t)H * (size_t)dk * 2;
+    for (size_t t = 0; t < (size_t)n_comp * (size_t)H; t++)
+        if (!record_ok(&l->k, krec + t * l->k.rec_bytes) ||
+            !record_ok(&l->v, vrec + t * l->v.rec_bytes))
+            return TQ_ERR_CORRUPT;
+    for (size_t j = 0; j < n_raw * (size_t)H * (size_t)dk; j++)
+        if (!f16_finite(tq_load_u16(kraw + 2 * j))) return TQ_ERR_CORRUPT;
+    for (size_t j = 0; j < n_raw * (size_t)H * (size_t)dv; j++)
+        if (!f16_finite(tq_load_u16(vraw + 2 * j))) return TQ_ERR_CORRUPT;
+
+    tq_status st = tq_kv_layer_restore_shape(c, i, (size_t)len, (size_t)n_comp);
+    if (st) return st == TQ_ERR_INVALID ? TQ_ERR_FORMAT : st;
+    if (with_mean)
+        for (size_t j = 0; j < nm; j++) l->key_mean[j] = tq_load_f32(q + 4 * j);
+    l->mean_set = mean_set;
+    l->compress_started = started;
+    for (size_t t = 0; t < (size_t)n_comp; t++)
+        for (int h = 0; h < H; h++) {
+            size_t at = t * (size_t)H + (size_t)h;
+            uint8_t *kd = (uint8_t *)tq_kv_krec(c, l, t, h), *vd = (uint8_t *)tq_kv_vrec(c, l, t, h);
+            const uint8_t *ks = krec + at * l->k.rec_bytes, *vs = vrec + at * l->v.rec_bytes;
+            if (l->k.format == TQ_KV_F16) {
+                for (int j = 0; j < dk; j++) {
+                    uint16_t v = tq_load_u16(ks + 2 * j);
+                    memcpy(kd + 2 * j, &v, 2);
+                }
+            } else {
+                memcpy(kd, ks, l->k.rec_bytes);
+            }
+            if (l->v.format == TQ_KV_F16) {
+                for (int j = 0; j < dv; j++) {
+                    uint16_t v = tq_load_u16(vs + 2 * j);
+                    memcpy(vd + 2 * j, &v, 2);
+                }
+            } else {
+                memcpy(vd, vs, l->v.rec_bytes);
+            }
+        }
+    for (size_t t = 0; t < n_raw; t++)
+        for (int h = 0; h < H; h++) {
+            size_t at = t * (size_t)H + (size_t)h;
+            uint16_t *kd = (uint16_t *)tq_kv_kraw(c, l, (size_t)n_comp + t, h);
+            uint16_t *vd = (uint16_t *)tq_kv_vraw(c, l, (size_t)n_comp + t, h);
+            for (int j = 0; j < dk; j++) kd[j] = tq_load_u16(kraw + 2 * (at * (size_t)dk + (size_t)j));
+            for (int j = 0; j < dv; j++) vd[j] = tq_load_u16(vraw + 2 * (at * (size_t)dv + (size_t)j));
+        }
+    return TQ_OK;
+}
+
+static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *expect,
+                      const crc_tab *ct, tq_kv_cache **out) {
+    /* Header: magic and version first (fixed in every version), then its checksum. */
+    if (size < CF_HEADER_BYTES || memcmp(d, cf_magic, 8) != 0) return TQ_ERR_FORMAT;
+    uint32_t version = get_u32(d + 8);
+    if (version != CF_VERSION) return TQ_ERR_VERSION;
+    if (get_u32(d + 12) != CF_HEADER_BYTES) return TQ_ERR_FORMAT;
+    if (crc_of(ct, d, 60) != get_u32(d + 60)) return TQ_ERR_CHECKSUM;
+    if (get_u32(d + 52) || get_u32(d + 56)) return TQ_ERR_FORMAT;
+    uint32_t n_layers = get_u32(d + 16), H = get_u32(d + 20), dk = get_u32(d + 24),
+             dv = get_u32(d + 28);
+    uint64_t seed = get_u64(d + 32), n_tokens = get_u64(d + 40);
+    uint32_t scheme_bytes = get_u32(d + 48);
+    if (n_layers < 1 || n_layers > 4096 || H < 1 || H > 1024 || dk < TQ_MIN_DIM ||
+        dk > TQ_MAX_DIM || dv < TQ_MIN_DIM || dv > TQ_MAX_DIM)
+        return TQ_ERR_FORMAT;
+    if (scheme_bytes != scheme_payload((int)n_layers)) return TQ_ERR_FORMAT;
+    if (expect && (expect->n_layers != (int)n_layers || expect->n_kv_heads != (int)H ||
+                   expect->head_dim_k != (int)dk || expect->head_dim_v != (int)dv))
+        return TQ_ERR_MISMATCH;
+    /* The smallest file with these counts: nothing is allocated for a file shorter than it. */
+    size_t min_size = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_bytes + CF_CRC +
+                      (size_t)n_layers * (CF_LAYER_HEAD + CF_LAYER_FIXED + CF_CRC);
+    if (size < min_size) return TQ_ERR_FORMAT;
+
+    /* Scheme section. */
+    const uint8_t *s = d + CF_HEADER_BYTES;
+    if (memcmp(s, tag_scheme, 4) != 0 || get_u32(s + 4) != scheme_bytes) return TQ_ERR_FORMAT;
+    if (crc_of(ct, s, CF_SECTION_HEAD + scheme_bytes) !=
+        get_u32(s + CF_SECTION_HEAD + scheme_bytes))
+        return TQ_ERR_CHECKSUM;
+    const uint8_t *sp = s + CF_SECTION_HEAD;
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, (int)n_layers, (int)H, (int)dk, (int)dv);
+    tq_kv_scheme *sc = &cfg.scheme;
+    if (!get_layer_scheme(sp, &sc->layer) || !get_layer_scheme(sp + 16, &sc->edge))
+        return TQ_ERR_FORMAT;
+    uint32_t v32[6];
+    for (int j = 0; j < 6; j++) {
+        v32[j] = get_u32(sp + 32 + 4 * j);
+        if (v32[j] > 0x7FFFFFFFu) return TQ_ERR_FORMAT;
+    }
+    sc->edge_first = (int)v32[0];
+    sc->edge_last = (int)v32[1];
+    sc->raw_window = (int)v32[2];
+    sc->batch = (int)v32[3];
+    sc->quantized_kv_start = (int)v32[4];
+    if (v32[5] > 1 || v32[3] < 1) return TQ_ERR_FORMAT;
+    sc->prefill_raw = (int)v32[5];
+    sc->seed = get_u64(sp + 56);
+    if (sc->seed != seed) return TQ_ERR_FORMAT;
+    tq_kv_layer_scheme *ls = malloc(n_layers * sizeof *ls);
+    if (!ls) return TQ_ERR_NOMEM;
+    for (uint32_t i = 0; i < n_layers; i++)
+        if (!get_layer_scheme(sp + CF_SCHEME_FIXED + (size_t)i * CF_LAYER_SCHEME, &ls[i]) ||
+            (ls[i].key_mean && ls[i].key_format != TQ_KV_TURBO)) {
+            free(ls);
+            return TQ_ERR_FORMAT;
+        }
+    if (expect) {
+        int ok = same_layer_scheme(&expect->scheme.layer, &sc->layer) &&
+                 same_layer_scheme(&expect->scheme.edge, &sc->edge) &&
+                 expect->scheme.edge_first == sc->edge_first &&
+                 expect->scheme.edge_last == sc->edge_last &&
+                 expect->scheme.raw_window == sc->raw_window &&
+                 expect->scheme.batch == sc->batch &&
+                 expect->scheme.quantized_kv_start == sc->quantized_kv_start &&
+                 (expect->scheme.prefill_raw ? 1 : 0) == sc->prefill_raw &&
+                 expect->scheme.seed == sc->seed;
+        for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
+            tq_kv_layer_scheme e = expect->layer_schemes[i];
+            if (e.key_format != TQ_KV_TURBO) e.key_mean = 0;
+            ok = same_layer_scheme(&e, &ls[i]);
+        }
+        if (!ok) {
+            free(ls);
+            return TQ_ERR_MISMATCH;
+        }
+    }
+    cfg.layer_schemes = ls;
+    tq_kv_cache *c = NULL;
+    tq_status st = tq_kv_cache_create(&c, &cfg);
+    free(ls);
+    if (st) return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;
+
+    /* Layer sections, in order, ending exactly at the end of the input. */
+    size_t pos = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_bytes + CF_CRC;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_layers && !st; i++) {
+        size_t left = size - pos;
+        /* Room for this section's head and CRC and the fixed part of every later one. */
+        size_t later = (size_t)(n_layers - 1 - i) * (CF_LAYER_HEAD + CF_LAYER_FIXED + CF_CRC);
+        if (left < CF_LAYER_HEAD + CF_CRC + later) {
+            st = TQ_ERR_FORMAT;
+            break;
+        }
+        const uint8_t *L = d + pos;
+        uint64_t pn = get_u64(L + 8);
+        if (memcmp(L, tag_layer, 4) != 0 || get_u32(L + 4) != i ||
+            pn > left - CF_LAYER_HEAD - CF_CRC - later) {
+            st = TQ_ERR_FORMAT;
+            break;
+        }
+        if (crc_of(ct, L, CF_LAYER_HEAD + (size_t)pn) != get_u32(L + CF_LAYER_HEAD + (size_t)pn)) {
+            st = TQ_ERR_CHECKSUM;
+            break;
+        }
+        st = read_layer(c, (int)i, L + CF_LAYER_HEAD, (size_t)pn);
+        total += c->layers[i].len;
+        pos += CF_LAYER_HEAD + (size_t)pn + CF_CRC;
+    }
+    if (!st && (pos != size || total != n_tokens)) st = TQ_ERR_FORMAT;
+    if (st) {
+        tq_kv_cache_free(c);
+        return st;
+    }
+    *out = c;
+    return TQ_OK;
+}
+
+tq_status tq_kv_cache_load_memory_expect(const void *data, size_t size,
+                                         const tq_kv_cache_config *expect, tq_kv_cache **out) {
+    if (!out) return TQ_ERR_NULL;
+    *out = NULL;
+    if (!data) return TQ_ERR_NULL;
+    crc_tab *ct = malloc(sizeof *ct);
+    if (!ct) return TQ_ERR_NOMEM;
+    crc_tab_init(ct);
+    tq_status st = load(data, size, expect, ct, out);
+    free(ct);
+    return st;
+}
+
+tq_status tq_kv_cache_load_memory(const void *data, size_t size, tq_kv_cache **out) {
+    return tq_kv_cache_load_memory_expect(data, size, NULL, out);
+}
+
+tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_config *expect,
+                                  tq_kv_cache **out) {
+    if (!out) return TQ_ERR_NULL;
+    *out = NULL;
+    if (!path) return TQ_ERR_NULL;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return TQ_ERR_IO;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
+        (uint64_t)sb.st_size > SIZE_MAX) {
+        close(fd);
+        return TQ_ERR_IO;
+    }
+    size_t size = (size_t)sb.st_size;
+    uint8_t *buf = malloc(size ? size : 1);
+    if (!buf) {
+        close(fd);
+        return TQ_ERR_NOMEM;
+    }
+    size_t got = 0;
+    tq_status st = TQ_OK;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            st = TQ_ERR_IO;
+            break;
+        }
+        if (r == 0) break; /* shrank while reading: parse what is there */
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!st) st = tq_kv_cache_load_memory_expect(buf, got, expect, out);
+    free(buf);
+    return st;
+}
+
+tq_status tq_kv_cache_load(const char *path, tq_kv_cache **out) {
+    return tq_kv_cache_load_expect(path, NULL, out);
+}

@@ -1,0 +1,621 @@
+/*
+ * Cache files (doc/cachefile.md): save → load restores the identical state (reads, attention
+ * bit for bit, later appends, re-saved bytes) for several schemes, with a raw window and with
+ * per-layer edges; the golden file pins the format; every truncation, every single-bit flip,
+ * wrong magic, other versions, mismatched shapes, hostile counts and bad values are rejected
+ * with their code; a crash mid-save leaves the previous file; unwritable paths give TQ_ERR_IO.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v1.bin (only when the format version moves).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvcache_internal.h"
+#include "test_util.h"
+#include "turboquant.h"
+
+#define GOLDEN "tests/golden/cache_v1.bin"
+
+/* Scratch paths under $TMPDIR (or /tmp), unique per process. */
+static const char *scratch(const char *name) {
+    static char buf[4][512];
+    static int k;
+    const char *dir = getenv("TMPDIR");
+    char *b = buf[k++ & 3];
+    snprintf(b, sizeof buf[0], "%s/tq_cachefile_%d_%s", dir && *dir ? dir : "/tmp", (int)getpid(),
+             name);
+    return b;
+}
+
+/* Exact-arithmetic inputs (multiples of 1/256), the same on every machine. */
+static uint32_t hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+static void fill(float *x, size_t n, uint32_t seed, int loud) {
+    for (size_t i = 0; i < n; i++) {
+        int v = (int)(hash32((uint32_t)i * 2654435761u + seed) % 1025u) - 512;
+        x[i] = (float)v / 256.0f + (loud && i % 16 == 3 ? 6.0f : 0.0f);
+    }
+}
+
+/* The test's own bitwise CRC32C, independent of the library's sliced one. */
+static uint32_t crc32c(const uint8_t *p, size_t n) {
+    uint32_t r = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        r ^= p[i];
+        for (int k = 0; k < 8; k++) r = (r >> 1) ^ (0x82F63B78u & (0u - (r & 1u)));
+    }
+    return r ^ 0xFFFFFFFFu;
+}
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t rd64(const uint8_t *p) { return rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+static void wr32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void wr64(uint8_t *p, uint64_t v) {
+    wr32(p, (uint32_t)v);
+    wr32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Recomputes every section's CRC of a (possibly edited) file image, walking the layout. */
+static void fix_crcs(uint8_t *d, size_t size) {
+    wr32(d + 60, crc32c(d, 60));
+    size_t sp = rd32(d + 48), pos = 64;
+    if (sp > size - pos - 12) return; /* an edited size: nothing more to fix */
+    wr32(d + pos + 8 + sp, crc32c(d + pos, 8 + sp));
+    pos += 8 + sp + 4;
+    uint32_t nl = rd32(d + 16);
+    for (uint32_t i = 0; i < nl && pos + 16 <= size; i++) {
+        uint64_t pn = rd64(d + pos + 8);
+        if (pn > size - pos - 20) return;
+        wr32(d + pos + 16 + pn, crc32c(d + pos, 16 + (size_t)pn));
+        pos += 16 + (size_t)pn + 4;
+    }
+}
+
+/* A cache of n_layers × H × d with `n` tokens per layer: a prefill of n − 8 and 8 decode steps. */
+static tq_kv_cache *build(const char *scheme, int n_layers, int H, int d, size_t n,
+                          const tq_kv_layer_scheme *overrides) {
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, n_layers, H, d, d);
+    char err[1024];
+    if (tq_kv_scheme_parse(scheme, &cfg.scheme, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return NULL;
+    }
+    cfg.layer_schemes = overrides;
+    tq_kv_cache *c = NULL;
+    if (tq_kv_cache_create(&c, &cfg)) return NULL;
+    size_t row = (size_t)H * (size_t)d;
+    float *k = malloc(sizeof(float) * n * row), *v = malloc(sizeof(float) * n * row);
+    tq_status st = TQ_OK;
+    for (int l = 0; l < n_layers && !st; l++) {
+        fill(k, n * row, 11u + (uint32_t)l, 1);
+        fill(v, n * row, 77u + (uint32_t)l, 0);
+        size_t pre = n > 8 ? n - 8 : 0;
+        if (pre) st = tq_kv_cache_append(c, l, k, v, pre);
+        for (size_t t = pre; t < n && !st; t++)
+            st = tq_kv_cache_append(c, l, k + t * row, v + t * row, 1);
+    }
+    free(k);
+    free(v);
+    if (st) {
+        tq_kv_cache_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static uint8_t *save_image(const tq_kv_cache *c, size_t *size) {
+    size_t n = tq_kv_cache_save_bound(c), w = 0;
+    uint8_t *buf = malloc(n ? n : 1);
+    if (tq_kv_cache_save_memory(c, buf, n, &w) != TQ_OK || w != n) {
+        free(buf);
+        return NULL;
+    }
+    *size = n;
+    return buf;
+}
+
+/* 1 if a and b hold the same state: lengths, boundaries, read-back bits, attention bits. */
+static int same_cache(const tq_kv_cache *a, const tq_kv_cache *b, int nqh) {
+    tq_kv_cache_config ca = tq_kv_cache_get_config(a), cb = tq_kv_cache_get_config(b);
+    if (ca.n_layers != cb.n_layers || ca.n_kv_heads != cb.n_kv_heads ||
+        ca.head_dim_k != cb.head_dim_k || ca.head_dim_v != cb.head_dim_v)
+        return 0;
+    char sa[256], sb[256];
+    if (tq_kv_scheme_format(&ca.scheme, sa, sizeof sa) ||
+        tq_kv_scheme_format(&cb.scheme, sb, sizeof sb) || strcmp(sa, sb))
+        return 0;
+    int ok = 1;
+    size_t row = (size_t)ca.n_kv_heads * (size_t)ca.head_dim_k;
+    for (int l = 0; l < ca.n_layers && ok; l++) {
+        tq_kv_layer_scheme la = tq_kv_cache_layer_scheme(a, l), lb = tq_kv_cache_layer_scheme(b, l);
+        if (memcmp(&la, &lb, sizeof la)) return 0;
+        size_t n = tq_kv_cache_length(a, l);
+        if (n != tq_kv_cache_length(b, l) ||
+            tq_kv_cache_compressed_length(a, l) != tq_kv_cache_compressed_length(b, l))
+            return 0;
+        float *x = malloc(sizeof(float) * (n * row * 2 + 1)), *y = malloc(sizeof(float) * (n * row * 2 + 1));
+        tq_kv_cache_read(a, l, 0, n, x, x + n * row);
+        tq_kv_cache_read(b, l, 0, n, y, y + n * row);
+        ok = memcmp(x, y, sizeof(float) * n * row * 2) == 0;
+        free(x);
+        free(y);
+        /* Decode attention of the last position, and a 4-query prefill chunk. */
+        for (size_t nq = 1; ok && nq <= 4 && nq <= n; nq += 3) {
+            size_t qn = nq * (size_t)nqh * (size_t)ca.head_dim_k;
+            float *q = malloc(sizeof(float) * qn);
+            float *o1 = malloc(sizeof(float) * nq * (size_t)nqh * (size_t)ca.head_dim_v);
+            float *o2 = malloc(sizeof(float) * nq * (size_t)nqh * (size_t)ca.head_dim_v);
+            fill(q, qn, 999u + (uint32_t)l, 0);
+            tq_attn_params p;
+            tq_attn_params_init(&p, ca.head_dim_k);
+            size_t wb = tq_kv_attention_workspace_size(a, l, nqh, nq, 1);
+            void *w = malloc(wb);
+            tq_status s1 = tq_kv_attention(a, l, q, nqh, nq, &p, NULL, w, wb, o1);
+            tq_status s2 = tq_kv_attention(b, l, q, nqh, nq, &p, NULL, w, wb, o2);
+            ok = s1 == TQ_OK && s2 == TQ_OK &&
+                 memcmp(o1, o2, sizeof(float) * nq * (size_t)nqh * (size_t)ca.head_dim_v) == 0;
+            free(q);
+            free(o1);
+            free(o2);
+            free(w);
+        }
+    }
+    return ok;
+}
+
+/* Appends the same decode token to every layer of both caches. */
+static int append_both(tq_kv_cache *a, tq_kv_cache *b, uint32_t seed) {
+    tq_kv_cache_config c = tq_kv_cache_get_config(a);
+    size_t row = (size_t)c.n_kv_heads * (size_t)c.head_dim_k;
+    float *k = malloc(sizeof(float) * row), *v = malloc(sizeof(float) * row);
+    fill(k, row, seed, 1);
+    fill(v, row, seed + 1, 0);
+    int ok = 1;
+    for (int l = 0; l < c.n_layers; l++)
+        ok &= tq_kv_cache_append(a, l, k, v, 1) == TQ_OK && tq_kv_cache_append(b, l, k, v, 1) == TQ_OK;
+    free(k);
+    free(v);
+    return ok;
+}
+
+static const char *schemes[] = {"f16", "q8_0", "turbo3", "turbo4v2", "k3.5v3",
+                                "turbo3:mean=1", "k=4:v=3:variant=prod", "turbo0v4"};
+#define N_SCHEMES (sizeof schemes / sizeof *schemes)
+
+static void roundtrip_one(const char *scheme, const tq_kv_layer_scheme *ov, int n_layers) {
+    tq_kv_cache *a = build(scheme, n_layers, 2, 64, 300, ov);
+    CHECK_MSG(a != NULL, "%s", scheme);
+    if (!a) return;
+    size_t n1 = 0, n2 = 0;
+    uint8_t *img = save_image(a, &n1);
+    CHECK(img != NULL);
+    tq_kv_cache *b = NULL;
+    CHECK_MSG(tq_kv_cache_load_memory(img, n1, &b) == TQ_OK, "%s", scheme);
+    if (b) {
+        CHECK_MSG(same_cache(a, b, 8), "%s", scheme);
+        uint8_t *img2 = save_image(b, &n2);
+        CHECK_MSG(img2 && n1 == n2 && memcmp(img, img2, n1) == 0, "%s: re-save differs", scheme);
+        free(img2);
+        /* The state carries on identically: the next decode steps compress the same way. */
+        for (uint32_t s = 0; s < 70; s++) CHECK(append_both(a, b, 5000u + s));
+        CHECK_MSG(same_cache(a, b, 8), "%s after appends", scheme);
+        tq_kv_memory ma, mb;
+        tq_kv_cache_memory(a, &ma);
+        tq_kv_cache_memory(b, &mb);
+        CHECK(ma.data_bytes == mb.data_bytes && ma.compressed_tokens == mb.compressed_tokens);
+    }
+    free(img);
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(b);
+}
+
+static void test_roundtrip_schemes(void) {
+    for (size_t i = 0; i < N_SCHEMES; i++) roundtrip_one(schemes[i], NULL, 2);
+}
+
+static void test_roundtrip_window_and_edges(void) {
+    char s[128];
+    for (size_t i = 0; i < N_SCHEMES; i++) {
+        snprintf(s, sizeof s, "%s:window=40:batch=16", schemes[i]);
+        roundtrip_one(s, NULL, 2);
+    }
+    roundtrip_one("turbo3:first=1:last=1:edge=q8_0", NULL, 4);
+    roundtrip_one("turbo4v2:first=1:window=64", NULL, 3);
+    roundtrip_one("turbo3:start=1000", NULL, 2); /* nothing compressed yet */
+    /* Per-layer overrides. */
+    tq_kv_scheme a, b, c;
+    tq_kv_scheme_parse("turbo3", &a, NULL, 0);
+    tq_kv_scheme_parse("q8_0", &b, NULL, 0);
+    tq_kv_scheme_parse("f16", &c, NULL, 0);
+    tq_kv_layer_scheme ov[3] = {a.layer, b.layer, c.layer};
+    roundtrip_one("turbo3", ov, 3);
+}
+
+static void test_roundtrip_file(void) {
+    const char *path = scratch("rt.tqkv");
+    tq_kv_cache *a = build("turbo4:window=16", 2, 2, 64, 200, NULL), *b = NULL;
+    CHECK(a != NULL);
+    CHECK(tq_kv_cache_save(a, path) == TQ_OK);
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK);
+    CHECK(b && same_cache(a, b, 4));
+    struct stat sb;
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(stat(tmp, &sb) != 0); /* no temp file left behind */
+    tq_kv_cache_free(b);
+    tq_kv_cache_free(a);
+    unlink(path);
+}
+
+/* The golden cache: 2 layers (the first a q8_0 edge), 2 KV heads, d = 16, 20 tokens, turbo3
+ * with key mean, window 4, batch 8: compressed and raw tokens, a mean, an edge, both formats. */
+static tq_kv_cache *golden_cache(void) {
+    return build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+}
+
+static uint8_t *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
+    *size = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    return b;
+}
+
+static void test_golden(void) {
+    tq_kv_cache *c = golden_cache();
+    CHECK(c != NULL);
+    size_t n = 0, gn = 0;
+    uint8_t *img = save_image(c, &n);
+    CHECK(crc32c((const uint8_t *)"123456789", 9) == 0xE3069283u); /* the CRC32C check value */
+    const char *upd = getenv("TQ_UPDATE_GOLDEN");
+    if (upd && *upd == '1') {
+        FILE *f = fopen(GOLDEN, "wb");
+        CHECK(f && fwrite(img, 1, n, f) == n);
+        if (f) fclose(f);
+        printf("wrote %s (%zu bytes)\n", GOLDEN, n);
+    }
+    uint8_t *g = read_file(GOLDEN, &gn);
+    CHECK_MSG(g != NULL, "missing %s", GOLDEN);
+    if (g) {
+        CHECK_MSG(gn == n && memcmp(g, img, n) == 0, "writer no longer produces %s", GOLDEN);
+        /* Every CRC field agrees with an independent bitwise CRC32C. */
+        uint8_t *h = malloc(gn);
+        memcpy(h, g, gn);
+        fix_crcs(h, gn);
+        CHECK(memcmp(h, g, gn) == 0);
+        free(h);
+        tq_kv_cache *b = NULL;
+        CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
+        CHECK(b && same_cache(c, b, 4));
+        CHECK(tq_kv_cache_length(b, 1) == 20 && tq_kv_cache_compressed_length(b, 1) == 16);
+        tq_kv_cache_free(b);
+    }
+    free(g);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+static void test_truncation(void) {
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n);
+    CHECK(img != NULL);
+    int bad = 0;
+    for (size_t len = 0; img && len < n; len++) {
+        uint8_t *p = malloc(len ? len : 1); /* exact size: ASan sees any over-read */
+        memcpy(p, img, len);
+        tq_kv_cache *b = NULL;
+        tq_status st = tq_kv_cache_load_memory(p, len, &b);
+        if (st != TQ_ERR_FORMAT || b) {
+            if (bad++ < 5) fprintf(stderr, "truncated at %zu: %s\n", len, tq_error_name(st));
+        }
+        tq_kv_cache_free(b);
+        free(p);
+    }
+    CHECK(bad == 0);
+    /* Trailing bytes are rejected too. */
+    uint8_t *p = malloc(n + 1);
+    memcpy(p, img, n);
+    p[n] = 0;
+    tq_kv_cache *b = NULL;
+    CHECK(tq_kv_cache_load_memory(p, n + 1, &b) == TQ_ERR_FORMAT && !b);
+    free(p);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+static void test_bit_flips(void) {
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n);
+    CHECK(img != NULL);
+    int bad = 0, n_crc = 0, n_fmt = 0;
+    uint8_t *p = malloc(n);
+    for (size_t i = 0; img && i < n * 8; i++) {
+        memcpy(p, img, n);
+        p[i / 8] ^= (uint8_t)(1u << (i % 8));
+        tq_kv_cache *b = NULL;
+        tq_status st = tq_kv_cache_load_memory(p, n, &b);
+        n_crc += st == TQ_ERR_CHECKSUM;
+        n_fmt += st == TQ_ERR_FORMAT;
+        /* The version field (bytes 8..11) is checked before the header's CRC. */
+        int ok = st == TQ_ERR_CHECKSUM || st == TQ_ERR_FORMAT ||
+                 (st == TQ_ERR_VERSION && i / 8 >= 8 && i / 8 < 12);
+        if (!ok || b) {
+            if (bad++ < 5) fprintf(stderr, "bit %zu: %s\n", i, tq_error_name(st));
+        }
+        tq_kv_cache_free(b);
+    }
+    CHECK(bad == 0);
+    CHECK(n_crc > n_fmt); /* most flips land in checksummed bytes */
+    free(p);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+static void test_magic_version(void) {
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n);
+    tq_kv_cache *b = NULL;
+    uint8_t *p = malloc(n);
+    memcpy(p, img, n);
+    p[0] = 'X';
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    memcpy(p, img, n);
+    wr32(p + 8, 2); /* a future version, with a valid checksum */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
+    wr32(p + 8, 0);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
+    memcpy(p, img, n);
+    wr32(p + 52, 1); /* a reserved flag */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    CHECK(tq_kv_cache_load_memory(NULL, n, &b) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_load_memory(img, n, NULL) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_load_memory(img, 0, &b) == TQ_ERR_FORMAT);
+    /* A random non-cache file. */
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)hash32((uint32_t)i);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    free(p);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+static void test_mismatch(void) {
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n);
+    tq_kv_cache_config e = tq_kv_cache_get_config(c);
+    tq_kv_cache *b = NULL;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e, &b) == TQ_OK && b);
+    tq_kv_cache_free(b);
+    b = NULL;
+    tq_kv_cache_config e2 = e;
+    e2.n_kv_heads = 4;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH && !b);
+    e2 = e;
+    e2.head_dim_v = 32;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
+    e2 = e;
+    e2.n_layers = 3;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
+    e2 = e;
+    tq_kv_scheme_parse("turbo4:mean=1:window=4:batch=8:first=1:edge=q8_0", &e2.scheme, NULL, 0);
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
+    e2 = e;
+    e2.scheme.seed ^= 1;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
+    e2 = e;
+    e2.scheme.raw_window = 0;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
+    tq_kv_layer_scheme ls[2] = {tq_kv_cache_layer_scheme(c, 0), tq_kv_cache_layer_scheme(c, 1)};
+    e2 = e;
+    e2.layer_schemes = ls;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_OK);
+    tq_kv_cache_free(b);
+    b = NULL;
+    ls[1].value_bits = 4.0f;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH && !b);
+    /* A file's checksum error wins over a mismatch further on. */
+    img[80] ^= 1;
+    e2 = e;
+    e2.scheme.batch = 9;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_CHECKSUM);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+/* Offset of layer section i's head in a valid image. */
+static size_t layer_at(const uint8_t *d, uint32_t i) {
+    size_t pos = 64 + 8 + rd32(d + 48) + 4;
+    for (uint32_t j = 0; j < i; j++) pos += 16 + (size_t)rd64(d + pos + 8) + 4;
+    return pos;
+}
+
+static void test_hostile(void) {
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n);
+    uint8_t *p = malloc(n);
+    tq_kv_cache *b = NULL;
+    /* Huge shapes in a small file (checksums valid): rejected before allocating. */
+    memcpy(p, img, n);
+    wr32(p + 16, 4096);
+    wr32(p + 20, 1024);
+    wr32(p + 48, 64 + 4096 * 16);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    memcpy(p, img, n);
+    wr32(p + 16, 5000); /* beyond the API's limit */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    memcpy(p, img, n);
+    wr32(p + 24, 4096); /* head dim beyond TQ_MAX_DIM */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    /* Huge token counts in a layer section. */
+    size_t L1 = layer_at(img, 1);
+    uint64_t huge[] = {1ull << 62, ~0ull, (1ull << 40) + 3, 21};
+    for (size_t k = 0; k < sizeof huge / sizeof *huge; k++) {
+        memcpy(p, img, n);
+        wr64(p + L1 + 16, huge[k]);
+        fix_crcs(p, n);
+        CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+        memcpy(p, img, n);
+        wr64(p + L1 + 24, huge[k]); /* n_comp */
+        fix_crcs(p, n);
+        CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+        memcpy(p, img, n);
+        wr64(p + L1 + 8, huge[k]); /* payload bytes */
+        fix_crcs(p, n);
+        CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    }
+    /* n_tokens in the header that disagrees with the layers. */
+    memcpy(p, img, n);
+    wr64(p + 40, 41);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    /* Layer sections out of order. */
+    memcpy(p, img, n);
+    wr32(p + L1 + 4, 0);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    /* A bad scheme record (format 7) and a bit width the head dim cannot split. */
+    memcpy(p, img, n);
+    p[64 + 8] = 7;
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    memcpy(p, img, n);
+    {
+        uint8_t *rec = p + 64 + 8 + 64 + 16; /* layer 1's record: turbo3 keys → 3.3 bits */
+        float f = 3.3f;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        wr32(rec + 8, u);
+    }
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    /* Values no encoder writes, with valid checksums: a NaN norm, an Inf raw token, a NaN
+     * key mean. Layer 1 payload: 24 fixed, 2·16 mean floats, then 16·2 K records of 10 bytes. */
+    memcpy(p, img, n);
+    size_t krec0 = L1 + 16 + 24 + 2 * 16 * 4;
+    p[krec0 + 8] = 0x00, p[krec0 + 9] = 0x7E; /* fp16 NaN norm */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b);
+    memcpy(p, img, n);
+    size_t kraw0 = krec0 + 16 * 2 * 10 * 2;
+    p[kraw0] = 0x00, p[kraw0 + 1] = 0x7C; /* fp16 +Inf */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT);
+    memcpy(p, img, n);
+    wr32(p + L1 + 16 + 24, 0x7FC00000u);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT);
+    /* Compressed tokens without their key mean. */
+    memcpy(p, img, n);
+    p[L1 + 16 + 17] = 0;
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    /* The edited image, restored, still loads: the edits above were the only faults. */
+    fix_crcs(img, n);
+    CHECK(tq_kv_cache_load_memory(img, n, &b) == TQ_OK);
+    tq_kv_cache_free(b);
+    free(p);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+static void test_crash_temp_file(void) {
+    const char *path = scratch("crash.tqkv");
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    tq_kv_cache *a = build("turbo3", 1, 2, 64, 100, NULL), *b2 = build("q8_0", 1, 2, 64, 50, NULL);
+    CHECK(tq_kv_cache_save(a, path) == TQ_OK);
+    /* A crash mid-save: a partial temp file next to the previous file. */
+    size_t n = 0;
+    uint8_t *img = save_image(b2, &n);
+    FILE *f = fopen(tmp, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        fwrite(img, 1, n / 2, f);
+        fclose(f);
+    }
+    tq_kv_cache *b = NULL;
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK && same_cache(a, b, 2));
+    tq_kv_cache_free(b);
+    b = NULL;
+    CHECK(tq_kv_cache_load(tmp, &b) == TQ_ERR_FORMAT); /* the partial file itself */
+    /* The next save overwrites the stale temp file and replaces the previous file. */
+    CHECK(tq_kv_cache_save(b2, path) == TQ_OK);
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK && same_cache(b2, b, 2));
+    tq_kv_cache_free(b);
+    struct stat sb;
+    CHECK(stat(tmp, &sb) != 0);
+    unlink(path);
+    free(img);
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(b2);
+}
+
+static void test_io_errors(void) {
+    tq_kv_cache *a = build("turbo3", 1, 2, 64, 10, NULL), *b = NULL;
+    CHECK(tq_kv_cache_save(a, "/nonexistent-dir-tq/x.tqkv") == TQ_ERR_IO);
+    CHECK(tq_kv_cache_save(a, "") == TQ_ERR_IO);
+    /* Renaming over a folder fails: the folder survives, no temp file is left. */
+    const char *dir = scratch("dir");
+    char dirtmp[600];
+    snprintf(dirtmp, sizeof dirtmp, "%s.tmp", dir);
+    mkdir(dir, 0755);
+    CHECK(tq_kv_cache_save(a, dir) == TQ_ERR_IO);
+    struct stat sb;
+    CHECK(stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode));
+    CHECK(stat(dirtmp, &sb) != 0);
+    CHECK(tq_kv_cache_load(dir, &b) == TQ_ERR_IO && !b);
+    rmdir(dir);
+    CHECK(tq_kv_cache_load("/nonexistent-dir-tq/x.tqkv", &b) == TQ_ERR_IO);
+    CHECK(tq_kv_cache_save(NULL, "x") == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_save(a, NULL) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_load(NULL, &b) == TQ_ERR_NULL);
+    /* Capacity. */
+    size_t n = tq_kv_cache_save_bound(a), w = 7;
+    uint8_t *buf = malloc(n);
+    CHECK(tq_kv_cache_save_memory(a, buf, n - 1, &w) == TQ_ERR_CAPACITY && w == 0);
+    CHECK(tq_kv_cache_save_memory(a, NULL, n, &w) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_save_bound(NULL) == 0);
+    free(buf);
+    tq_kv_cache_free(a);
+}
+
+int main(void) {
+    RUN_TEST(test_roundtrip_schemes);
+    RUN_TEST(test_roundtrip_window_and_edges);
+    RUN_TEST(test_roundtrip_file);
+    RUN_TEST(test_golden);
+    RUN_TEST(test_truncation);
+    RUN_TEST(test_bit_flips);
+    RUN_TEST(test_magic_version);
+    RUN_TEST(test_mismatch);
+    RUN_TEST(test_hostile);
+    RUN_TEST(test_crash_temp_file);
+    RUN_TEST(test_io_errors);
+    return test_report();
+}

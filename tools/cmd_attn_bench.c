@@ -1,0 +1,356 @@
+/*
+ * tq attn-bench: decode (or prefill) attention over a KV cache of --ctx tokens, per scheme,
+ * against the f16 scheme measured in the same run.
+ *
+ * Data (from --seed, the same for every scheme): keys N(0, 1) per coordinate with four loud
+ * channels per head (×6, as the outlier channels of real k_proj outputs), values and queries
+ * N(0, 1). Every layer of the --layers L caches holds the same vectors in its own memory, so
+ * a step over L layers streams L times the bytes of one (beyond the CPU caches for large L).
+ * Quality: the output of layer 0 against exact attention in double over the fp32 vectors
+ * (before any fp16 or quantization), as relative L2 and max |error|. Speed: best of the timed
+ * repetitions of one step (all L layers), after a warm-up.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "common.h"
+#include "turboquant.h"
+
+#define MAX_SCHEMES 16
+#define CHUNK 256
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tq attn-bench [--head-dim D] [--q-heads H] [--kv-heads G] [--ctx N]\n"
+            "                     [--scheme S[,S...]] [--layers L] [--threads T] [--queries Q]\n"
+            "                     [--reps R] [--seed S] [--json]\n\n"
+            "  --head-dim D   head dim of keys and values, 2..1024 (default 128)\n"
+            "  --q-heads H    query heads, a multiple of --kv-heads (default 32)\n"
+            "  --kv-heads G   KV heads (default 8)\n"
+            "  --ctx N        tokens in the cache (default 4096)\n"
+            "  --scheme LIST  KV schemes, comma-separated (default f16,q8_0,q4_0,turbo3,turbo4);\n"
+            "                 f16 is always measured, as the baseline\n"
+            "  --layers L     independent caches cycled per step (default 1)\n"
+            "  --threads T    attention threads (default 1)\n"
+            "  --queries Q    query positions per call: 1 = decode (default), >1 = prefill chunk\n"
+            "  --reps R       timed repetitions (default: about 1 s of work, 3..200)\n"
+            "  --seed S       data seed (default 1)\n"
+            "  --json         one JSON object instead of a table\n");
+}
+
+typedef struct bench {
+    int D, H, G, L, T;
+    size_t N, Q;
+    uint64_t seed;
+} bench;
+
+/* Keys, values of tokens [t0, t0 + n) (n, G, D) from a generator positioned at t0 = 0 and
+ * advanced chunk by chunk. */
+static void gen_chunk(tool_rng *r, const bench *b, size_t n, float *k, float *v) {
+    size_t row = (size_t)b->G * (size_t)b->D;
+    for (size_t i = 0; i < n * row; i++) {
+        int c = (int)(i % (size_t)b->D);
+        float x = (float)tool_rng_gauss(r);
+        int loud = c == 3 || c == b->D / 4 + 1 || c == b->D / 2 + 5 || c == b->D - 7;
+        k[i] = loud ? 6.0f * x + 2.0f : x;
+    }
+    for (size_t i = 0; i < n * row; i++) v[i] = (float)tool_rng_gauss(r);
+}
+
+/* Exact attention of the Q queries (positions N − Q + i, causal) over the fp32 vectors, in
+ * double with an online softmax, streaming the data chunk by chunk. ref: (Q, H, D). */
+static int exact_attention(const bench *b, const float *q, float scale, double *ref) {
+    size_t row = (size_t)b->G * (size_t)b->D, nr = b->Q * (size_t)b->H;
+    float *k = malloc(sizeof(float) * CHUNK * row), *v = malloc(sizeof(float) * CHUNK * row);
+    double *m = malloc(sizeof(double) * nr), *l = malloc(sizeof(double) * nr);
+    if (!k || !v || !m || !l) return 0;
+    for (size_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0;
+    memset(ref, 0, sizeof(double) * nr * (size_t)b->D);
+    tool_rng rng;
+    tool_rng_seed(&rng, b->seed);
+    int grp = b->H / b->G;
+    for (size_t t0 = 0; t0 < b->N; t0 += CHUNK) {
+        size_t n = b->N - t0 < CHUNK ? b->N - t0 : CHUNK;
+        gen_chunk(&rng, b, n, k, v);
+        for (size_t i = 0; i < b->Q; i++) {
+            size_t pos = b->N - b->Q + i;
+            for (int h = 0; h < b->H; h++) {
+                size_t r = i * (size_t)b->H + (size_t)h;
+                const float *qv = q + r * (size_t)b->D;
+                double *acc = ref + r * (size_t)b->D;
+                int g = h / grp;
+                for (size_t t = 0; t < n && t0 + t <= pos; t++) {
+                    const float *kv = k + (t * (size_t)b->G + (size_t)g) * (size_t)b->D;
+                    const float *vv = v + (t * (size_t)b->G + (size_t)g) * (size_t)b->D;
+                    double s = 0.0;
+                    for (int j = 0; j < b->D; j++) s += (double)qv[j] * kv[j];
+                    s *= scale;
+                    if (s > m[r]) {
+                        double f = exp(m[r] - s);
+                        l[r] *= f;
+                        for (int j = 0; j < b->D; j++) acc[j] *= f;
+                        m[r] = s;
+                    }
+                    double e = exp(s - m[r]);
+                    l[r] += e;
+                    for (int j = 0; j < b->D; j++) acc[j] += e * vv[j];
+                }
+            }
+        }
+    }
+    for (size_t r = 0; r < nr; r++)
+        for (int j = 0; j < b->D; j++) ref[r * (size_t)b->D + (size_t)j] /= l[r];
+    free(k), free(v), free(m), free(l);
+    return 1;
+}
+
+/* Builds the L-layer cache of one scheme holding the benchmark data, compressed as after the
+ * first decode step. */
+static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache **out) {
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, b->L, b->G, b->D, b->D);
+    cfg.scheme = *s;
+    cfg.reserve_tokens = b->N;
+    tq_status st = tq_kv_cache_create(out, &cfg);
+    if (st) return st;
+    size_t row = (size_t)b->G * (size_t)b->D;
+    float *k = malloc(sizeof(float) * CHUNK * row), *v = malloc(sizeof(float) * CHUNK * row);
+    if (!k || !v) st = TQ_ERR_NOMEM;
+    tool_rng rng;
+    tool_rng_seed(&rng, b->seed);
+    for (size_t t0 = 0; !st && t0 < b->N; t0 += CHUNK) {
+        size_t n = b->N - t0 < CHUNK ? b->N - t0 : CHUNK;
+        gen_chunk(&rng, b, n, k, v);
+        for (int l = 0; !st && l < b->L; l++) st = tq_kv_cache_append(*out, l, k, v, n);
+    }
+    if (!st) st = tq_kv_cache_compress(*out, -1);
+    free(k), free(v);
+    if (st) {
+        tq_kv_cache_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+typedef struct result {
+    char scheme[64];
+    double us, bytes_per_token, ratio, rel_l2, max_abs, gbs;
+} result;
+
+int cmd_attn_bench(int argc, char **argv) {
+    long D = 128, H = 32, G = 8, N = 4096, L = 1, T = 1, Q = 1, reps = 0;
+    uint64_t seed = 1;
+    int json = 0;
+    const char *scheme_list = "f16,q8_0,q4_0,turbo3,turbo4";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long *target = NULL, lo = 1, hi = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        } else if (!strcmp(a, "--scheme") && v) {
+            scheme_list = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--seed") && v) {
+            if (!tool_parse_u64(v, &seed)) goto bad_value;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--head-dim") && v) target = &D, lo = TQ_MIN_DIM, hi = TQ_MAX_DIM;
+        else if (!strcmp(a, "--q-heads") && v) target = &H, hi = 1024;
+        else if (!strcmp(a, "--kv-heads") && v) target = &G, hi = 1024;
+        else if (!strcmp(a, "--ctx") && v) target = &N, hi = 1L << 24;
+        else if (!strcmp(a, "--layers") && v) target = &L, hi = 4096;
+        else if (!strcmp(a, "--threads") && v) target = &T, hi = 256;
+        else if (!strcmp(a, "--queries") && v) target = &Q, hi = 4096;
+        else if (!strcmp(a, "--reps") && v) target = &reps, hi = 100000;
+        if (!target) {
+            fprintf(stderr, "tq attn-bench: unknown option or missing value: %s\n\n", a);
+            usage(stderr);
+            return TQ_EXIT_USAGE;
+        }
+        if (!tool_parse_int(v, lo, hi, target)) goto bad_value;
+        i++;
+        continue;
+    bad_value:
+        fprintf(stderr, "tq attn-bench: bad value for %s: '%s'\n\n", a, v);
+        usage(stderr);
+        return TQ_EXIT_USAGE;
+    }
+    if (H % G) {
+        fprintf(stderr, "tq attn-bench: --q-heads %ld is not a multiple of --kv-heads %ld\n", H, G);
+        return TQ_EXIT_USAGE;
+    }
+    if (Q > N) {
+        fprintf(stderr, "tq attn-bench: --queries %ld exceeds --ctx %ld\n", Q, N);
+        return TQ_EXIT_USAGE;
+    }
+    bench b = {(int)D, (int)H, (int)G, (int)L, (int)T, (size_t)N, (size_t)Q, seed};
+
+    /* Parse and validate every scheme first; f16 goes first as the baseline. */
+    char names[MAX_SCHEMES][64];
+    tq_kv_scheme schemes[MAX_SCHEMES];
+    int n_s = 1;
+    strcpy(names[0], "f16");
+    tq_kv_scheme_parse("f16", &schemes[0], NULL, 0);
+    for (const char *p = scheme_list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char err[2048];
+        if (n == 0 || n >= sizeof names[0] || n_s >= MAX_SCHEMES) {
+            fprintf(stderr, "tq attn-bench: bad --scheme list '%s'\n", scheme_list);
+            return TQ_EXIT_USAGE;
+        }
+        char name[64];
+        memcpy(name, p, n);
+        name[n] = 0;
+        p += n + (e ? 1 : 0);
+        if (!strcmp(name, "f16")) continue;
+        if (tq_kv_scheme_parse(name, &schemes[n_s], err, sizeof err)) {
+            fprintf(stderr, "tq attn-bench: %s", err);
+            return TQ_EXIT_USAGE;
+        }
+        size_t kb, vb;
+        tq_status st = tq_kv_layer_scheme_bytes(&schemes[n_s].layer, (int)D, (int)D, &kb, &vb);
+        if (!st && schemes[n_s].layer.key_format == TQ_KV_TURBO) {
+            /* Fractional bits must split the head dim: creating the codec is the check. */
+            tq_kv_cache_config cfg;
+            tq_kv_cache *c;
+            tq_kv_cache_config_init(&cfg, 1, 1, (int)D, (int)D);
+            cfg.scheme = schemes[n_s];
+            st = tq_kv_cache_create(&c, &cfg);
+            if (!st) tq_kv_cache_free(c);
+        }
+        if (st) {
+            fprintf(stderr, "tq attn-bench: scheme %s at head dim %ld: %s (%s)\n", name, D,
+                    tq_error_message(st), tq_error_name(st));
+            return TQ_EXIT_USAGE;
+        }
+        strcpy(names[n_s++], name);
+    }
+
+    size_t qn = b.Q * (size_t)H * (size_t)D;
+    float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
+    double *ref = malloc(sizeof(double) * qn);
+    result *res = calloc((size_t)n_s, sizeof *res);
+    tq_threadpool *pool = NULL;
+    if (!q || !out || !ref || !res) {
+        fprintf(stderr, "tq attn-bench: out of memory\n");
+        return 1;
+    }
+    tool_rng qr;
+    tool_rng_seed(&qr, seed ^ 0x9E3779B97F4A7C15ull);
+    for (size_t i = 0; i < qn; i++) q[i] = (float)tool_rng_gauss(&qr);
+    tq_attn_params params;
+    tq_attn_params_init(&params, (int)D);
+    if (!exact_attention(&b, q, params.scale, ref)) {
+        fprintf(stderr, "tq attn-bench: out of memory\n");
+        return 1;
+    }
+    if (T > 1 && tq_threadpool_create(&pool, (int)T)) {
+        fprintf(stderr, "tq attn-bench: cannot start %ld threads\n", T);
+        return 1;
+    }
+    int rc = 0;
+    double f16_gflops = 0.0;
+    for (int s = 0; s < n_s && !rc; s++) {
+        tq_kv_cache *c = NULL;
+        tq_status st = build_cache(&b, &schemes[s], &c);
+        if (st) {
+            fprintf(stderr, "tq attn-bench: building the %s cache: %s\n", names[s], tq_error_message(st));
+            rc = 1;
+            break;
+        }
+        size_t wb = tq_kv_attention_workspace_size(c, 0, (int)H, b.Q, (int)T);
+        void *work = malloc(wb);
+        if (!work) {
+            fprintf(stderr, "tq attn-bench: out of memory\n");
+            tq_kv_cache_free(c);
+            rc = 1;
+            break;
+        }
+        /* Quality: layer 0 against the exact fp32 attention. */
+        st = tq_kv_attention(c, 0, q, (int)H, b.Q, &params, pool, work, wb, out);
+        double e2 = 0.0, r2 = 0.0, emax = 0.0;
+        for (size_t i = 0; i < qn; i++) {
+            double e = (double)out[i] - ref[i];
+            e2 += e * e, r2 += ref[i] * ref[i];
+            if (fabs(e) > emax) emax = fabs(e);
+        }
+        /* Speed: one warm-up step, then the best of the timed steps. */
+        double t0 = tool_now();
+        for (int l = 0; !st && l < b.L; l++)
+            st = tq_kv_attention(c, l, q, (int)H, b.Q, &params, pool, work, wb, out);
+        double first = tool_now() - t0, best = first;
+        long n_reps = reps ? reps : (long)(1.0 / (first > 1e-6 ? first : 1e-6));
+        if (!reps) n_reps = n_reps < 3 ? 3 : n_reps > 200 ? 200 : n_reps;
+        for (long r = 0; !st && r < n_reps; r++) {
+            t0 = tool_now();
+            for (int l = 0; !st && l < b.L; l++)
+                st = tq_kv_attention(c, l, q, (int)H, b.Q, &params, pool, work, wb, out);
+            double dt = tool_now() - t0;
+            if (dt < best) best = dt;
+        }
+        if (st) {
+            fprintf(stderr, "tq attn-bench: attention (%s): %s\n", names[s], tq_error_message(st));
+            rc = 1;
+        }
+        size_t kb = 0, vb = 0;
+        tq_kv_layer_scheme_bytes(&schemes[s].layer, (int)D, (int)D, &kb, &vb);
+        result *r = &res[s];
+        snprintf(r->scheme, sizeof r->scheme, "%s", names[s]);
+        r->us = best * 1e6;
+        r->bytes_per_token = (double)(kb + vb) * (double)G;
+        r->ratio = 4.0 * (double)D * (double)G / r->bytes_per_token;
+        r->rel_l2 = r2 > 0 ? sqrt(e2 / r2) : 0.0;
+        r->max_abs = emax;
+        /* Cache bytes each step reads: every layer's tokens (causal: all N for decode). */
+        r->gbs = (double)b.L * (double)b.N * r->bytes_per_token / best * 1e-9;
+        if (s == 0) {
+            /* Scores and value sums: 2 flops per multiply-add, over the visible keys. */
+            double keys = 0.0;
+            for (size_t i = 0; i < b.Q; i++) keys += (double)(b.N - b.Q + i + 1);
+            f16_gflops = 2.0 * keys * (double)H * 2.0 * (double)D * (double)b.L / best * 1e-9;
+        }
+        free(work);
+        tq_kv_cache_free(c);
+    }
+    if (!rc) {
+        double f16_us = res[0].us;
+        if (json) {
+            printf("{\"ctx\":%zu,\"head_dim\":%d,\"q_heads\":%d,\"kv_heads\":%d,\"layers\":%d,"
+                   "\"threads\":%d,\"queries\":%zu,\"kernels\":\"%s\",\"f16_gflops\":%.4g,"
+                   "\"results\":[",
+                   b.N, b.D, b.H, b.G, b.L, b.T, b.Q, tq_kernels_name(), f16_gflops);
+            for (int s = 0; s < n_s; s++)
+                printf("%s{\"scheme\":\"%s\",\"us_per_step\":%.4g,\"speedup_vs_f16\":%.4g,"
+                       "\"bytes_per_token\":%.0f,\"ratio_vs_fp16\":%.4g,\"rel_l2\":%.4g,"
+                       "\"max_abs\":%.4g,\"gb_per_s\":%.4g}",
+                       s ? "," : "", res[s].scheme, res[s].us, f16_us / res[s].us,
+                       res[s].bytes_per_token, res[s].ratio, res[s].rel_l2, res[s].max_abs,
+                       res[s].gbs);
+            printf("]}\n");
+        } else {
+            printf("attn-bench: head dim %d, %d q / %d kv heads, ctx %zu, %zu quer%s, %d layer(s), "
+                   "%d thread(s), kernels %s\n",
+                   b.D, b.H, b.G, b.N, b.Q, b.Q == 1 ? "y" : "ies", b.L, b.T, tq_kernels_name());
+            printf("f16 baseline: %.2f GFLOP/s\n", f16_gflops);
+            printf("%-22s %12s %9s %11s %8s %10s %10s %8s\n", "scheme", "us/step", "vs f16",
+                   "bytes/tok", "ratio", "rel_l2", "max_abs", "GB/s");
+            for (int s = 0; s < n_s; s++)
+                printf("%-22s %12.1f %8.2fx %11.0f %7.2fx %10.3e %10.3e %8.2f\n", res[s].scheme,
+                       res[s].us, f16_us / res[s].us, res[s].bytes_per_token, res[s].ratio,
+                       res[s].rel_l2, res[s].max_abs, res[s].gbs);
+        }
+    }
+    tq_threadpool_free(pool);
+    free(q), free(out), free(ref), free(res);
+    return rc;
+}

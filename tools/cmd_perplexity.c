@@ -1,0 +1,283 @@
+/*
+ * tq perplexity: perplexity over a text file exactly as llama.cpp's llama-perplexity computes
+ * it (tests/golden/gemma3_ppl.json, "description"), and for every KV scheme besides f16 the
+ * divergence of its next-token distributions from the f16 run's.
+ *
+ * Method. The file is read as bytes, one trailing '\n' removed, tokenized once with BOS. The
+ * tokens are cut into consecutive chunks of CTX (the remainder is dropped); in each chunk the
+ * first token is replaced by BOS, the chunk runs from position 0 on an empty cache, and the
+ * logits at positions CTX/2 .. CTX-2 are scored against the next original token:
+ * NLL = logsumexp(logits) − logit[target] in double; PPL = exp(Σ NLL / positions).
+ *
+ * Comparison. Every scheme has its own sequence. Chunk by chunk, f16 first, then each scheme
+ * runs the same tokens; the scored positions are evaluated SUB at a time, f16's rows first, so
+ * only SUB rows of f16 logits are ever held (not a chunk's 255 × n_vocab). Per position:
+ *   KLD = Σ_i p_i (log p_i − log q_i), p = softmax(f16 logits), q = softmax(scheme logits)
+ *       = Σ_i p_i (x_i − y_i) − lse(x) + lse(y)
+ * (llama.cpp's KL direction: the f16 distribution is the reference); top-1 agreement: the
+ * same argmax. Mean, median and 99th percentile (linear interpolation between order
+ * statistics) over all scored positions; ΔPPL = PPL(scheme) − PPL(f16).
+ *
+ * Compression during prefill. By default the library keeps multi-token appends raw until the
+ * first decode step (prefill_raw = 1), which a prefill-only evaluation never reaches: the
+ * scores would be f16's. Schemes run here with prefill_raw = 0 (compress on every forward;
+ * after a call ending at length L, tokens [0, batch·floor(L/batch)) are compressed before
+ * that call's attention) unless the scheme text sets prefill_raw itself.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "common.h"
+#include "model_session.h"
+#include "progress.h"
+#include "sampler.h"
+
+/* Logits rows per forward call: SUB × n_vocab floats are held for f16 and for the scheme in
+ * turn (64 MiB each with Gemma 3's 262144). Equal to the library's default compression batch,
+ * so that with CTX/2 a multiple of 64 every key a scored query sees is compressed. */
+#define SUB 64
+
+static void usage(FILE *f, const session_opts *o) {
+    fprintf(f,
+            "usage: tq perplexity -f TEXT [-c CTX] [--chunks N] [--kv S[,S...]] [-m MODEL]\n"
+            "                     [-t THREADS] [--json]\n\n"
+            "  -f TEXT        text file, e.g. ../shared/data/wikitext-2-raw-test.txt (required)\n"
+            "  --chunks N     score the first N chunks of CTX tokens (default: all)\n"
+            "  --json         one JSON object on stdout instead of the table\n");
+    session_opts_help(f, o);
+    fprintf(f,
+            "\nllama.cpp's method: BOS-tokenized text, non-overlapping chunks of CTX whose first\n"
+            "token becomes BOS, positions CTX/2..CTX-2 scored. Schemes other than f16 also get\n"
+            "KL divergence to the f16 run (mean, median, p99), top-1 agreement and delta PPL.\n"
+            "Progress goes to stderr.\n");
+}
+
+typedef struct scheme_result {
+    double nll;      /* Σ NLL over scored positions */
+    double *kld;     /* (n_positions) per-position KLD against f16 */
+    long top1_same;  /* positions whose argmax matches f16's */
+} scheme_result;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* q-quantile of sorted v[0..n) by linear interpolation at (n − 1)·q. */
+static double quantile(const double *v, long n, double q) {
+    if (n <= 0) return 0;
+    double at = q * (double)(n - 1);
+    long lo = (long)at;
+    if (lo >= n - 1) return v[n - 1];
+    return v[lo] + (at - (double)lo) * (v[lo + 1] - v[lo]);
+}
+
+/* KLD of q = softmax(y) from p = softmax(x), given both log-sum-exps. */
+static double kl_row(const float *x, double lse_x, const float *y, double lse_y, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) {
+        double lp = (double)x[i] - lse_x;
+        s += exp(lp) * ((double)x[i] - (double)y[i]);
+    }
+    double kl = s - lse_x + lse_y;
+    return kl > 0 ? kl : 0.0; /* rounding can take an exact 0 slightly negative */
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    session_opts o;
+    session_opts_init(&o, "perplexity", 512, 1);
+    const char *text_path = NULL;
+    long want_chunks = -1;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout, &o);
+            return 0;
+        }
+        int rc = session_opts_flag(&o, argc, argv, &i);
+        if (rc == 1) continue;
+        if (rc) return rc;
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        } else if (!strcmp(a, "-f") && v) {
+            text_path = v;
+        } else if (!strcmp(a, "--chunks") && v) {
+            if (!tool_parse_int(v, 1, 1L << 30, &want_chunks)) {
+                fprintf(stderr, "tq perplexity: bad value for %s: '%s'\n\n", a, v);
+                usage(stderr, &o);
+                return TQ_EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "tq perplexity: unknown option or missing value: %s\n\n", a);
+            usage(stderr, &o);
+            return TQ_EXIT_USAGE;
+        }
+        i++;
+    }
+    if (text_path == NULL) {
+        fprintf(stderr, "tq perplexity: -f TEXT is required\n\n");
+        usage(stderr, &o);
+        return TQ_EXIT_USAGE;
+    }
+    int rc = session_opts_finish(&o, 1);
+    if (rc) return rc;
+
+    char *text = NULL;
+    size_t text_len = 0;
+    if ((rc = session_read_file("perplexity", text_path, &text, &text_len)) != 0) return rc;
+    if (text_len > 0 && text[text_len - 1] == '\n') text_len--; /* as llama-perplexity */
+
+    session s;
+    session_seq seqs[SESSION_MAX_SCHEMES];
+    scheme_result res[SESSION_MAX_SCHEMES];
+    memset(seqs, 0, sizeof seqs);
+    memset(res, 0, sizeof res);
+    int32_t *toks = NULL, *batch = NULL;
+    float *ref = NULL, *cur = NULL;
+    double *ref_lse = NULL;
+    int32_t *ref_top = NULL;
+    size_t n_tok = 0;
+    const int n_schemes = o.n_schemes;
+    if ((rc = session_open(&s, &o)) != 0) {
+        free(text);
+        return rc;
+    }
+    rc = session_tokenize(&s, text, text_len, 1, &toks, &n_tok);
+    free(text);
+    if (rc) goto done;
+    const int ctx = s.n_ctx, first = ctx / 2, per_chunk = ctx - 1 - first;
+    const long avail = (long)(n_tok / (size_t)ctx);
+    if (avail < 1) {
+        fprintf(stderr, "tq perplexity: '%s' is %zu tokens, fewer than one chunk of -c %d\n",
+                text_path, n_tok, ctx);
+        rc = 1;
+        goto done;
+    }
+    long n_chunks = want_chunks < 0 ? avail : want_chunks;
+    if (n_chunks > avail) {
+        fprintf(stderr, "tq perplexity: the text has %ld chunks of %d; scoring %ld, not %ld\n",
+                avail, ctx, avail, n_chunks);
+        n_chunks = avail;
+    }
+    const long n_pos = n_chunks * per_chunk;
+    for (int k = 0; k < n_schemes; k++) {
+        if (!strstr(o.schemes[k].name, "prefill_raw=")) o.schemes[k].scheme.prefill_raw = 0;
+        if ((rc = session_seq_open(&s, &o.schemes[k], ctx, &seqs[k])) != 0) goto done;
+        if (k > 0 && (res[k].kld = malloc((size_t)n_pos * sizeof(double))) == NULL) goto nomem;
+    }
+    const int nv = s.cfg.n_vocab;
+    const int32_t bos = tokenizer_bos_id(s.tok);
+    batch = malloc((size_t)ctx * sizeof *batch);
+    ref = malloc((size_t)SUB * (size_t)nv * sizeof *ref);
+    cur = n_schemes > 1 ? malloc((size_t)SUB * (size_t)nv * sizeof *cur) : NULL;
+    ref_lse = malloc(SUB * sizeof *ref_lse);
+    ref_top = malloc(SUB * sizeof *ref_top);
+    if (!batch || !ref || (n_schemes > 1 && !cur) || !ref_lse || !ref_top) goto nomem;
+
+    if (!json)
+        printf("perplexity of %s: %zu tokens, %ld of %ld chunks of %d, %ld positions scored\n",
+               text_path, n_tok, n_chunks, avail, ctx, n_pos);
+    fflush(stdout);
+    progress pb;
+    progress_start(&pb, "perplexity", "chunks", n_chunks);
+    double t0 = tool_now();
+    long scored = 0;
+    for (long c = 0; c < n_chunks; c++) {
+        const int32_t *orig = toks + (size_t)c * (size_t)ctx;
+        memcpy(batch, orig, (size_t)ctx * sizeof *batch);
+        if (bos >= 0) batch[0] = bos;
+        /* Positions before CTX/2 are context only: no logits. The last position is never
+         * scored (it has no next token in the chunk), so it is not run. */
+        for (int k = 0; k < n_schemes; k++) {
+            session_seq_reset(&seqs[k]);
+            if ((rc = session_forward(&seqs[k], batch, first, 0, 0, NULL)) != 0) goto done;
+        }
+        for (int p = first; p < ctx - 1; p += SUB) {
+            const int n = ctx - 1 - p < SUB ? ctx - 1 - p : SUB;
+            if ((rc = session_forward(&seqs[0], batch + p, n, p, 1, ref)) != 0) goto done;
+            for (int r = 0; r < n; r++) {
+                const float *row = ref + (size_t)r * (size_t)nv;
+                ref_lse[r] = session_logsumexp(row, nv);
+                ref_top[r] = sampler_argmax(row, nv);
+                res[0].nll += ref_lse[r] - (double)row[orig[p + r + 1]];
+            }
+            for (int k = 1; k < n_schemes; k++) {
+                if ((rc = session_forward(&seqs[k], batch + p, n, p, 1, cur)) != 0) goto done;
+                for (int r = 0; r < n; r++) {
+                    const float *row = cur + (size_t)r * (size_t)nv;
+                    double lse = session_logsumexp(row, nv);
+                    res[k].nll += lse - (double)row[orig[p + r + 1]];
+                    res[k].top1_same += sampler_argmax(row, nv) == ref_top[r];
+                    res[k].kld[scored + r] =
+                        kl_row(ref + (size_t)r * (size_t)nv, ref_lse[r], row, lse, nv);
+                }
+            }
+            scored += n;
+        }
+        char note[64];
+        snprintf(note, sizeof note, "f16 ppl %.4f", exp(res[0].nll / (double)scored));
+        progress_update(&pb, c + 1, note);
+    }
+    progress_end(&pb);
+    double dt = tool_now() - t0;
+
+    const double ppl16 = exp(res[0].nll / (double)scored);
+    if (json) {
+        printf("{\"ctx\":%d,\"chunks\":%ld,\"tokens_scored\":%ld,\"tokens\":%zu,\"seconds\":%.3f,"
+               "\"results\":[",
+               ctx, n_chunks, scored, n_tok, dt);
+    } else {
+        printf("%-14s %10s %9s %10s %10s %10s %8s %10s\n", "scheme", "PPL", "dPPL", "KLD mean",
+               "KLD median", "KLD p99", "top-1", "KV B/tok");
+    }
+    for (int k = 0; k < n_schemes; k++) {
+        double ppl = exp(res[k].nll / (double)scored), mean = 0, med = 0, p99 = 0, top1 = 1;
+        if (k > 0) {
+            for (long i = 0; i < scored; i++) mean += res[k].kld[i];
+            mean /= (double)scored;
+            qsort(res[k].kld, (size_t)scored, sizeof(double), cmp_double);
+            med = quantile(res[k].kld, scored, 0.5);
+            p99 = quantile(res[k].kld, scored, 0.99);
+            top1 = (double)res[k].top1_same / (double)scored;
+        }
+        size_t bpt = session_kv_bytes_per_token(&seqs[k]);
+        if (json) {
+            printf("%s{\"scheme\":", k ? "," : "");
+            session_json_str(stdout, o.schemes[k].name);
+            printf(",\"ppl\":%.6f,\"delta_ppl\":%.6f,\"kld_mean\":%.6g,\"kld_median\":%.6g,"
+                   "\"kld_p99\":%.6g,\"top1\":%.6f,\"kv_bytes_per_token\":%zu}",
+                   ppl, ppl - ppl16, mean, med, p99, top1, bpt);
+        } else {
+            printf("%-14s %10.4f %+9.4f %10.6f %10.6f %10.6f %7.2f%% %10zu\n", o.schemes[k].name,
+                   ppl, ppl - ppl16, mean, med, p99, 100.0 * top1, bpt);
+        }
+    }
+    if (json) printf("]}\n");
+    else
+        printf("%ld positions scored in %.1f s (%.0f tokens/s evaluated, all schemes)\n", scored,
+               dt, dt > 0 ? (double)n_chunks * (ctx - 1) * n_schemes / dt : 0.0);
+    rc = 0;
+    goto done;
+nomem:
+    fprintf(stderr, "tq perplexity: out of memory\n");
+    rc = 1;
+done:
+    for (int k = 0; k < n_schemes; k++) {
+        session_seq_close(&seqs[k]);
+        free(res[k].kld);
+    }
+    free(toks);
+    free(batch);
+    free(ref);
+    free(cur);
+    free(ref_lse);
+    free(ref_top);
+    session_close(&s);
+    return rc;
+}

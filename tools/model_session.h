@@ -1,0 +1,140 @@
+/* What the model commands of tq (generate, perplexity, passkey, run) share: the common flags
+ * (-m, -c, -t, --kv, --cache-type-k/-v), finding the model file, loading the tokenizer, and
+ * opening one sequence per KV scheme.
+ *
+ * This file is the only place that knows how a KV scheme reaches the engine: schemes are
+ * parsed and validated by libturboquant (tq_kv_scheme_parse), handed to the model at load
+ * (model_params.kv_scheme) or set on the already loaded model (model_set_kv_scheme), and
+ * measured by the library's accounting. session_engine_supports() is where a scheme the engine
+ * cannot run would be refused with "not yet supported by the engine".
+ *
+ * One engine model holds one sequence, so every sequence here is its own model: the weights
+ * are one shared read-only mapping of the file (the page cache holds them once), only the
+ * activations, the KV cache and sleeping thread pools are per sequence.
+ *
+ * Errors are printed here, prefixed with the command's name ("tq perplexity: ..."), and
+ * returned as the process exit code: 0, 1 (runtime failure: a file that cannot be read, a
+ * model that does not load) or TQ_EXIT_USAGE (a bad flag or value, including a context larger
+ * than the model's). */
+#ifndef TQ_TOOLS_MODEL_SESSION_H
+#define TQ_TOOLS_MODEL_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+#include "tokenizer.h"
+#include "turboquant.h"
+
+#define SESSION_MAX_SCHEMES 16
+#define SESSION_DEFAULT_MODEL "models/gemma3-270m-q4_k_m.gguf"
+
+/* One KV scheme as the user named it. */
+typedef struct session_scheme {
+    char name[96];       /* the text given to --kv (or built from --cache-type-k/-v) */
+    int is_f16;          /* the fp16 baseline: the reference every other scheme is compared to */
+    tq_kv_scheme scheme; /* parsed by tq_kv_scheme_parse */
+} session_scheme;
+
+/* The flags every model command takes. Fill with session_opts_init, feed each argument to
+ * session_opts_flag, then call session_opts_finish. */
+typedef struct session_opts {
+    const char *cmd;        /* "generate", ...: prefixes messages */
+    const char *model_path; /* -m; NULL: $TQ_MODEL, then SESSION_DEFAULT_MODEL (see .c) */
+    long n_ctx;             /* -c: positions a sequence may reach */
+    long n_threads;         /* -t: threads per sequence (default: online CPUs) */
+    int multi_scheme;       /* the command takes a list --kv S1,S2,... */
+    session_scheme schemes[SESSION_MAX_SCHEMES];
+    int n_schemes;          /* after finish: >= 1; schemes[0] is f16 when with_f16_first */
+    const char *cache_type_k, *cache_type_v;
+} session_opts;
+
+void session_opts_init(session_opts *o, const char *cmd, long default_ctx, int multi_scheme);
+
+/* Help lines for the shared flags. */
+void session_opts_help(FILE *f, const session_opts *o);
+
+/* Consumes argv[*i] (and its value, advancing *i) if it is a shared flag. Returns 1 when
+ * consumed, 0 when the flag is not a shared one, or TQ_EXIT_USAGE after printing why a value
+ * is bad or missing. */
+int session_opts_flag(session_opts *o, int argc, char **argv, int *i);
+
+/* Resolves --cache-type-k/-v into a scheme, defaults the list to f16, puts f16 first when
+ * with_f16_first (the reference of comparisons; added if absent; named twice, run once), and
+ * refuses schemes the engine cannot run. Returns 0, or an exit code after printing why. */
+int session_opts_finish(session_opts *o, int with_f16_first);
+
+/* Parses one scheme text into *out. Returns 0, or TQ_EXIT_USAGE with a message in err. */
+int session_scheme_parse(const char *text, session_scheme *out, char *err, size_t err_cap);
+/* 1 if the engine can run the scheme. */
+int session_engine_supports(const session_scheme *s);
+
+/* A loaded model file: the tokenizer and the configuration; sequences come from it. */
+typedef struct session {
+    const char *cmd;
+    char model_path[1024];
+    tokenizer *tok;
+    model_config cfg;
+    int n_ctx, n_threads;
+    model *first; /* the model loaded to read the configuration, lent to the first sequence */
+} session;
+
+/* One sequence: its own model (and so its own KV store) with one scheme. */
+typedef struct session_seq {
+    const char *cmd;
+    model *m;
+    session_scheme scheme;
+    const model_config *cfg;
+    int n_ctx, max_batch;
+} session_seq;
+
+/* Finds and loads the model, checks -c against its context length, builds the tokenizer.
+ * Returns 0 or an exit code (message printed). */
+int session_open(session *s, const session_opts *o);
+void session_close(session *s); /* a zeroed session is fine */
+
+/* Opens a sequence with the given scheme, empty, for up to s->n_ctx positions; max_batch is
+ * the most tokens per forward call (<= n_ctx). Returns 0 or an exit code (message printed). */
+int session_seq_open(session *s, const session_scheme *scheme, int max_batch, session_seq *q);
+void session_seq_close(session_seq *q); /* a zeroed sequence is fine */
+
+/* Empties the sequence (next forward starts at position 0). */
+void session_seq_reset(session_seq *q);
+int session_seq_len(const session_seq *q);
+
+/* Runs tokens[0..n) at positions pos0.. in pieces of at most max_batch. all_logits = 0:
+ * logits (n_vocab floats, may be NULL) gets the last token's row; all_logits = 1: n rows (then
+ * n <= max_batch). Returns 0 or 1 after printing the engine's message. */
+int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits,
+                    float *logits);
+
+/* Bytes one token takes in the sequence's cache once compressed, summed over layers and KV
+ * heads (the library's tq_kv_layer_scheme_bytes of each layer's scheme); for f16 that is
+ * session_kv_f16_bytes(cfg, 1). 0 if the library refuses a layer's scheme. */
+size_t session_kv_bytes_per_token(const session_seq *q);
+/* What the cache holds now, by the library's own accounting (tq_kv_cache_memory: exact data
+ * bytes, raw and compressed tokens, and the fp16 equivalent). Returns 0 or 1. */
+int session_kv_memory(const session_seq *q, tq_kv_memory *mem);
+/* fp16 K and V: 2 bytes × (head_dim + head_dim_v) × n_head_kv × n_layer × n_tokens. */
+size_t session_kv_f16_bytes(const model_config *cfg, size_t n_tokens);
+
+/* Tokenizes text[0..len) (with BOS when add_bos and the vocab has one). *ids is malloc'd.
+ * Returns 0 or 1 (message printed). */
+int session_tokenize(session *s, const char *text, size_t len, int add_bos, int32_t **ids,
+                     size_t *n_ids);
+/* The text of one token into buf (NUL-terminated, truncated to cap); returns its length. */
+size_t session_piece(const session *s, int32_t id, char *buf, size_t cap);
+/* 1 if the token ends generation (EOS, or a control token such as <end_of_turn>). */
+int session_is_stop(const session *s, int32_t id);
+
+/* Reads a whole file into a malloc'd buffer (NUL-terminated). Returns 0 or 1 (printed). */
+int session_read_file(const char *cmd, const char *path, char **out, size_t *len);
+
+/* Writes s as a JSON string literal (quotes, escapes). */
+void session_json_str(FILE *f, const char *s);
+
+/* Natural log of sum(exp(x)) over n floats, in double. */
+double session_logsumexp(const float *x, int n);
+
+#endif
