@@ -19,5 +19,5 @@ fi
 echo "setup: model: $(scripts/get-model.sh)"
 make build
 if [ "${1:-}" != "--no-run" ]; then
-  build/tq codec-bench
+  build/tq run
 fi
