@@ -366,7 +366,7 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
         tq_rotation_forward_raw(u->rot, xu, &rs);
         float n = norm[ui];
         /* s = √d · (R x / n): one multiply from the raw rotation output. */
-        float scale = n > 0.0f ? (float)((double)rs * (double)u->sqrt_dim / (double)n) : 0.0f;
+        float scale = n > 0.0f ? rs * u->sqrt_dim / n : 0.0f; /* float: no double divide per vector */
         float csq = 0.0f;
         for (int si = 0; si < u->n_seg; si++) {
             const segment *s = &u->seg[si];
@@ -399,7 +399,7 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
             if (st) return st;
         } else if (c->cfg.norm_correction && n > 0.0f && csq > 0.0f) {
             /* DESIGN §1: E‖c[idx]‖² = 1 − D, so store n/‖ĉ‖ and decoded norms equal n. */
-            stored = (float)((double)n * (double)u->sqrt_dim / sqrt((double)csq));
+            stored = n * u->sqrt_dim / sqrtf(csq);
         }
         tq_status st = store_norm(c, rec + u->norm_off, stored);
         if (st) return st;
