@@ -317,7 +317,8 @@ typedef struct tq_kv_layer_scheme {
     int norm_correction;        /* TURBO MSE keys and values: default 1 (DESIGN §1) */
     int key_mean;               /* TURBO keys: subtract the per-head mean of the first `batch`
                                    keys before quantizing, add ⟨q, mean⟩ back to the scores
-                                   (models with a large k_proj bias). Default 0 */
+                                   (models with a large k_proj bias; measured to help on
+                                   Gemma 3 too, doc/kvcache.md). Default 1 for TURBO keys */
 } tq_kv_layer_scheme;
 
 /* A whole-cache scheme: the layer scheme, optional higher precision at the edges, and the

@@ -256,7 +256,7 @@ static void test_key_mean(void) {
     for (int m = 0; m < 2; m++) {
         rng_state = 12345;
         tq_kv_cache *f16 = make_cache("f16", 0, H, d, d);
-        tq_kv_cache *tq = make_cache(m ? "turbo3:mean=1" : "turbo3", 0, H, d, d);
+        tq_kv_cache *tq = make_cache(m ? "turbo3:mean=1" : "turbo3:mean=0", 0, H, d, d);
         size_t n = 400;
         float *k = malloc(sizeof(float) * n * (size_t)d), *v = malloc(sizeof(float) * n * (size_t)d);
         fill(v, n * (size_t)d, 0);

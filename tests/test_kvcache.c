@@ -151,7 +151,8 @@ static void test_two_phase(void) {
     tq_kv_memory m;
     CHECK(tq_kv_cache_memory(c, &m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
-    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D);
+    /* 96 compressed tokens, 17 raw fp16 ones, and the per-head key mean (on by default) */
+    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + H * D * sizeof(float));
     CHECK(m.f16_bytes == 113 * H * 4 * D);
     CHECK(m.allocated_bytes >= m.data_bytes);
     tq_kv_cache_free(c);

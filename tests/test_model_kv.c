@@ -228,7 +228,10 @@ static void test_schemes_chunk(void) {
         size_t kb = 0, vb = 0;
         tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(kv, 0);
         CHECK(tq_kv_layer_scheme_bytes(&ls, g_model->cfg.head_dim, g_model->cfg.head_dim_v, &kb, &vb) == TQ_OK);
-        CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_model->cfg.n_head_kv * (kb + vb),
+        /* plus, per layer, the per-head key mean (floats) when the scheme keeps one */
+        const size_t mean_bytes =
+            ls.key_mean ? (size_t)nl * (size_t)g_model->cfg.n_head_kv * (size_t)g_model->cfg.head_dim * sizeof(float) : 0;
+        CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_model->cfg.n_head_kv * (kb + vb) + mean_bytes,
                   "%s: %zu data bytes", names[i], mem.data_bytes);
         CHECK(mem.tokens == (size_t)nl * CTX);
         printf("  %-9s %9.4f %+9.4f %9.5f %6.1f%% %7.2fx\n", names[i], r.ppl, r.ppl - ppl_f16, r.kld, 100 * r.top1,
