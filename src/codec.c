@@ -358,7 +358,7 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
         norm[ui] = sqrtf(ss);
         if (c->cfg.norm_format == TQ_NORM_F16 && norm[ui] > 65504.0f) return TQ_ERR_RANGE;
     }
-    memset(rec, 0, c->record_bytes);
+    /* Every byte of the record is written below (segments, signs, norms): no memset. */
     for (int ui = 0; ui < c->n_units; ui++) {
         const unit *u = &c->u[ui];
         float *xu = buf + u->offset;
