@@ -347,19 +347,17 @@ static model_status build_kv(model *m, const tq_kv_scheme *scheme, const tq_kv_l
         return kv_fail(m, ts, "reserve");
     }
     /* The workspace depends on the layer's scheme, the batch and the threads, not on the cache
-     * length. It is not monotone in the batch (fewer query blocks get more key splits: 448
-     * queries need more than 512), so take the largest over every batch size. */
+     * length; the size for max_batch serves every smaller batch. */
     const int nt = m->attn_pool != NULL ? tq_threadpool_size(m->attn_pool) : 1;
     size_t ws = 0;
-    for (int il = 0; il < c->n_layer; il++)
-        for (int nq = 1; nq <= m->params.max_batch; nq++) {
-            size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)nq, nt);
-            if (w == 0) {
-                tq_kv_cache_free(kv);
-                return fail(m, MODEL_ERR_KV_SCHEME, "KV cache: no attention workspace size for layer %d", il);
-            }
-            if (w > ws) ws = w;
+    for (int il = 0; il < c->n_layer; il++) {
+        size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)m->params.max_batch, nt);
+        if (w == 0) {
+            tq_kv_cache_free(kv);
+            return fail(m, MODEL_ERR_KV_SCHEME, "KV cache: no attention workspace size for layer %d", il);
         }
+        if (w > ws) ws = w;
+    }
     void *work = malloc(ws);
     if (work == NULL) {
         tq_kv_cache_free(kv);

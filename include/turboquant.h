@@ -524,8 +524,10 @@ typedef struct tq_attn_params {
 /* Fills p: scale 1/√head_dim_k, causal, no window, no soft-cap. */
 TQ_API void tq_attn_params_init(tq_attn_params *p, int head_dim_k);
 
-/* Bytes of workspace tq_kv_attention needs for this layer, n_q_heads, n_queries and pool size
- * (threads; 1 without a pool). Independent of the cache length. 0 on a bad argument. */
+/* Bytes of workspace tq_kv_attention needs for this layer, n_q_heads, any chunk of up to
+ * n_queries queries and pool size (threads; 1 without a pool): one workspace sized for the
+ * largest chunk serves every smaller one. Independent of the cache length. O(n_queries) to
+ * compute: call it once, at setup. 0 on a bad argument. */
 TQ_API size_t tq_kv_attention_workspace_size(const tq_kv_cache *cache, int layer,
                                              int n_q_heads, size_t n_queries, int n_threads);
 

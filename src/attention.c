@@ -95,9 +95,17 @@ size_t tq_kv_attention_workspace_size(const tq_kv_cache *c, int layer, int n_q_h
     if (!c || layer < 0 || layer >= c->cfg.n_layers || n_q_heads < 1 ||
         n_q_heads % c->cfg.n_kv_heads || n_threads < 1)
         return 0;
-    plan pl;
-    make_plan(c, &c->layers[layer], n_q_heads, n_queries, n_threads, &pl);
-    return work_floats(&pl, n_queries, n_threads) * sizeof(float) + 64;
+    /* The plan's split of the sequence depends on the chunk size, so the need is not monotone
+     * in n_queries; return the largest over every chunk up to n_queries, so that one workspace
+     * sized for the largest chunk serves every smaller one (plans are O(1) to make). */
+    size_t best = 0;
+    for (size_t n = 1; n <= n_queries; n++) {
+        plan pl;
+        make_plan(c, &c->layers[layer], n_q_heads, n, n_threads, &pl);
+        size_t w = work_floats(&pl, n, n_threads);
+        if (w > best) best = w;
+    }
+    return best * sizeof(float) + 64;
 }
 
 /* ---- the fast path ---- */

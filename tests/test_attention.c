@@ -285,6 +285,26 @@ static void test_key_mean(void) {
     CHECK(err[1] < err[0]);
 }
 
+/* One workspace sized for the largest chunk serves every smaller chunk. */
+static void test_workspace_monotone(void) {
+    const char *ss[] = {"f16", "turbo3", "q8_0"};
+    for (int si = 0; si < 3; si++) {
+        tq_kv_cache *c = make_cache(ss[si], 0, 1, 256, 256);
+        CHECK(c != NULL);
+        if (!c) continue;
+        for (int threads = 1; threads <= 4; threads *= 2) {
+            size_t prev = 0;
+            for (size_t n = 1; n <= 600; n++) {
+                size_t w = tq_kv_attention_workspace_size(c, 0, 4, n, threads);
+                CHECK_MSG(w >= prev, "%s threads %d: %zu queries need %zu < %zu", ss[si], threads, n,
+                          w, prev);
+                prev = w;
+            }
+        }
+        tq_kv_cache_free(c);
+    }
+}
+
 static void test_attn_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     const tq_attn_kernels *tabs[2] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
@@ -434,6 +454,7 @@ int main(int argc, char **argv) {
     }
     RUN_TEST(test_attn_kernels);
     RUN_TEST(test_fused_kernels);
+    RUN_TEST(test_workspace_monotone);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);
     RUN_TEST(test_decode_vs_ref);
