@@ -48,12 +48,14 @@ static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int
 typedef struct plan {
     int H, G, nqh, dk, dv;
     int kw, vw;   /* compressed-part row floats of K and V */
+    int kl, vl;   /* lane-layout row floats of K and V (tq_kv_lanes), 0: none */
+    int va;       /* floats of the compressed part's accumulator: max(vw, vl) */
     int kt, vt;   /* tile row stride: max(kw, dk), max(vw, dv) rounded up to 16 */
     size_t qb;    /* query positions per task */
     size_t n_qb;
     int n_split;  /* key splits per (head, query block) */
     size_t rows;  /* G·qb */
-    size_t row_floats;  /* partial per row: m, l, acc_c (vw), acc_r (dv), rounded to 16 */
+    size_t row_floats;  /* partial per row: m, l, acc_c (va), acc_r (dv), rounded to 16 */
     size_t part_floats; /* per task */
     size_t scratch_floats; /* per thread */
 } plan;
@@ -69,6 +71,9 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
     pl->dv = c->cfg.head_dim_v;
     pl->kw = l->k.row_floats;
     pl->vw = l->v.row_floats;
+    pl->kl = tq_kv_lanes(&l->k);
+    pl->vl = tq_kv_lanes(&l->v);
+    pl->va = pl->vl > pl->vw ? pl->vl : pl->vw;
     pl->kt = (int)round16((size_t)(pl->kw > pl->dk ? pl->kw : pl->dk));
     pl->vt = (int)round16((size_t)(pl->vw > pl->dv ? pl->vw : pl->dv));
     pl->qb = n_queries < QB ? (n_queries ? n_queries : 1) : QB;
@@ -77,14 +82,15 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
     size_t want = n_threads > 1 ? (4 * (size_t)n_threads + base - 1) / base : 1;
     pl->n_split = (int)(want < 1 ? 1 : want);
     pl->rows = (size_t)pl->G * pl->qb;
-    pl->row_floats = round16(2 + (size_t)pl->vw + (size_t)pl->dv);
+    pl->row_floats = round16(2 + (size_t)pl->va + (size_t)pl->dv);
     pl->part_floats = pl->rows * pl->row_floats;
     pl->scratch_floats = KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->rows * KB +
-                         round16((size_t)pl->G) + round16((size_t)pl->vt);
+                         round16((size_t)pl->G) + 2 * round16((size_t)pl->vt);
 }
 
 static size_t work_floats(const plan *pl, size_t n_queries, int n_threads) {
     return round16(n_queries * (size_t)pl->nqh * (size_t)pl->kw) +
+           round16(n_queries * (size_t)pl->nqh * (size_t)pl->kl) +
            round16(n_queries * (size_t)pl->nqh) +
            (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats +
            (size_t)n_threads * pl->scratch_floats;
@@ -106,6 +112,27 @@ size_t tq_kv_attention_workspace_size(const tq_kv_cache *c, int layer, int n_q_h
         if (w > best) best = w;
     }
     return best * sizeof(float) + 64;
+}
+
+/* ---- the lane layout (kvcache_internal.h) ---- */
+
+void tq_kv_to_lanes(const tq_kv_tensor *x, const float *in, float *out) {
+    for (int s = 0; s < x->n_seg; s++) {
+        int n = x->seg[s].count, nb = (n + 127) / 128;
+        const float *src = in + x->seg[s].start;
+        memset(out, 0, sizeof(float) * 128 * (size_t)nb);
+        for (int c = 0; c < n; c++) out[c / 128 * 128 + 16 * (c % 8) + c % 128 / 8] = src[c];
+        out += 128 * (size_t)nb;
+    }
+}
+
+void tq_kv_from_lanes(const tq_kv_tensor *x, const float *in, float *out) {
+    for (int s = 0; s < x->n_seg; s++) {
+        int n = x->seg[s].count, nb = (n + 127) / 128;
+        float *dst = out + x->seg[s].start;
+        for (int c = 0; c < n; c++) dst[c] = in[c / 128 * 128 + 16 * (c % 8) + c % 128 / 8];
+        in += 128 * (size_t)nb;
+    }
 }
 
 /* ---- the fast path ---- */
@@ -133,6 +160,8 @@ typedef struct attn_ctx {
     size_t n_q, len, q0; /* query i sits at position q0 + i */
     const float *q;      /* (n_q, nqh, dk) */
     float *qprep;        /* (n_q, nqh, kw) */
+    float *qlane;        /* (n_q, nqh, kl): qprep in the lane layout, when lanes_k */
+    int lanes_k, lanes_v; /* decode reads K / V with the lane kernels */
     float *qmu;          /* (n_q, nqh) */
     float *parts;        /* (H, n_qb, n_split, rows, row_floats) */
     float *scratch;      /* (threads, scratch_floats) */
@@ -174,7 +203,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         float *pr = part + r * pl->row_floats;
         pr[0] = -INFINITY;
         pr[1] = 0.0f;
-        memset(pr + 2, 0, sizeof(float) * (size_t)(pl->vw + pl->dv));
+        memset(pr + 2, 0, sizeof(float) * (size_t)(pl->va + pl->dv));
     }
     /* The keys any row of this query block sees, cut into n_split pieces. */
     size_t lo0, hi0, lo1, hi1;
@@ -225,7 +254,11 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
             const float *qv = comp ? x->qprep + qrow * (size_t)pl->kw : x->q + qrow * (size_t)pl->dk;
             float *Si = S + (i - i0) * (size_t)G * KB;
-            if (fk == FUSED_TURBO) {
+            if (fk == FUSED_TURBO && x->lanes_k) {
+                if (!ak->score_turbo_lanes(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0),
+                                           x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, KB))
+                    atomic_store(&x->corrupt, 1);
+            } else if (fk == FUSED_TURBO) {
                 if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0), qv,
                                      (size_t)kw, G, Si, KB))
                     atomic_store(&x->corrupt, 1);
@@ -260,7 +293,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                     if (pr[1] > 0.0f) {
                         float f = expf(pr[0] - mb);
                         pr[1] *= f;
-                        ak->scale(pr + 2, f, pl->vw + pl->dv);
+                        ak->scale(pr + 2, f, pl->va + pl->dv);
                     }
                     pr[0] = mb;
                 }
@@ -280,9 +313,13 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
             if (v0 >= v1) continue;
             if (fv) {
-                float *acc0 = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->vw);
+                float *acc0 = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->va);
                 const float *p0 = S + (i - i0) * (size_t)G * KB;
-                if (fv == FUSED_TURBO) {
+                if (fv == FUSED_TURBO && x->lanes_v) {
+                    if (!ak->accum_turbo_lanes(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, KB,
+                                               G, acc0, pl->row_floats))
+                        atomic_store(&x->corrupt, 1);
+                } else if (fv == FUSED_TURBO) {
                     if (!ak->accum_turbo(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, KB, G,
                                          acc0, pl->row_floats))
                         atomic_store(&x->corrupt, 1);
@@ -296,7 +333,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             }
             for (int g = 0; g < G; g++) {
                 float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
-                float *acc = comp ? pr + 2 : pr + 2 + pl->vw;
+                float *acc = comp ? pr + 2 : pr + 2 + pl->va;
                 ak->accum_rows(acc, S + ((i - i0) * (size_t)G + (size_t)g) * KB,
                                vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt, (int)(v1 - v0), vw);
             }
@@ -316,7 +353,10 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
     float *sc = x->scratch + (size_t)thread * pl->scratch_floats;
     float *vout = sc + KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->rows * KB + round16((size_t)pl->G);
     const float *base = x->parts + task * (size_t)pl->n_split * pl->part_floats;
-    int W = pl->vw + pl->dv;
+    int W = pl->va + pl->dv;
+    /* Decode blocks accumulated the compressed part in the lane layout (task_fn). */
+    int lanes = x->lanes_v && i1 - i0 <= FUSED_QUERIES;
+    float *nat = vout + round16((size_t)pl->vt);
     for (size_t r = 0; r < (i1 - i0) * (size_t)pl->G; r++) {
         float *p0 = (float *)base + r * pl->row_floats;
         float M = -INFINITY;
@@ -341,12 +381,15 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
             L += ps[1] * f;
             for (int j = 0; j < W; j++) p0[2 + j] += f * ps[2 + j];
         }
-        if (l->v.format == TQ_KV_TURBO)
+        if (lanes) {
+            tq_kv_from_lanes(&l->v, p0 + 2, nat);
+            tq_codec_accum_finish(l->v.codec, nat, vout);
+        } else if (l->v.format == TQ_KV_TURBO)
             tq_codec_accum_finish(l->v.codec, p0 + 2, vout);
         else
             memcpy(vout, p0 + 2, sizeof(float) * (size_t)pl->dv);
         float inv = 1.0f / L;
-        const float *ar = p0 + 2 + pl->vw;
+        const float *ar = p0 + 2 + pl->va;
         for (int j = 0; j < pl->dv; j++) o[j] = (vout[j] + ar[j]) * inv;
     }
 }
@@ -377,8 +420,12 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
     x.out = out;
     x.qprep = w;
     w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->kw);
+    x.qlane = w;
+    w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->kl);
     x.qmu = w;
     w += round16(n_queries * (size_t)pl->nqh);
+    x.lanes_k = pl->kl > 0 && x.ak->score_turbo_lanes != NULL;
+    x.lanes_v = pl->vl > 0 && x.ak->accum_turbo_lanes != NULL;
     x.parts = w;
     w += (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats;
     x.scratch = w;
@@ -391,6 +438,7 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
         if (l->k.format == TQ_KV_TURBO) {
             st = tq_codec_prepare_query(l->k.codec, qr, pr, (size_t)pl->kw);
             if (st) return st;
+            if (x.lanes_k) tq_kv_to_lanes(&l->k, pr, x.qlane + r * (size_t)pl->kl);
         } else {
             for (int j = 0; j < pl->dk; j++) {
                 if (!isfinite(qr[j])) return TQ_ERR_NONFINITE;

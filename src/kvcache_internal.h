@@ -150,6 +150,12 @@ typedef struct tq_attn_kernels {
                       size_t q_stride, int nq, float *S, size_t s_stride);
     void (*accum_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *p,
                       size_t p_stride, int nq, float *acc, size_t acc_stride);
+    /* The same as score_turbo / accum_turbo with q and acc in the lane layout of x (below:
+     * tq_kv_lanes(x) > 0, rows of tq_kv_lanes(x) floats); NULL where a table has none. */
+    int (*score_turbo_lanes)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
+                             size_t q_stride, int nq, float *S, size_t s_stride);
+    int (*accum_turbo_lanes)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
+                             size_t p_stride, int nq, float *acc, size_t acc_stride);
 } tq_attn_kernels;
 
 /* 1 if score_turbo / accum_turbo handle tensor x: TURBO, MSE (no PROD sketch), every segment
@@ -160,6 +166,28 @@ static inline int tq_attn_fused_turbo(const tq_kv_tensor *x) {
         if (x->seg[s].bits > 4) return 0;
     return 1;
 }
+
+/* The lane layout of a TURBO tensor, for kernels that read 8 codes per 32-bit lane: within a
+ * segment of B ≤ 4 bits and a count that is a multiple of 8, coordinate c = 128h + 8l + k
+ * (block h, lane l < 16, round k < 8) has its index in bits [B(8l + k), B(8l + k) + B) of the
+ * block's 16B bytes, so lane l of a vector of 16 lanes (bytes [Bl, Bl + B) of the block) yields
+ * the eight rounds by shifts of B. A row in lane layout puts coordinate c of segment s at
+ * base_s + 128h + 16k + l (base_s = 128 · the blocks of earlier segments); positions of a
+ * partial last block's absent lanes are padding (zero in queries, ignored in sums).
+ * Returns the floats of a lane-layout row, 0 when x has no lane layout. */
+static inline int tq_kv_lanes(const tq_kv_tensor *x) {
+    if (!tq_attn_fused_turbo(x)) return 0;
+    int n = 0;
+    for (int s = 0; s < x->n_seg; s++) {
+        if (x->seg[s].count % 8) return 0;
+        n += (x->seg[s].count + 127) / 128 * 128;
+    }
+    return n;
+}
+/* Natural (scoring-basis) row of x->dim floats ↔ lane-layout row of tq_kv_lanes(x) floats
+ * (src/attention.c); to_lanes zeroes the padding. */
+void tq_kv_to_lanes(const tq_kv_tensor *x, const float *in, float *out);
+void tq_kv_from_lanes(const tq_kv_tensor *x, const float *in, float *out);
 
 const tq_attn_kernels *tq_attn_kernels_get(void);
 const tq_attn_kernels *tq_attn_kernels_ref(void);

@@ -384,7 +384,7 @@ static void test_fused_kernels(void) {
     int have[2] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512)};
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
-        {256, 3}, {40, 3}, {18, 4}};
+        {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}};
     enum { NK = 37, NQ = 9 };
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
@@ -410,9 +410,16 @@ static void test_fused_kernels(void) {
         for (int ti = 0; ti < 2; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             if (!t || !have[ti] || !t->score_turbo) continue;
-            for (int nq = 1; nq <= NQ; nq += 3 - (nq == 1)) {
-                for (int pass = 0; pass < 2; pass++) {
-                    /* pass 0: TURBO records (K scoring basis, V accumulation); 1: f16 rows */
+            static const int nqs[] = {1, 3, 4, 6, 8, 9};
+            for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++) {
+                int nq = nqs[ni];
+                for (int pass = 0; pass < 3; pass++) {
+                    /* pass 0: TURBO records (K scoring basis, V accumulation); 1: f16 rows;
+                     * 2: TURBO records through the lane-layout kernels, where the table has
+                     * them and the tensors have a lane layout */
+                    int kl = tq_kv_lanes(kx), vl = tq_kv_lanes(vx);
+                    if (pass == 2 && (!t->score_turbo_lanes || !t->accum_turbo_lanes || !kl || !vl))
+                        continue;
                     memset(A1, 0, sizeof A1);
                     memset(A2, 0, sizeof A2);
                     int ok1 = 1, ok2 = 1;
@@ -423,6 +430,21 @@ static void test_fused_kernels(void) {
                         ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
                         ok2 = t->accum_turbo(vx, rec, NK, p, NK, nq, A2, (size_t)d);
                         CHECK(ok1 == 0 && ok2 == 0);
+                    } else if (pass == 2) {
+                        float *ql = calloc((size_t)nq * (size_t)kl, sizeof(float));
+                        float *al = calloc((size_t)nq * (size_t)vl, sizeof(float));
+                        CHECK(ql && al);
+                        if (!ql || !al) continue;
+                        for (int j = 0; j < nq; j++) tq_kv_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
+                        ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
+                        ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK);
+                        CHECK(ok1 == 0 && ok2 == 0);
+                        ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
+                        ok2 = t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, al, (size_t)vl);
+                        CHECK(ok1 == 0 && ok2 == 0);
+                        for (int j = 0; j < nq; j++) tq_kv_from_lanes(vx, al + (size_t)j * vl, A2 + j * d);
+                        free(ql);
+                        free(al);
                     } else {
                         ref->score_f16(h, (size_t)d, NK, d, q, (size_t)d, nq, S1, NK);
                         t->score_f16(h, (size_t)d, NK, d, q, (size_t)d, nq, S2, NK);
@@ -434,7 +456,7 @@ static void test_fused_kernels(void) {
                     for (int i = 0; i < nq * d; i++) ea = fmax(ea, fabs(A1[i] - A2[i]) / (1.0 + fabs(A1[i])));
                     CHECK_MSG(es <= 1e-4 && ea <= 1e-4, "%s %s d %d nq %d pass %d: %g %g", t->name,
                               sch, d, nq, pass, es, ea);
-                    if (pass == 0)
+                    if (pass != 1)
                         for (int j = 0; j < nq; j++) CHECK(S2[j * NK + 5] == 0.0f);
                 }
             }

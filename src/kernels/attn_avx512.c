@@ -638,6 +638,196 @@ static void avx512_accum_f16(const uint16_t *rows, size_t rs, int nk, int dim, c
     }
 }
 
+/* ---- lane layout (kvcache_internal.h): 8 codes per 32-bit lane ---- */
+
+/* One segment's state: perm/shift move bytes [Bl, Bl + 4) of a block into lane l (a word
+ * permute and a shift by 0 or 8; B = 4 needs neither), cv the repeated centroids. */
+typedef struct lane_seg {
+    __m512i perm, shift;
+    __m512 cv;
+    int B, nblk;
+    size_t off, bytes;
+} lane_seg;
+
+#define LANE_MAX_SEG 2
+
+static void lane_setup(const tq_kv_tensor *x, lane_seg *g) {
+    for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits;
+        uint16_t perm[32];
+        uint32_t shift[16];
+        for (int l = 0; l < 16; l++) {
+            int b = B * l;
+            perm[2 * l] = (uint16_t)(b / 2);
+            perm[2 * l + 1] = (uint16_t)(b / 2 + 1);
+            shift[l] = (uint32_t)(8 * (b % 2));
+        }
+        g[s].perm = _mm512_loadu_si512(perm);
+        g[s].shift = _mm512_loadu_si512(shift);
+        float rep[16];
+        for (int i = 0; i < 16; i++) rep[i] = x->seg[s].centroids[i & ((1 << B) - 1)];
+        g[s].cv = _mm512_loadu_ps(rep);
+        g[s].B = B;
+        g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].off = x->seg[s].off;
+        g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+    }
+}
+
+/* The 16 lanes of block h of a segment at p (only the segment's own bytes are read). */
+static inline __attribute__((always_inline)) __m512i lane_load(const lane_seg *g, const uint8_t *p,
+                                                               int h, int B) {
+    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
+    if (n > 16 * (size_t)B) n = 16 * (size_t)B;
+    __m512i raw = _mm512_maskz_loadu_epi8(n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1, p + at);
+    if (B == 4) return raw;
+    return _mm512_srlv_epi32(_mm512_permutexvar_epi16(g->perm, raw), g->shift);
+}
+
+/* Four tokens (records r[m]) × four queries (q[j], lane layout, this segment's part) of one
+ * segment. */
+static inline __attribute__((always_inline)) void lanes_4x4_seg(const lane_seg *g,
+                                                                const uint8_t *const r[4],
+                                                                const float *const q[4],
+                                                                __m512 a[16], int B) {
+    for (int h = 0; h < g->nblk; h++) {
+        __m512i L0 = lane_load(g, r[0] + g->off, h, B), L1 = lane_load(g, r[1] + g->off, h, B),
+                L2 = lane_load(g, r[2] + g->off, h, B), L3 = lane_load(g, r[3] + g->off, h, B);
+        for (int k = 0; k < 8; k++) {
+            size_t at = 128 * (size_t)h + 16 * (size_t)k;
+            __m512 q0 = _mm512_loadu_ps(q[0] + at), q1 = _mm512_loadu_ps(q[1] + at),
+                   q2 = _mm512_loadu_ps(q[2] + at), q3 = _mm512_loadu_ps(q[3] + at);
+            __m512 v[4] = {_mm512_permutexvar_ps(L0, g->cv), _mm512_permutexvar_ps(L1, g->cv),
+                           _mm512_permutexvar_ps(L2, g->cv), _mm512_permutexvar_ps(L3, g->cv)};
+            for (int m = 0; m < 4; m++) {
+                a[m] = _mm512_fmadd_ps(v[m], q0, a[m]);
+                a[4 + m] = _mm512_fmadd_ps(v[m], q1, a[4 + m]);
+                a[8 + m] = _mm512_fmadd_ps(v[m], q2, a[8 + m]);
+                a[12 + m] = _mm512_fmadd_ps(v[m], q3, a[12 + m]);
+            }
+            L0 = _mm512_srli_epi32(L0, B), L1 = _mm512_srli_epi32(L1, B);
+            L2 = _mm512_srli_epi32(L2, B), L3 = _mm512_srli_epi32(L3, B);
+        }
+    }
+}
+
+static int avx512_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+                                    const float *q, size_t qs, int nq, float *S, size_t ss) {
+    lane_seg g[LANE_MAX_SEG];
+    lane_setup(x, g);
+    size_t rb = x->rec_bytes;
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        /* Absent queries (nq not a multiple of 4) and tokens (a last group of fewer than 4)
+         * repeat the first of their group; their sums are dropped. */
+        for (int t = 0; t < nk; t += 4) {
+            int n4 = nk - t < 4 ? nk - t : 4;
+            const uint8_t *r[4];
+            const float *qs4[4];
+            float sc[4], out[16];
+            for (int m = 0; m < 4; m++) {
+                r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
+                qs4[m] = q + (size_t)(j + (m < m4 ? m : 0)) * qs;
+                sc[m] = rec_scale(x, r[m]);
+                if (sc[m] < 0.0f) {
+                    if (m < n4) ok = 0;
+                    sc[m] = 0.0f;
+                }
+            }
+            __m512 a[16];
+            for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+            for (int s = 0; s < x->n_seg; s++) {
+                switch (g[s].B) {
+                case 4: lanes_4x4_seg(&g[s], r, qs4, a, 4); break;
+                case 3: lanes_4x4_seg(&g[s], r, qs4, a, 3); break;
+                case 2: lanes_4x4_seg(&g[s], r, qs4, a, 2); break;
+                default: lanes_4x4_seg(&g[s], r, qs4, a, 1); break;
+                }
+                for (int m = 0; m < 4; m++) qs4[m] += 128 * (size_t)g[s].nblk;
+            }
+            if (m4 == 4 && n4 == 4) {
+                store16(hsum16(a), sc, S + (size_t)j * ss + (size_t)t, ss);
+                continue;
+            }
+            store16(hsum16(a), sc, out, 4);
+            for (int k = 0; k < m4; k++)
+                for (int m = 0; m < n4; m++) S[(size_t)(j + k) * ss + (size_t)(t + m)] = out[4 * k + m];
+        }
+    }
+    return ok;
+}
+
+/* Rounds k0 … k0 + 3 of block h of one segment over n tokens: acc_j (lane layout, segment
+ * part) += Σ_t w_j[t]·row_t for the four queries j. */
+static inline __attribute__((always_inline)) void lanes_accum_seg(const lane_seg *g, const uint8_t *r0,
+                                                                  size_t rb, int n,
+                                                                  const float (*w)[FUSED_MAX_KEYS],
+                                                                  float *A[4], int m4, int B) {
+    for (int h = 0; h < g->nblk; h++) {
+        for (int k0 = 0; k0 < 8; k0 += 4) {
+            __m512 a[16];
+            for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+            const uint8_t *p = r0 + g->off;
+            for (int t = 0; t < n; t++, p += rb) {
+                __m512i L = lane_load(g, p, h, B);
+                if (k0) L = _mm512_srli_epi32(L, 4 * B);
+                __m512 w0 = _mm512_set1_ps(w[0][t]), w1 = _mm512_set1_ps(w[1][t]),
+                       w2 = _mm512_set1_ps(w[2][t]), w3 = _mm512_set1_ps(w[3][t]);
+                for (int r = 0; r < 4; r++) {
+                    __m512 v = _mm512_permutexvar_ps(L, g->cv);
+                    a[4 * r] = _mm512_fmadd_ps(w0, v, a[4 * r]);
+                    a[4 * r + 1] = _mm512_fmadd_ps(w1, v, a[4 * r + 1]);
+                    a[4 * r + 2] = _mm512_fmadd_ps(w2, v, a[4 * r + 2]);
+                    a[4 * r + 3] = _mm512_fmadd_ps(w3, v, a[4 * r + 3]);
+                    L = _mm512_srli_epi32(L, B);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                for (int j = 0; j < m4; j++) {
+                    float *d = A[j] + 128 * (size_t)h + 16 * (size_t)(k0 + r);
+                    _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), a[4 * r + j]));
+                }
+        }
+    }
+}
+
+static int avx512_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+                                    const float *p, size_t ps, int nq, float *acc, size_t as) {
+    lane_seg g[LANE_MAX_SEG];
+    lane_setup(x, g);
+    size_t rb = x->rec_bytes;
+    float sc[FUSED_MAX_KEYS];
+    float w[4][FUSED_MAX_KEYS];
+    int ok = 1;
+    for (int t0 = 0; t0 < nk; t0 += FUSED_MAX_KEYS) {
+        int n = nk - t0 < FUSED_MAX_KEYS ? nk - t0 : FUSED_MAX_KEYS;
+        const uint8_t *r0 = rec + (size_t)t0 * rb;
+        for (int t = 0; t < n; t++) {
+            sc[t] = rec_scale(x, r0 + (size_t)t * rb);
+            if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
+        }
+        for (int j = 0; j < nq; j += 4) {
+            int m4 = nq - j < 4 ? nq - j : 4;
+            for (int k = 0; k < 4; k++)
+                for (int t = 0; t < n; t++)
+                    w[k][t] = k < m4 ? p[(size_t)(j + k) * ps + (size_t)(t0 + t)] * sc[t] : 0.0f;
+            float *A[4];
+            for (int k = 0; k < 4; k++) A[k] = acc + (size_t)(j + (k < m4 ? k : 0)) * as;
+            for (int s = 0; s < x->n_seg; s++) {
+                switch (g[s].B) {
+                case 4: lanes_accum_seg(&g[s], r0, rb, n, (const float(*)[FUSED_MAX_KEYS])w, A, m4, 4); break;
+                case 3: lanes_accum_seg(&g[s], r0, rb, n, (const float(*)[FUSED_MAX_KEYS])w, A, m4, 3); break;
+                case 2: lanes_accum_seg(&g[s], r0, rb, n, (const float(*)[FUSED_MAX_KEYS])w, A, m4, 2); break;
+                default: lanes_accum_seg(&g[s], r0, rb, n, (const float(*)[FUSED_MAX_KEYS])w, A, m4, 1); break;
+                }
+                for (int k = 0; k < 4; k++) A[k] += 128 * (size_t)g[s].nblk;
+            }
+        }
+    }
+    return ok;
+}
+
 static const tq_attn_kernels avx512_table = {
     .name = "avx512",
     .dot_multi = avx512_dot_multi,
@@ -652,6 +842,8 @@ static const tq_attn_kernels avx512_table = {
     .accum_turbo = avx512_accum_turbo,
     .score_f16 = avx512_score_f16,
     .accum_f16 = avx512_accum_f16,
+    .score_turbo_lanes = avx512_score_turbo_lanes,
+    .accum_turbo_lanes = avx512_accum_turbo_lanes,
 };
 
 const tq_attn_kernels *tq_attn_kernels_avx512(void) { return &avx512_table; }
