@@ -495,18 +495,19 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
         const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
         for (size_t i = 0; i < nq; i++) s->q[i] = quant_f16_to_f32(quant_f32_to_f16(s->q[i] * c->attn_scale)) / c->attn_scale;
     }
-    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
-     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
-    tq_status ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
-    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
-        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
     tq_attn_params ap;
     tq_attn_params_init(&ap, c->head_dim);
     ap.scale = c->attn_scale;
     ap.causal = 1;
     ap.sliding_window = L->is_swa ? c->sliding_window : 0;
     ap.softcap = 0.0f; /* Gemma 3 has no attention soft-cap (doc/gemma3.md section 4) */
+    if (m->attn_hook != NULL) m->attn_hook(m->attn_hook_ctx, il, pos0, n, s->q, s->k, s->v, &ap);
+    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
+     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
+    tq_status ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
+    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
+        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
     ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->attn_pool, m->attn_work, m->attn_work_size,
                          s->att);
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
@@ -592,6 +593,12 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
 /* ---- load / free --------------------------------------------------------------------------- */
 
 const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }
+
+void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx) {
+    if (m == NULL) return;
+    m->attn_hook = fn;
+    m->attn_hook_ctx = fn != NULL ? ctx : NULL;
+}
 
 int model_seq_len(const model *m) { return m == NULL ? 0 : (int)tq_kv_cache_length(m->kv, 0); }
 

@@ -168,6 +168,14 @@ typedef struct model_params {
                           model's own copy of the params it points at the model's copy */
 } model_params;
 
+/* Sees what every attention layer hands the KV cache: for layer il, the n tokens at
+ * positions pos0 .. pos0 + n − 1, queries q (n, n_head, head_dim), keys k and values v
+ * (n, n_head_kv, head_dim[_v]), fp32 after QK-norm and RoPE, and the attention parameters the
+ * layer uses. Read-only; the pointers are valid during the call. For tools that record real
+ * K/V (tq attn-bench --from-model). */
+typedef void (*model_attn_hook)(void *ctx, int il, int pos0, int n, const float *q, const float *k,
+                                const float *v, const tq_attn_params *ap);
+
 typedef struct model {
     model_config cfg;
     model_weights w;
@@ -180,6 +188,8 @@ typedef struct model {
     void *attn_work;               /* attention workspace, attn_work_size bytes: the largest
                                       tq_kv_attention_workspace_size over layers, max_batch */
     size_t attn_work_size;
+    model_attn_hook attn_hook; /* NULL, or called by every layer of model_forward */
+    void *attn_hook_ctx;
     tp_pool *pool;    /* matmuls */
     char err[256];    /* message of the last failing call */
 } model;
@@ -211,6 +221,9 @@ const char *model_last_error(const model *m);
  * (checked before anything changes), MODEL_ERR_INTERNAL. */
 model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int all_logits,
                            float *logits);
+
+/* Installs (fn non-NULL) or removes the attention hook; ctx is passed to every call. */
+void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx);
 
 /* ---- KV cache scheme ---------------------------------------------------------------------- */
 

@@ -6,8 +6,13 @@
  * channels per head (×6, as the outlier channels of real k_proj outputs), values and queries
  * N(0, 1). Every layer of the --layers L caches holds the same vectors in its own memory, so
  * a step over L layers streams L times the bytes of one (beyond the CPU caches for large L).
- * Quality: the output of layer 0 against exact attention in double over the fp32 vectors
- * (before any fp16 or quantization), as relative L2 and max |error|. Speed: best of the timed
+ * --from-model TEXT: instead, the real K/V and queries of every attention layer of the model
+ * (-m, default the tools' model) reading the first --ctx tokens of TEXT, recorded from the
+ * engine (tools/attn_record.h); each layer of the cache holds its own layer's vectors and
+ * attends with that layer's scale and sliding window.
+ * Quality: the output against exact attention in double over the fp32 vectors (before any
+ * fp16 or quantization), as relative L2 and max |error|: of layer 0 for random data (every
+ * layer holds the same), over every layer for recorded data. Speed: best of the timed
  * repetitions of one step (all L layers), after a warm-up.
  */
 #include <math.h>
@@ -15,8 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_record.h"
 #include "commands.h"
 #include "common.h"
+#include "model_session.h"
 #include "turboquant.h"
 
 #define MAX_SCHEMES 16
@@ -26,7 +33,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tq attn-bench [--head-dim D] [--q-heads H] [--kv-heads G] [--ctx N]\n"
             "                     [--scheme S[,S...]] [--layers L] [--threads T] [--queries Q]\n"
-            "                     [--reps R] [--seed S] [--json]\n\n"
+            "                     [--reps R] [--seed S] [--json] [--from-model TEXT [-m MODEL]]\n\n"
             "  --head-dim D   head dim of keys and values, 2..1024 (default 128)\n"
             "  --q-heads H    query heads, a multiple of --kv-heads (default 32)\n"
             "  --kv-heads G   KV heads (default 8)\n"
@@ -38,13 +45,19 @@ static void usage(FILE *f) {
             "  --queries Q    query positions per call: 1 = decode (default), >1 = prefill chunk\n"
             "  --reps R       timed repetitions (default: about 1 s of work, 3..200)\n"
             "  --seed S       data seed (default 1)\n"
-            "  --json         one JSON object instead of a table\n");
+            "  --json         one JSON object instead of a table\n"
+            "  --from-model TEXT  real K/V and queries: every attention layer of the model\n"
+            "                 reading the first --ctx tokens of TEXT (head dims, heads and\n"
+            "                 layers come from the model; --queries last positions)\n"
+            "  -m MODEL       the GGUF model for --from-model (default: $TQ_MODEL, then\n"
+            "                 " SESSION_DEFAULT_MODEL ")\n");
 }
 
 typedef struct bench {
     int D, H, G, L, T;
     size_t N, Q;
     uint64_t seed;
+    const attn_record *rec; /* recorded data, or NULL: random */
 } bench;
 
 /* Keys, values of tokens [t0, t0 + n) (n, G, D) from a generator positioned at t0 = 0 and
@@ -60,9 +73,25 @@ static void gen_chunk(tool_rng *r, const bench *b, size_t n, float *k, float *v)
     for (size_t i = 0; i < n * row; i++) v[i] = (float)tool_rng_gauss(r);
 }
 
-/* Exact attention of the Q queries (positions N − Q + i, causal) over the fp32 vectors, in
- * double with an online softmax, streaming the data chunk by chunk. ref: (Q, H, D). */
-static int exact_attention(const bench *b, const float *q, float scale, double *ref) {
+/* Keys, values of tokens [t0, t0 + n) of layer l: generated (the generator advanced chunk by
+ * chunk from t0 = 0; every layer the same) or recorded. */
+static void get_chunk(tool_rng *r, const bench *b, int l, size_t t0, size_t n, float *k, float *v) {
+    if (b->rec == NULL) {
+        gen_chunk(r, b, n, k, v);
+        return;
+    }
+    size_t row = (size_t)b->G * (size_t)b->D;
+    memcpy(k, b->rec->layers[l].k + t0 * row, sizeof(float) * n * row);
+    memcpy(v, b->rec->layers[l].v + t0 * row, sizeof(float) * n * row);
+}
+
+/* Exact attention of the Q queries (positions N − Q + i, causal, sliding window and scale of
+ * p) over the fp32 vectors of layer l, in double with an online softmax, streaming the data
+ * chunk by chunk. ref: (Q, H, D). */
+static int exact_attention(const bench *b, int layer, const float *q, const tq_attn_params *p,
+                           double *ref) {
+    double scale = p->scale;
+    size_t win = (size_t)p->sliding_window;
     size_t row = (size_t)b->G * (size_t)b->D, nr = b->Q * (size_t)b->H;
     float *k = malloc(sizeof(float) * CHUNK * row), *v = malloc(sizeof(float) * CHUNK * row);
     double *m = malloc(sizeof(double) * nr), *l = malloc(sizeof(double) * nr);
@@ -74,7 +103,7 @@ static int exact_attention(const bench *b, const float *q, float scale, double *
     int grp = b->H / b->G;
     for (size_t t0 = 0; t0 < b->N; t0 += CHUNK) {
         size_t n = b->N - t0 < CHUNK ? b->N - t0 : CHUNK;
-        gen_chunk(&rng, b, n, k, v);
+        get_chunk(&rng, b, layer, t0, n, k, v);
         for (size_t i = 0; i < b->Q; i++) {
             size_t pos = b->N - b->Q + i;
             for (int h = 0; h < b->H; h++) {
@@ -83,11 +112,13 @@ static int exact_attention(const bench *b, const float *q, float scale, double *
                 double *acc = ref + r * (size_t)b->D;
                 int g = h / grp;
                 for (size_t t = 0; t < n && t0 + t <= pos; t++) {
+                    if (win && t0 + t + win <= pos) continue;
                     const float *kv = k + (t * (size_t)b->G + (size_t)g) * (size_t)b->D;
                     const float *vv = v + (t * (size_t)b->G + (size_t)g) * (size_t)b->D;
                     double s = 0.0;
                     for (int j = 0; j < b->D; j++) s += (double)qv[j] * kv[j];
                     s *= scale;
+                    if (p->softcap > 0.0f) s = p->softcap * tanh(s / p->softcap);
                     if (s > m[r]) {
                         double f = exp(m[r] - s);
                         l[r] *= f;
@@ -123,8 +154,11 @@ static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache 
     tool_rng_seed(&rng, b->seed);
     for (size_t t0 = 0; !st && t0 < b->N; t0 += CHUNK) {
         size_t n = b->N - t0 < CHUNK ? b->N - t0 : CHUNK;
-        gen_chunk(&rng, b, n, k, v);
-        for (int l = 0; !st && l < b->L; l++) st = tq_kv_cache_append(*out, l, k, v, n);
+        if (b->rec == NULL) gen_chunk(&rng, b, n, k, v);
+        for (int l = 0; !st && l < b->L; l++) {
+            if (b->rec != NULL) get_chunk(&rng, b, l, t0, n, k, v);
+            st = tq_kv_cache_append(*out, l, k, v, n);
+        }
     }
     if (!st) st = tq_kv_cache_compress(*out, -1);
     free(k), free(v);
@@ -143,8 +177,9 @@ typedef struct result {
 int cmd_attn_bench(int argc, char **argv) {
     long D = 128, H = 32, G = 8, N = 4096, L = 1, T = 1, Q = 1, reps = 0;
     uint64_t seed = 1;
-    int json = 0;
+    int json = 0, layers_given = 0, dims_given = 0;
     const char *scheme_list = "f16,q8_0,q4_0,turbo3,turbo4";
+    const char *from_model = NULL, *model_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -157,6 +192,14 @@ int cmd_attn_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--scheme") && v) {
             scheme_list = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--from-model") && v) {
+            from_model = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "-m") && v) {
+            model_path = v;
             i++;
             continue;
         } else if (!strcmp(a, "--seed") && v) {
@@ -177,6 +220,8 @@ int cmd_attn_bench(int argc, char **argv) {
             return TQ_EXIT_USAGE;
         }
         if (!tool_parse_int(v, lo, hi, target)) goto bad_value;
+        if (target == &L) layers_given = 1;
+        if (target == &D || target == &H || target == &G) dims_given = 1;
         i++;
         continue;
     bad_value:
@@ -192,7 +237,32 @@ int cmd_attn_bench(int argc, char **argv) {
         fprintf(stderr, "tq attn-bench: --queries %ld exceeds --ctx %ld\n", Q, N);
         return TQ_EXIT_USAGE;
     }
-    bench b = {(int)D, (int)H, (int)G, (int)L, (int)T, (size_t)N, (size_t)Q, seed};
+    if (model_path && !from_model) {
+        fprintf(stderr, "tq attn-bench: -m needs --from-model\n");
+        return TQ_EXIT_USAGE;
+    }
+    attn_record rec;
+    memset(&rec, 0, sizeof rec);
+    if (from_model) {
+        if (layers_given || dims_given) {
+            fprintf(stderr, "tq attn-bench: --from-model takes the head dims, heads and layers from "
+                            "the model: drop --head-dim, --q-heads, --kv-heads and --layers\n");
+            return TQ_EXIT_USAGE;
+        }
+        int rc = attn_record_from_model("attn-bench", model_path, from_model, (size_t)N, (size_t)Q,
+                                        (int)T, &rec);
+        if (rc) return rc;
+        if (rec.dk != rec.dv) {
+            fprintf(stderr, "tq attn-bench: the model's K and V head dims differ (%d, %d)\n",
+                    rec.dk, rec.dv);
+            attn_record_free(&rec);
+            return 1;
+        }
+        D = rec.dk, H = rec.n_q_heads, G = rec.n_kv_heads, L = rec.n_layers;
+    }
+    bench b = {(int)D, (int)H, (int)G, (int)L, (int)T, (size_t)N, (size_t)Q, seed,
+               from_model ? &rec : NULL};
+    int n_qual = from_model ? b.L : 1; /* layers whose output is checked */
 
     /* Parse and validate every scheme first; f16 goes first as the baseline. */
     char names[MAX_SCHEMES][64];
@@ -238,7 +308,7 @@ int cmd_attn_bench(int argc, char **argv) {
 
     size_t qn = b.Q * (size_t)H * (size_t)D;
     float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
-    double *ref = malloc(sizeof(double) * qn);
+    double *ref = malloc(sizeof(double) * qn * (size_t)n_qual);
     result *res = calloc((size_t)n_s, sizeof *res);
     tq_threadpool *pool = NULL;
     if (!q || !out || !ref || !res) {
@@ -250,10 +320,14 @@ int cmd_attn_bench(int argc, char **argv) {
     for (size_t i = 0; i < qn; i++) q[i] = (float)tool_rng_gauss(&qr);
     tq_attn_params params;
     tq_attn_params_init(&params, (int)D);
-    if (!exact_attention(&b, q, params.scale, ref)) {
-        fprintf(stderr, "tq attn-bench: out of memory\n");
-        return 1;
-    }
+    /* Layer l's queries and parameters. */
+#define LQ(l) (from_model ? rec.layers[l].q : q)
+#define LP(l) (from_model ? &rec.layers[l].ap : &params)
+    for (int l = 0; l < n_qual; l++)
+        if (!exact_attention(&b, l, LQ(l), LP(l), ref + (size_t)l * qn)) {
+            fprintf(stderr, "tq attn-bench: out of memory\n");
+            return 1;
+        }
     if (T > 1 && tq_threadpool_create(&pool, (int)T)) {
         fprintf(stderr, "tq attn-bench: cannot start %ld threads\n", T);
         return 1;
@@ -268,7 +342,11 @@ int cmd_attn_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
-        size_t wb = tq_kv_attention_workspace_size(c, 0, (int)H, b.Q, (int)T);
+        size_t wb = 0; /* layers may differ in scheme (first=/last=): the largest need */
+        for (int l = 0; l < b.L; l++) {
+            size_t w = tq_kv_attention_workspace_size(c, l, (int)H, b.Q, (int)T);
+            if (w > wb) wb = w;
+        }
         void *work = malloc(wb);
         if (!work) {
             fprintf(stderr, "tq attn-bench: out of memory\n");
@@ -276,25 +354,28 @@ int cmd_attn_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
-        /* Quality: layer 0 against the exact fp32 attention. */
-        st = tq_kv_attention(c, 0, q, (int)H, b.Q, &params, pool, work, wb, out);
+        /* Quality: against the exact fp32 attention (layer 0, or every recorded layer). */
         double e2 = 0.0, r2 = 0.0, emax = 0.0;
-        for (size_t i = 0; i < qn; i++) {
-            double e = (double)out[i] - ref[i];
-            e2 += e * e, r2 += ref[i] * ref[i];
-            if (fabs(e) > emax) emax = fabs(e);
+        for (int l = 0; !st && l < n_qual; l++) {
+            st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out);
+            const double *rl = ref + (size_t)l * qn;
+            for (size_t i = 0; i < qn; i++) {
+                double e = (double)out[i] - rl[i];
+                e2 += e * e, r2 += rl[i] * rl[i];
+                if (fabs(e) > emax) emax = fabs(e);
+            }
         }
         /* Speed: one warm-up step, then the best of the timed steps. */
         double t0 = tool_now();
         for (int l = 0; !st && l < b.L; l++)
-            st = tq_kv_attention(c, l, q, (int)H, b.Q, &params, pool, work, wb, out);
+            st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out);
         double first = tool_now() - t0, best = first;
         long n_reps = reps ? reps : (long)(1.0 / (first > 1e-6 ? first : 1e-6));
         if (!reps) n_reps = n_reps < 3 ? 3 : n_reps > 200 ? 200 : n_reps;
         for (long r = 0; !st && r < n_reps; r++) {
             t0 = tool_now();
             for (int l = 0; !st && l < b.L; l++)
-                st = tq_kv_attention(c, l, q, (int)H, b.Q, &params, pool, work, wb, out);
+                st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out);
             double dt = tool_now() - t0;
             if (dt < best) best = dt;
         }
@@ -311,14 +392,19 @@ int cmd_attn_bench(int argc, char **argv) {
         r->ratio = 4.0 * (double)D * (double)G / r->bytes_per_token;
         r->rel_l2 = r2 > 0 ? sqrt(e2 / r2) : 0.0;
         r->max_abs = emax;
-        /* Cache bytes each step reads: every layer's tokens (causal: all N for decode). */
-        r->gbs = (double)b.L * (double)b.N * r->bytes_per_token / best * 1e-9;
-        if (s == 0) {
-            /* Scores and value sums: 2 flops per multiply-add, over the visible keys. */
-            double keys = 0.0;
-            for (size_t i = 0; i < b.Q; i++) keys += (double)(b.N - b.Q + i + 1);
-            f16_gflops = 2.0 * keys * (double)H * 2.0 * (double)D * (double)b.L / best * 1e-9;
-        }
+        /* Keys the step's queries see over all layers (causal, sliding windows), and the
+         * tokens it reads (those the last query sees). */
+        double keys = 0.0, read = 0.0;
+        for (int l = 0; l < b.L; l++)
+            for (size_t i = 0; i < b.Q; i++) {
+                size_t pos = b.N - b.Q + i, win = (size_t)LP(l)->sliding_window;
+                double vis = (double)(win && win < pos + 1 ? win : pos + 1);
+                keys += vis;
+                if (i + 1 == b.Q) read += vis;
+            }
+        r->gbs = read * r->bytes_per_token / best * 1e-9;
+        /* Scores and value sums: 2 flops per multiply-add, over the visible keys. */
+        if (s == 0) f16_gflops = 2.0 * keys * (double)H * 2.0 * (double)D / best * 1e-9;
         free(work);
         tq_kv_cache_free(c);
     }
@@ -327,8 +413,9 @@ int cmd_attn_bench(int argc, char **argv) {
         if (json) {
             printf("{\"ctx\":%zu,\"head_dim\":%d,\"q_heads\":%d,\"kv_heads\":%d,\"layers\":%d,"
                    "\"threads\":%d,\"queries\":%zu,\"kernels\":\"%s\",\"f16_gflops\":%.4g,"
-                   "\"results\":[",
-                   b.N, b.D, b.H, b.G, b.L, b.T, b.Q, tq_kernels_name(), f16_gflops);
+                   "\"data\":\"%s\",\"results\":[",
+                   b.N, b.D, b.H, b.G, b.L, b.T, b.Q, tq_kernels_name(), f16_gflops,
+                   from_model ? "model" : "random");
             for (int s = 0; s < n_s; s++)
                 printf("%s{\"scheme\":\"%s\",\"us_per_step\":%.4g,\"speedup_vs_f16\":%.4g,"
                        "\"bytes_per_token\":%.0f,\"ratio_vs_fp16\":%.4g,\"rel_l2\":%.4g,"
@@ -341,6 +428,9 @@ int cmd_attn_bench(int argc, char **argv) {
             printf("attn-bench: head dim %d, %d q / %d kv heads, ctx %zu, %zu quer%s, %d layer(s), "
                    "%d thread(s), kernels %s\n",
                    b.D, b.H, b.G, b.N, b.Q, b.Q == 1 ? "y" : "ies", b.L, b.T, tq_kernels_name());
+            if (from_model)
+                printf("data: K/V and queries recorded from the model on %s; error over all %d "
+                       "layers\n", from_model, b.L);
             printf("f16 baseline: %.2f GFLOP/s\n", f16_gflops);
             printf("%-22s %12s %9s %11s %8s %10s %10s %8s\n", "scheme", "us/step", "vs f16",
                    "bytes/tok", "ratio", "rel_l2", "max_abs", "GB/s");
@@ -352,5 +442,6 @@ int cmd_attn_bench(int argc, char **argv) {
     }
     tq_threadpool_free(pool);
     free(q), free(out), free(ref), free(res);
+    attn_record_free(&rec);
     return rc;
 }

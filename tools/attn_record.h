@@ -1,0 +1,31 @@
+/* Real K/V for tq attn-bench: the keys, values and queries every attention layer of the model
+ * hands its KV cache while reading a text (model_attn_hook), fp32 as they enter the cache
+ * (after QK-norm and RoPE), with the layer's attention parameters (scale, sliding window). */
+#ifndef TQ_TOOLS_ATTN_RECORD_H
+#define TQ_TOOLS_ATTN_RECORD_H
+
+#include <stddef.h>
+
+#include "turboquant.h"
+
+typedef struct attn_layer_rec {
+    float *k, *v;       /* (n_tokens, n_kv_heads, dk), (n_tokens, n_kv_heads, dv) */
+    float *q;           /* (n_queries, n_q_heads, dk): positions n_tokens − n_queries … */
+    tq_attn_params ap;  /* as the engine's layer attends */
+} attn_layer_rec;
+
+typedef struct attn_record {
+    int n_layers, n_q_heads, n_kv_heads, dk, dv;
+    size_t n_tokens, n_queries;
+    attn_layer_rec *layers;
+} attn_record;
+
+/* Runs the model (model_path; NULL: the tools' default) with an f16 cache over the first
+ * n_tokens tokens of the text file (BOS first) and records every layer. Returns 0, or an exit
+ * code after printing why (prefixed "tq <cmd>: "): TQ_EXIT_USAGE when the text is too short
+ * or n_tokens is beyond the model's context, 1 for files that cannot be read or memory. */
+int attn_record_from_model(const char *cmd, const char *model_path, const char *text_path,
+                           size_t n_tokens, size_t n_queries, int n_threads, attn_record *out);
+void attn_record_free(attn_record *r); /* a zeroed record is fine */
+
+#endif
