@@ -8,7 +8,7 @@
  * second accumulator that the same online softmax rescales.
  *
  * Work is cut into tasks (KV head, block of up to QB query positions, key split). A task walks
- * its key range in blocks of at most KB keys that never straddle a page or the raw/compressed
+ * its key range in blocks of at most KB keys (KB_FUSED for fused TURBO decode) that never straddle a page or the raw/compressed
  * boundary; it decodes each block's K codes once into a small tile shared by all G·QB query
  * rows of the group (GQA: a code is decoded once per group), scores, updates each row's online
  * softmax (running max m, sum l), decodes the V tile once and accumulates. Splits of one
@@ -23,6 +23,12 @@
 #include "kvcache_internal.h"
 
 #define KB 64 /* keys per tile */
+#define KB_FUSED 256 /* keys per block of the fused TURBO decode (a page): fewer calls, each
+                        setting up its lookup registers once (the f16 kernels stay at KB: their
+                        column sweeps over 256 fp16 rows leave L1) */
+/* Query positions per task up to which decode uses the fused kernels (codes read in
+ * registers, once per position) instead of a decoded tile shared by all positions. */
+#define FUSED_QUERIES 2
 #define QB 64 /* query positions per task */
 
 void tq_attn_params_init(tq_attn_params *p, int head_dim_k) {
@@ -55,6 +61,7 @@ typedef struct plan {
     size_t n_qb;
     int n_split;  /* key splits per (head, query block) */
     size_t rows;  /* G·qb */
+    size_t s_floats; /* score buffer: rows·KB, or G·FUSED_QUERIES·KB_FUSED if more */
     size_t row_floats;  /* partial per row: m, l, acc_c (va), acc_r (dv), rounded to 16 */
     size_t part_floats; /* per task */
     size_t scratch_floats; /* per thread */
@@ -84,7 +91,10 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
     pl->rows = (size_t)pl->G * pl->qb;
     pl->row_floats = round16(2 + (size_t)pl->va + (size_t)pl->dv);
     pl->part_floats = pl->rows * pl->row_floats;
-    pl->scratch_floats = KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->rows * KB +
+    pl->s_floats = pl->rows * KB;
+    if ((size_t)pl->G * FUSED_QUERIES * KB_FUSED > pl->s_floats)
+        pl->s_floats = (size_t)pl->G * FUSED_QUERIES * KB_FUSED;
+    pl->scratch_floats = KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->s_floats +
                          round16((size_t)pl->G) + 2 * round16((size_t)pl->vt);
 }
 
@@ -137,9 +147,6 @@ void tq_kv_from_lanes(const tq_kv_tensor *x, const float *in, float *out) {
 
 /* ---- the fast path ---- */
 
-/* Query positions per task up to which decode uses the fused kernels (codes read in
- * registers, once per position) instead of a decoded tile shared by all positions. */
-#define FUSED_QUERIES 2
 enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
 
 /* Which fused kernel reads tensor x (NULL: the raw fp16 part); FUSED_NONE: use the tile. */
@@ -196,7 +203,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     float *part = x->parts + task * pl->part_floats;
     float *sc = x->scratch + (size_t)thread * pl->scratch_floats;
     float *ktile = sc, *vtile = ktile + KB * (size_t)pl->kt, *S = vtile + KB * (size_t)pl->vt;
-    float *tmp = S + pl->rows * KB;
+    float *tmp = S + pl->s_floats;
 
     size_t nrows = (i1 - i0) * (size_t)G;
     for (size_t r = 0; r < nrows; r++) {
@@ -214,8 +221,15 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     size_t chunk = ((khi - klo + (size_t)pl->n_split - 1) / (size_t)pl->n_split + KB - 1) / KB * KB;
     size_t t0 = klo + (size_t)split * chunk;
     size_t t1 = t0 + chunk < khi ? t0 + chunk : khi;
+    /* Decode (few query positions) reads the records in registers, no tile; S rows then
+     * hold KB_FUSED scores, and compressed blocks are KB_FUSED long when both K and V take
+     * the fused TURBO kernels. */
+    int few = i1 - i0 <= FUSED_QUERIES;
+    size_t sb = few ? KB_FUSED : KB;
+    int big = few && fused_kind(ak, &l->k, 1) == FUSED_TURBO && fused_kind(ak, &l->v, 0) == FUSED_TURBO;
     for (size_t b0 = t0; b0 < t1;) {
-        size_t b1 = b0 + KB < t1 ? b0 + KB : t1;
+        size_t bl = big && b0 < l->n_comp ? KB_FUSED : KB;
+        size_t b1 = b0 + bl < t1 ? b0 + bl : t1;
         size_t page_end = (b0 / TQ_KV_P + 1) * TQ_KV_P;
         if (b1 > page_end) b1 = page_end;
         int comp = b0 < l->n_comp;
@@ -233,9 +247,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             continue;
         }
         int kw = comp ? pl->kw : pl->dk, vw = comp ? pl->vw : pl->dv;
-        /* Decode (few query positions): read the records in registers, no tile. Prefill: the
-         * tile, decoded once and reused by every query position of the block. */
-        int few = i1 - i0 <= FUSED_QUERIES;
+        /* Prefill: the tile, decoded once and reused by every query position of the block. */
         int fk = few ? fused_kind(ak, comp ? &l->k : NULL, 1) : FUSED_NONE;
         int fv = few ? fused_kind(ak, comp ? &l->v : NULL, 0) : FUSED_NONE;
         if (fk) {
@@ -253,27 +265,27 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             if (v0 >= v1) continue;
             size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
             const float *qv = comp ? x->qprep + qrow * (size_t)pl->kw : x->q + qrow * (size_t)pl->dk;
-            float *Si = S + (i - i0) * (size_t)G * KB;
+            float *Si = S + (i - i0) * (size_t)G * sb;
             if (fk == FUSED_TURBO && x->lanes_k) {
                 if (!ak->score_turbo_lanes(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0),
-                                           x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, KB))
+                                           x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, sb))
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_TURBO) {
                 if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0), qv,
-                                     (size_t)kw, G, Si, KB))
+                                     (size_t)kw, G, Si, sb))
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_F16) {
                 const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_krec(c, l, v0, h)
                                             : tq_kv_kraw(c, l, v0, h);
-                ak->score_f16(rows, (size_t)pl->dk, (int)(v1 - v0), pl->dk, qv, (size_t)kw, G, Si, KB);
+                ak->score_f16(rows, (size_t)pl->dk, (int)(v1 - v0), pl->dk, qv, (size_t)kw, G, Si, sb);
             } else {
                 for (size_t t = v0; t < v1; t++) {
                     ak->dot_multi(ktile + (t - b0) * (size_t)pl->kt, qv, (size_t)kw, G, kw, tmp);
-                    for (int g = 0; g < G; g++) Si[(size_t)g * KB + (t - v0)] = tmp[g];
+                    for (int g = 0; g < G; g++) Si[(size_t)g * sb + (t - v0)] = tmp[g];
                 }
             }
             for (int g = 0; g < G; g++) {
-                float *s = Si + (size_t)g * KB;
+                float *s = Si + (size_t)g * sb;
                 int n = (int)(v1 - v0);
                 float add = comp ? x->qmu[qrow + (size_t)g] : 0.0f;
                 float mb = -INFINITY;
@@ -314,19 +326,19 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             if (v0 >= v1) continue;
             if (fv) {
                 float *acc0 = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->va);
-                const float *p0 = S + (i - i0) * (size_t)G * KB;
+                const float *p0 = S + (i - i0) * (size_t)G * sb;
                 if (fv == FUSED_TURBO && x->lanes_v) {
-                    if (!ak->accum_turbo_lanes(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, KB,
+                    if (!ak->accum_turbo_lanes(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, sb,
                                                G, acc0, pl->row_floats))
                         atomic_store(&x->corrupt, 1);
                 } else if (fv == FUSED_TURBO) {
-                    if (!ak->accum_turbo(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, KB, G,
+                    if (!ak->accum_turbo(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, sb, G,
                                          acc0, pl->row_floats))
                         atomic_store(&x->corrupt, 1);
                 } else {
                     const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_vrec(c, l, v0, h)
                                                 : tq_kv_vraw(c, l, v0, h);
-                    ak->accum_f16(rows, (size_t)pl->dv, (int)(v1 - v0), pl->dv, p0, KB, G, acc0,
+                    ak->accum_f16(rows, (size_t)pl->dv, (int)(v1 - v0), pl->dv, p0, sb, G, acc0,
                                   pl->row_floats);
                 }
                 continue;
@@ -334,7 +346,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             for (int g = 0; g < G; g++) {
                 float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
                 float *acc = comp ? pr + 2 : pr + 2 + pl->va;
-                ak->accum_rows(acc, S + ((i - i0) * (size_t)G + (size_t)g) * KB,
+                ak->accum_rows(acc, S + ((i - i0) * (size_t)G + (size_t)g) * sb,
                                vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt, (int)(v1 - v0), vw);
             }
         }
@@ -351,7 +363,7 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
     int h = (int)(task / pl->n_qb);
     size_t i0 = qbi * pl->qb, i1 = i0 + pl->qb < x->n_q ? i0 + pl->qb : x->n_q;
     float *sc = x->scratch + (size_t)thread * pl->scratch_floats;
-    float *vout = sc + KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->rows * KB + round16((size_t)pl->G);
+    float *vout = sc + KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->s_floats + round16((size_t)pl->G);
     const float *base = x->parts + task * (size_t)pl->n_split * pl->part_floats;
     int W = pl->va + pl->dv;
     /* Decode blocks accumulated the compressed part in the lane layout (task_fn). */
