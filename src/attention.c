@@ -13,8 +13,8 @@
  * small tile shared by all G·QB query rows of the group (GQA: a code is decoded once per
  * group), scores, updates each row's online softmax (running max m, sum l), decodes the V
  * tile once and accumulates (decode reads the codes in registers instead: the fused kernels).
- * Splits of one (head, query block) merge with log-sum-exp weights (flash-decoding), so one KV head at long
- * context still keeps every thread busy.
+ * Splits of one (head, query block) merge with log-sum-exp weights (flash-decoding), so one
+ * KV head at long context still keeps every thread busy.
  */
 #include <math.h>
 #include <stdatomic.h>
