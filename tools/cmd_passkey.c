@@ -108,6 +108,7 @@ static void first_digits(const char *s, char *out, size_t cap) {
 int cmd_passkey(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "passkey", 1024, 1);
+    o.no_reference = 1; /* retrieval is scored per scheme: no f16 run is added */
     long trials = 3;
     double depths[MAX_DEPTHS] = {0, 0.25, 0.5, 0.75, 1};
     int n_depths = 5, json = 0, verbose = 0;

@@ -45,6 +45,8 @@ typedef struct session_opts {
     long n_ctx;             /* -c: positions a sequence may reach */
     long n_threads;         /* -t: threads per sequence (default: online CPUs) */
     int multi_scheme;       /* the command takes a list --kv S1,S2,... */
+    int no_reference;       /* the list has no f16 reference run added (passkey: each scheme
+                               is scored on its own); for the help text */
     session_scheme schemes[SESSION_MAX_SCHEMES];
     int n_schemes;          /* after finish: >= 1; schemes[0] is f16 when with_f16_first */
     const char *cache_type_k, *cache_type_v;
