@@ -338,8 +338,16 @@ static model_status build_kv(model *m, const tq_kv_scheme *scheme, const tq_kv_l
     if (scheme != NULL) kc.scheme = *scheme;
     kc.layer_schemes = layer_schemes;
     kc.reserve_tokens = (size_t)m->params.max_ctx;
+    /* Sliding-window layers keep only what their queries can see (the library recycles the
+     * pages of older positions): memory O(window) instead of O(context). */
+    size_t *windows = calloc((size_t)c->n_layer, sizeof *windows);
+    if (windows == NULL) return fail(m, MODEL_ERR_NOMEM, "KV cache windows");
+    for (int il = 0; il < c->n_layer; il++)
+        windows[il] = m->w.layers[il].is_swa ? (size_t)c->sliding_window : 0;
+    kc.layer_windows = windows;
     tq_kv_cache *kv = NULL;
     tq_status ts = tq_kv_cache_create(&kv, &kc);
+    free(windows); /* copied by create */
     if (ts != TQ_OK) return kv_fail(m, ts, "create");
     ts = tq_kv_cache_reserve(kv, (size_t)m->params.max_ctx); /* in case create took no reserve */
     if (ts != TQ_OK) {
@@ -391,10 +399,12 @@ model_status model_kv_memory(const model *m, tq_kv_memory *mem) {
 
 const tq_kv_cache *model_kv_cache(const model *m) { return m == NULL ? NULL : m->kv; }
 
-/* Drops every position >= len (no change when len is not below the length). */
-static void kv_rewind(model *m, int len) {
+/* Drops every position >= len (no change when len is not below the length). Fails (0) only
+ * when the sliding-window layers no longer hold what a query at len would see. */
+static int kv_rewind(model *m, int len) {
     if (len < 0) len = 0;
-    if ((size_t)len < tq_kv_cache_length(m->kv, 0)) (void)tq_kv_cache_truncate(m->kv, (size_t)len);
+    if ((size_t)len < tq_kv_cache_length(m->kv, 0)) return tq_kv_cache_truncate(m->kv, (size_t)len) == TQ_OK;
+    return 1;
 }
 
 /* ---- math ---------------------------------------------------------------------------------- */
@@ -552,7 +562,11 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return fail(m, MODEL_ERR_TOKEN, "token %d at %d outside 0..%d", tokens[t], t, c->n_vocab - 1);
-    kv_rewind(m, pos0);
+    if (!kv_rewind(m, pos0))
+        return fail(m, MODEL_ERR_POS,
+                    "cannot rewind to position %d of %d: the sliding-window layers keep only the "
+                    "last %d + %d positions (rewind less, or restart from 0)",
+                    pos0, len, c->sliding_window, TQ_KV_WINDOW_SLACK);
 
     /* x = embd[token] * embd_scale (sqrt(n_embd) for Gemma: doc section 5) */
     const size_t row_bytes = quant_row_bytes(m->w.token_embd.type, c->n_embd);
@@ -571,7 +585,7 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
     for (int il = 0; il < c->n_layer; il++) {
         model_status st = forward_layer(m, il, n, pos0);
         if (st != MODEL_OK) {
-            kv_rewind(m, pos0);
+            if (!kv_rewind(m, pos0)) kv_rewind(m, 0); /* too far back for the windows: reset */
             return st;
         }
     }
@@ -603,7 +617,7 @@ void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx) {
 int model_seq_len(const model *m) { return m == NULL ? 0 : (int)tq_kv_cache_length(m->kv, 0); }
 
 void model_truncate(model *m, int len) {
-    if (m != NULL) kv_rewind(m, len);
+    if (m != NULL && !kv_rewind(m, len)) kv_rewind(m, 0);
 }
 
 void model_free(model *m) {

@@ -55,7 +55,8 @@ typedef enum model_status {
     MODEL_ERR_CONTEXT = 9,    /* max_ctx > the model's context_length; or pos0 + n > max_ctx */
     MODEL_ERR_BATCH = 10,     /* n > max_batch */
     MODEL_ERR_TOKEN = 11,     /* token id < 0 or >= n_vocab */
-    MODEL_ERR_POS = 12,       /* pos0 < 0 or pos0 > the sequence length (a gap) */
+    MODEL_ERR_POS = 12,       /* pos0 < 0 or pos0 > the sequence length (a gap), or a rewind
+                                 past what the sliding-window layers keep */
     MODEL_ERR_INTERNAL = 13,  /* a kernel refused its arguments (a bug; message says which) */
     MODEL_ERR_KV_SCHEME = 14  /* the KV scheme does not fit this model's head dims (e.g. q4_0
                                  with head_dim % 16 != 0, a fraction that does not split
@@ -207,7 +208,8 @@ void model_free(model *m);
 const model_config *model_get_config(const model *m);
 /* Positions currently in the sequence. */
 int model_seq_len(const model *m);
-/* Drops every position >= len. */
+/* Drops every position >= len. Sliding-window layers keep only their last window +
+ * TQ_KV_WINDOW_SLACK positions: rewinding further empties the sequence (length 0). */
 void model_truncate(model *m, int len);
 /* Message of the last failing call on m (empty string if none). */
 const char *model_last_error(const model *m);

@@ -380,7 +380,17 @@ typedef struct tq_kv_cache_config {
     const tq_kv_layer_scheme *layer_schemes; /* (n_layers,) per-layer overrides, copied at
                                                 create; wins over scheme.layer/edge; or NULL */
     size_t reserve_tokens;        /* tokens of capacity allocated at create (default 0) */
+    const size_t *layer_windows;  /* (n_layers,) or NULL (copied at create): per layer, the
+                                     most positions one query attends (a sliding window; 0:
+                                     all). A windowed layer keeps only the newest window +
+                                     TQ_KV_WINDOW_SLACK positions and recycles the pages of
+                                     older ones, so its memory stays bounded at any length;
+                                     see tq_kv_cache_dropped_length for what that rules out */
 } tq_kv_cache_config;
+
+/* Positions a windowed layer keeps beyond its window: truncating by up to this many tokens
+ * (speculative decoding, a short edit) stays possible. */
+#define TQ_KV_WINDOW_SLACK 256
 
 /* Fills cfg: the shapes given, scheme "f16", no overrides. cfg may not be NULL. */
 TQ_API void tq_kv_cache_config_init(tq_kv_cache_config *cfg, int n_layers, int n_kv_heads,
@@ -434,13 +444,19 @@ TQ_API tq_status tq_kv_cache_read(const tq_kv_cache *cache, int layer, size_t st
                                   float *k, float *v);
 
 typedef struct tq_kv_memory {
-    size_t tokens;          /* Σ over layers of the stored tokens */
+    size_t tokens;          /* Σ over layers of the stored tokens (not dropped ones) */
     size_t compressed_tokens;
     size_t data_bytes;      /* exact bytes of stored token data (codes, scales, fp16) */
     size_t allocated_bytes; /* pages (spare and reserved ones too), key means, page tables,
                                the cache structs; not the codecs' rotation tables */
     size_t f16_bytes;       /* what the same tokens take in fp16: 2·(dk+dv)·heads per token */
 } tq_kv_memory;
+
+/* Positions [0, n) of a windowed layer that are gone (0 for other layers): reading them,
+ * attending to them (a query whose window reaches below n), saving the cache or converting
+ * it fails with TQ_ERR_INVALID, and so does truncating to a length L > 0 whose next query
+ * would need them (L + 1 − window < n); truncating to 0 resets the layer. */
+TQ_API size_t tq_kv_cache_dropped_length(const tq_kv_cache *cache, int layer);
 
 /* Memory in use. Errors: TQ_ERR_NULL. */
 TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem);

@@ -47,6 +47,12 @@ static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int
     if (!(isfinite(p->scale) && p->scale > 0.0f)) return TQ_ERR_INVALID;
     if (p->sliding_window < 0 || !(p->softcap >= 0.0f) || !isfinite(p->softcap))
         return TQ_ERR_INVALID;
+    /* A windowed layer's dropped positions must be out of every query's sight. */
+    const tq_kv_layer *l = &c->layers[layer];
+    if (n_queries && l->dropped) {
+        size_t pos = l->len - n_queries, w = (size_t)p->sliding_window;
+        if (!p->causal || !w || pos + 1 < w || pos + 1 - w < l->dropped) return TQ_ERR_INVALID;
+    }
     return TQ_OK;
 }
 
@@ -480,19 +486,20 @@ tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, i
     if (st) return st;
     if (n_queries == 0) return TQ_OK;
     size_t len = c->layers[layer].len, H = (size_t)c->cfg.n_kv_heads;
+    size_t base = c->layers[layer].dropped; /* K, V hold tokens [base, len) */
     size_t dk = (size_t)c->cfg.head_dim_k, dv = (size_t)c->cfg.head_dim_v;
     size_t G = (size_t)n_q_heads / H;
     for (size_t i = 0; i < n_queries * (size_t)n_q_heads * dk; i++)
         if (!isfinite(q[i])) return TQ_ERR_NONFINITE;
-    float *K = malloc(sizeof(float) * (len ? len : 1) * H * dk);
-    float *V = malloc(sizeof(float) * (len ? len : 1) * H * dv);
+    float *K = malloc(sizeof(float) * (len - base ? len - base : 1) * H * dk);
+    float *V = malloc(sizeof(float) * (len - base ? len - base : 1) * H * dv);
     double *w = malloc(sizeof(double) * (len ? len : 1));
     double *acc = malloc(sizeof(double) * dv);
     if (!K || !V || !w || !acc) {
         st = TQ_ERR_NOMEM;
         goto done;
     }
-    st = tq_kv_cache_read(c, layer, 0, len, K, V);
+    st = tq_kv_cache_read(c, layer, base, len - base, K, V);
     if (st && st != TQ_ERR_CORRUPT) goto done;
     size_t q0 = len - n_queries;
     for (size_t i = 0; i < n_queries; i++) {
@@ -506,7 +513,7 @@ tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, i
             float *o = out + (i * (size_t)n_q_heads + qh) * dv;
             double m = -INFINITY;
             for (size_t t = lo; t < hi; t++) {
-                const float *kv = K + (t * H + h) * dk;
+                const float *kv = K + ((t - base) * H + h) * dk;
                 double s = 0.0;
                 for (size_t j = 0; j < dk; j++) s += (double)qv[j] * kv[j];
                 s *= p->scale;
@@ -519,7 +526,7 @@ tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, i
             for (size_t t = lo; t < hi; t++) {
                 double e = exp(w[t] - m);
                 l += e;
-                const float *vv = V + (t * H + h) * dv;
+                const float *vv = V + ((t - base) * H + h) * dv;
                 for (size_t j = 0; j < dv; j++) acc[j] += e * vv[j];
             }
             for (size_t j = 0; j < dv; j++) o[j] = l > 0.0 ? (float)(acc[j] / l) : 0.0f;

@@ -112,8 +112,15 @@ static size_t scheme_payload(int n_layers) {
     return CF_SCHEME_FIXED + (size_t)n_layers * CF_LAYER_SCHEME;
 }
 
+/* 1 if a windowed layer has dropped positions: the file format holds whole histories. */
+static int has_dropped(const tq_kv_cache *c) {
+    for (int i = 0; i < c->cfg.n_layers; i++)
+        if (c->layers[i].dropped) return 1;
+    return 0;
+}
+
 size_t tq_kv_cache_save_bound(const tq_kv_cache *c) {
-    if (!c) return 0;
+    if (!c || has_dropped(c)) return 0;
     size_t n = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_payload(c->cfg.n_layers) + CF_CRC;
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
@@ -306,6 +313,7 @@ tq_status tq_kv_cache_save_memory(const tq_kv_cache *c, void *dst, size_t capaci
                                   size_t *written) {
     if (written) *written = 0;
     if (!c || !dst) return TQ_ERR_NULL;
+    if (has_dropped(c)) return TQ_ERR_INVALID;
     size_t need = tq_kv_cache_save_bound(c);
     if (need == 0 || capacity < need) return TQ_ERR_CAPACITY;
     crc_tab *ct = malloc(sizeof *ct);

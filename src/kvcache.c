@@ -524,9 +524,11 @@ static void layer_free(tq_kv_layer *l) {
     for (size_t i = 0; i < l->n_cpages; i++) free(l->cpages[i]);
     for (size_t i = 0; i < l->n_rpages; i++) free(l->rpages[i]);
     for (size_t i = 0; i < l->n_rspare; i++) free(l->rspare[i]);
+    for (size_t i = 0; i < l->n_cspare; i++) free(l->cspare[i]);
     free(l->cpages);
     free(l->rpages);
     free(l->rspare);
+    free(l->cspare);
     free(l->key_mean);
 }
 
@@ -561,6 +563,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
     if (!c) return TQ_ERR_NOMEM;
     c->cfg = *cfg;
     c->cfg.layer_schemes = NULL;
+    c->cfg.layer_windows = NULL;
     c->cfg.reserve_tokens = 0;
     c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
     tq_status st = TQ_OK;
@@ -586,6 +589,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
                          TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0);
         if (st) goto fail;
         l->compress_none = ls->key_format == TQ_KV_F16 && ls->value_format == TQ_KV_F16;
+        l->window = cfg->layer_windows ? cfg->layer_windows[i] : 0;
         if (l->scheme.key_mean) {
             l->key_mean = calloc((size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k, sizeof(float));
             if (!l->key_mean) {
@@ -632,17 +636,38 @@ static int grow_ptrs(void ***arr, size_t *cap, size_t n) {
     return 1;
 }
 
-/* Compressed pages for tokens [0, n_tokens). */
-static tq_status ensure_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t n_tokens) {
+/* One compressed page: a spare one if there is one. */
+static uint8_t *new_cpage(const tq_kv_cache *c, tq_kv_layer *l) {
+    return l->n_cspare ? l->cspare[--l->n_cspare] : malloc(tq_kv_cpage_bytes(c, l));
+}
+
+/* Compressed pages for tokens [from, n_tokens): slots past the array are added, and slots a
+ * windowed layer emptied (dropped pages, NULL) are filled again. */
+static tq_status ensure_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t n_tokens) {
     size_t need = (n_tokens + TQ_KV_P - 1) / TQ_KV_P;
+    for (size_t i = from / TQ_KV_P; i < need && i < l->n_cpages; i++)
+        if (!l->cpages[i] && !(l->cpages[i] = new_cpage(c, l))) return TQ_ERR_NOMEM;
     if (need <= l->n_cpages) return TQ_OK;
     if (!grow_ptrs((void ***)&l->cpages, &l->cap_cpages, need)) return TQ_ERR_NOMEM;
     while (l->n_cpages < need) {
-        uint8_t *p = malloc(tq_kv_cpage_bytes(c, l));
+        if (l->n_cpages < from / TQ_KV_P) { /* below a windowed layer's kept range */
+            l->cpages[l->n_cpages++] = NULL;
+            continue;
+        }
+        uint8_t *p = new_cpage(c, l);
         if (!p) return TQ_ERR_NOMEM;
         l->cpages[l->n_cpages++] = p;
     }
     return TQ_OK;
+}
+
+/* Keeps a compressed page for reuse (frees it if the spare list cannot grow). */
+static void spare_cpage(tq_kv_layer *l, uint8_t *p) {
+    if (!grow_ptrs((void ***)&l->cspare, &l->cap_cspare, l->n_cspare + 1)) {
+        free(p);
+        return;
+    }
+    l->cspare[l->n_cspare++] = p;
 }
 
 /* Raw pages for tokens up to (not including) `end`. */
@@ -676,7 +701,7 @@ tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_
     tq_kv_layer *l = &c->layers[layer];
     if (l->len || l->n_comp || (l->compress_none && n_comp)) return TQ_ERR_INVALID;
     l->raw_base = n_comp / TQ_KV_P * TQ_KV_P;
-    tq_status st = ensure_cpages(c, l, n_comp);
+    tq_status st = ensure_cpages(c, l, 0, n_comp);
     if (!st) st = ensure_rpages(c, l, len);
     if (st) return st;
     l->len = len;
@@ -684,11 +709,39 @@ tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_
     return TQ_OK;
 }
 
+/* Positions a windowed layer holds with appends of up to 2P tokens: the kept range, the page
+ * it starts in, the append, the raw window and a batch in flight (larger appends allocate). */
+static size_t window_hold(const tq_kv_cache *c, const tq_kv_layer *l) {
+    return l->window + TQ_KV_WINDOW_SLACK + 2 * TQ_KV_P + (size_t)c->cfg.scheme.raw_window +
+           (size_t)c->cfg.scheme.batch;
+}
+
 tq_status tq_kv_cache_reserve(tq_kv_cache *c, size_t n_tokens) {
     if (!c) return TQ_ERR_NULL;
     for (int i = 0; i < c->cfg.n_layers; i++) {
         tq_kv_layer *l = &c->layers[i];
-        tq_status st = l->compress_none ? ensure_rpages(c, l, n_tokens) : ensure_cpages(c, l, n_tokens);
+        tq_status st;
+        if (l->window && window_hold(c, l) < n_tokens) {
+            /* A windowed layer recycles its pages: reserve the page table for n_tokens and
+             * enough spare pages for what it can hold. */
+            size_t pages = (n_tokens + TQ_KV_P - 1) / TQ_KV_P, hold = window_hold(c, l) / TQ_KV_P + 2;
+            if (l->compress_none) {
+                if (!grow_ptrs((void ***)&l->rpages, &l->cap_rpages, hold)) return TQ_ERR_NOMEM;
+                st = ensure_rpages(c, l, l->raw_base + hold * TQ_KV_P);
+            } else {
+                if (!grow_ptrs((void ***)&l->cpages, &l->cap_cpages, pages)) return TQ_ERR_NOMEM;
+                size_t have = l->n_cspare;
+                for (size_t j = 0; j < l->n_cpages; j++) have += l->cpages[j] != NULL;
+                for (; have < hold; have++) {
+                    uint8_t *p = malloc(tq_kv_cpage_bytes(c, l));
+                    if (!p) return TQ_ERR_NOMEM;
+                    spare_cpage(l, p);
+                }
+                st = TQ_OK;
+            }
+        } else {
+            st = l->compress_none ? ensure_rpages(c, l, n_tokens) : ensure_cpages(c, l, 0, n_tokens);
+        }
         if (st) return st;
         /* The raw part needs window + batch tokens in decode (two pages across a boundary). */
         if (!l->compress_none) {
@@ -721,15 +774,17 @@ static uint16_t *raw_v_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h
     return (uint16_t *)tq_kv_vraw(c, l, t, h);
 }
 
-/* The per-head key mean of tokens [0, min(batch, len)), from the raw part. */
+/* The per-head key mean of the first min(batch, len − n_comp) raw tokens: tokens [0, batch),
+ * or for a windowed layer whose first compression comes after a drop, the oldest kept. */
 static void compute_key_mean(const tq_kv_cache *c, tq_kv_layer *l) {
     int dk = c->cfg.head_dim_k, H = c->cfg.n_kv_heads;
-    size_t n = l->len < (size_t)c->cfg.scheme.batch ? l->len : (size_t)c->cfg.scheme.batch;
+    size_t t0 = l->n_comp, left = l->len - t0;
+    size_t n = left < (size_t)c->cfg.scheme.batch ? left : (size_t)c->cfg.scheme.batch;
     for (int h = 0; h < H; h++) {
         float *m = l->key_mean + (size_t)h * (size_t)dk;
         for (int i = 0; i < dk; i++) {
             double acc = 0.0;
-            for (size_t t = 0; t < n; t++) acc += tq_f16_to_f32(tq_kv_kraw(c, l, t, h)[i]);
+            for (size_t t = t0; t < t0 + n; t++) acc += tq_f16_to_f32(tq_kv_kraw(c, l, t, h)[i]);
             m[i] = n ? (float)(acc / (double)n) : 0.0f;
         }
     }
@@ -739,7 +794,7 @@ static void compute_key_mean(const tq_kv_cache *c, tq_kv_layer *l) {
 /* Compresses raw tokens [n_comp, target), K and V of each token in one pass. */
 static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
     if (target <= l->n_comp) return TQ_OK;
-    tq_status st = ensure_cpages(c, l, target);
+    tq_status st = ensure_cpages(c, l, l->n_comp, target);
     if (st) return st;
     if (l->key_mean && !l->mean_set) compute_key_mean(c, l);
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
@@ -808,6 +863,34 @@ static tq_status store_raw(tq_kv_cache *c, tq_kv_layer *l, const float *k, const
     return TQ_OK;
 }
 
+/* A windowed layer recycles the pages wholly below the range the first query of an append
+ * at position `pos` (the length before it) can see, less the slack: [pos + 1 − window −
+ * slack, …), in whole pages (dropped stays a multiple of P). Tokens dropped before they were
+ * compressed count as compressed (n_comp ≥ dropped): compression resumes at the first kept. */
+static void drop_old(tq_kv_layer *l, size_t pos) {
+    size_t keep = l->window + TQ_KV_WINDOW_SLACK;
+    if (!l->window || pos + 1 <= keep) return;
+    size_t hp = (pos + 1 - keep) / TQ_KV_P * TQ_KV_P;
+    if (hp <= l->dropped) return;
+    for (size_t i = l->dropped / TQ_KV_P; i < hp / TQ_KV_P && i < l->n_cpages; i++)
+        if (l->cpages[i]) {
+            spare_cpage(l, l->cpages[i]);
+            l->cpages[i] = NULL;
+        }
+    size_t drop = 0;
+    while (drop < l->n_rpages && l->raw_base + TQ_KV_P <= hp) {
+        spare_rpage(l, l->rpages[drop++]);
+        l->raw_base += TQ_KV_P;
+    }
+    if (drop) {
+        memmove(l->rpages, l->rpages + drop, (l->n_rpages - drop) * sizeof *l->rpages);
+        l->n_rpages -= drop;
+    }
+    if (l->n_rpages == 0 && l->raw_base < hp) l->raw_base = hp;
+    if (!l->compress_none && l->n_comp < hp) l->n_comp = hp;
+    l->dropped = hp;
+}
+
 tq_status tq_kv_cache_append(tq_kv_cache *c, int layer, const float *k, const float *v,
                              size_t n_tokens) {
     if (!c) return TQ_ERR_NULL;
@@ -815,8 +898,11 @@ tq_status tq_kv_cache_append(tq_kv_cache *c, int layer, const float *k, const fl
     if (n_tokens == 0) return TQ_OK;
     if (!k || !v) return TQ_ERR_NULL;
     tq_kv_layer *l = &c->layers[layer];
+    size_t pos = l->len;
     tq_status st = store_raw(c, l, k, v, n_tokens);
-    if (st || l->compress_none) return st;
+    if (st) return st;
+    drop_old(l, pos);
+    if (l->compress_none) return TQ_OK;
     /* Two-phase rule: a multi-token append is prefill and stays raw until the first decode
      * step (a single-token append), unless prefill_raw is off. */
     if (n_tokens == 1 || !c->cfg.scheme.prefill_raw) l->compress_started = 1;
@@ -842,16 +928,32 @@ size_t tq_kv_cache_length(const tq_kv_cache *c, int layer) {
     return c && layer >= 0 && layer < c->cfg.n_layers ? c->layers[layer].len : 0;
 }
 
+size_t tq_kv_cache_dropped_length(const tq_kv_cache *c, int layer) {
+    return c && layer >= 0 && layer < c->cfg.n_layers ? c->layers[layer].dropped : 0;
+}
+
 size_t tq_kv_cache_compressed_length(const tq_kv_cache *c, int layer) {
     return c && layer >= 0 && layer < c->cfg.n_layers ? c->layers[layer].n_comp : 0;
 }
 
 tq_status tq_kv_cache_truncate(tq_kv_cache *c, size_t length) {
     if (!c) return TQ_ERR_NULL;
-    for (int i = 0; i < c->cfg.n_layers; i++)
-        if (length > c->layers[i].len) return TQ_ERR_INVALID;
+    for (int i = 0; i < c->cfg.n_layers; i++) {
+        const tq_kv_layer *l = &c->layers[i];
+        if (length > l->len) return TQ_ERR_INVALID;
+        /* The next query (at `length`) of a windowed layer must find what it sees. */
+        if (length > 0 && l->dropped && length + 1 < l->dropped + l->window) return TQ_ERR_INVALID;
+    }
     for (int i = 0; i < c->cfg.n_layers; i++) {
         tq_kv_layer *l = &c->layers[i];
+        if (length == 0 && l->dropped) {
+            /* Reset: the emptied slots are filled again on demand. */
+            for (size_t j = 0; j < l->n_rpages; j++) spare_rpage(l, l->rpages[j]);
+            l->n_rpages = 0;
+            l->raw_base = 0;
+            l->n_comp = 0;
+            l->dropped = 0;
+        }
         if (length < l->n_comp) {
             /* The raw copies of [length, n_comp) are gone: the kept tokens stay compressed. */
             l->n_comp = length;
@@ -874,6 +976,7 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     const tq_kv_layer *l = &c->layers[layer];
     if (start > l->len || n > l->len - start) return TQ_ERR_INVALID;
+    if (n && start < l->dropped) return TQ_ERR_INVALID;
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
     tq_status st = TQ_OK;
     for (size_t i = 0; i < n; i++) {
@@ -916,14 +1019,18 @@ tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *m) {
     m->allocated_bytes = sizeof *c + (size_t)c->cfg.n_layers * sizeof(tq_kv_layer);
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
-        m->tokens += l->len;
-        m->compressed_tokens += l->n_comp;
-        m->data_bytes += l->n_comp * H * (l->k.rec_bytes + l->v.rec_bytes) +
-                         (l->len - l->n_comp) * H * 2 * (dk + dv);
-        m->f16_bytes += l->len * H * 2 * (dk + dv);
-        m->allocated_bytes += l->n_cpages * tq_kv_cpage_bytes(c, l) +
+        size_t comp = l->n_comp > l->dropped ? l->n_comp - l->dropped : 0;
+        size_t raw = l->len - (l->n_comp > l->dropped ? l->n_comp : l->dropped);
+        m->tokens += comp + raw;
+        m->compressed_tokens += comp;
+        m->data_bytes += comp * H * (l->k.rec_bytes + l->v.rec_bytes) + raw * H * 2 * (dk + dv);
+        m->f16_bytes += (comp + raw) * H * 2 * (dk + dv);
+        size_t cpages = l->n_cspare;
+        for (size_t j = 0; j < l->n_cpages; j++) cpages += l->cpages[j] != NULL;
+        m->allocated_bytes += cpages * tq_kv_cpage_bytes(c, l) +
                               (l->n_rpages + l->n_rspare) * c->rpage_bytes +
-                              (l->cap_cpages + l->cap_rpages + l->cap_rspare) * sizeof(void *);
+                              (l->cap_cpages + l->cap_rpages + l->cap_rspare + l->cap_cspare) *
+                                  sizeof(void *);
         if (l->key_mean) {
             m->data_bytes += H * dk * sizeof(float);
             m->allocated_bytes += H * dk * sizeof(float);

@@ -55,6 +55,10 @@ typedef struct tq_kv_layer {
     size_t raw_base;
     uint16_t **rspare; /* allocated raw pages not in use */
     size_t n_rspare, cap_rspare;
+    uint8_t **cspare; /* allocated compressed pages not in use (windowed layers) */
+    size_t n_cspare, cap_cspare;
+    size_t window;   /* layer_windows[i]: 0 or the most positions a query attends */
+    size_t dropped;  /* positions [0, dropped) are gone (windowed layers; multiple of P) */
     float *key_mean; /* (n_kv_heads, dk) when scheme.key_mean and TURBO keys, else NULL */
     int mean_set;
     int compress_started;

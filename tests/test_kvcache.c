@@ -4,6 +4,8 @@
  * appended (inside the raw part and across the compressed boundary), conversion from f16,
  * per-layer and edge schemes, memory accounting, errors.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -309,6 +311,103 @@ static void test_errors(void) {
     tq_kv_cache_free(NULL);
 }
 
+/* Decode attention of layer 0 with a sliding window w (one query per KV head); 0 on error. */
+static int attend(const tq_kv_cache *c, size_t w, const float *q, float *out, tq_status *st) {
+    tq_attn_params p;
+    tq_attn_params_init(&p, D);
+    p.sliding_window = (int)w;
+    size_t wb = tq_kv_attention_workspace_size(c, 0, H, 1, 1);
+    void *work = malloc(wb);
+    *st = work ? tq_kv_attention(c, 0, q, H, 1, &p, NULL, work, wb, out) : TQ_ERR_NOMEM;
+    free(work);
+    return *st == TQ_OK;
+}
+
+/* Windowed layers (layer_windows): pages below the kept range are recycled and memory stays
+ * flat, decode attention over the window equals the same cache without one (bit for bit where
+ * the compressed history is the same; within the fast/reference tolerance where a prefill was
+ * dropped before its first compression, which moves the key mean), and what the dropped
+ * positions rule out fails with TQ_ERR_INVALID. */
+static void test_windowed(void) {
+    static const char *schemes[] = {"f16", "q8_0", "k=3:v=2:prefill_raw=0", "turbo4", "turbo3:window=64"};
+    const size_t W = 100, N = 3000, hold_max = W + TQ_KV_WINDOW_SLACK + 3 * TQ_KV_PAGE_TOKENS;
+    float q[H * D], o1[H * D], o2[H * D], o3[H * D];
+    for (int i = 0; i < H * D; i++) q[i] = grand() * 0.2f;
+    for (size_t si = 0; si < sizeof schemes / sizeof *schemes; si++) {
+        const char *sch = schemes[si];
+        int exact = si < 3;
+        tq_kv_cache_config cfg;
+        tq_kv_cache_config_init(&cfg, 1, H, D, D);
+        CHECK(tq_kv_scheme_parse(sch, &cfg.scheme, NULL, 0) == TQ_OK);
+        tq_kv_cache *cf = NULL, *cw = NULL;
+        CHECK(tq_kv_cache_create(&cf, &cfg) == TQ_OK);
+        size_t win[1] = {W};
+        cfg.layer_windows = win;
+        cfg.reserve_tokens = N;
+        CHECK(tq_kv_cache_create(&cw, &cfg) == TQ_OK);
+        if (!cf || !cw) continue;
+        /* A 500-token prefill, then single tokens. */
+        CHECK(tq_kv_cache_append(cf, 0, kat(0), vat(0), 500) == TQ_OK);
+        CHECK(tq_kv_cache_append(cw, 0, kat(0), vat(0), 500) == TQ_OK);
+        size_t alloc_mid = 0;
+        tq_status st;
+        for (size_t t = 500; t < N; t++) {
+            CHECK(tq_kv_cache_append(cf, 0, kat(t % NT), vat(t % NT), 1) == TQ_OK);
+            CHECK(tq_kv_cache_append(cw, 0, kat(t % NT), vat(t % NT), 1) == TQ_OK);
+            if (t % 211 != 0 && t != N - 1) continue;
+            CHECK_MSG(attend(cw, W, q, o1, &st), "%s t %zu: %s", sch, t, tq_error_name(st));
+            CHECK(attend(cf, W, q, o2, &st));
+            CHECK(tq_kv_attention_ref(cw, 0, q, H, 1, &(tq_attn_params){.scale = 1.0f / sqrtf(D), .causal = 1, .sliding_window = (int)W}, o3) == TQ_OK);
+            double e = 0.0;
+            for (int i = 0; i < H * D; i++) e = fmax(e, fabs((double)o1[i] - o3[i]));
+            CHECK_MSG(e <= 2e-4, "%s t %zu: windowed fast vs reference %g", sch, t, e);
+            if (exact) CHECK_MSG(memcmp(o1, o2, sizeof o1) == 0, "%s t %zu", sch, t);
+            tq_kv_memory m;
+            CHECK(tq_kv_cache_memory(cw, &m) == TQ_OK);
+            CHECK_MSG(m.tokens <= hold_max, "%s: holds %zu tokens", sch, m.tokens);
+            if (t >= 1500 && !alloc_mid) alloc_mid = m.allocated_bytes;
+            if (alloc_mid) CHECK_MSG(m.allocated_bytes == alloc_mid, "%s: memory grew %zu -> %zu", sch, alloc_mid, m.allocated_bytes);
+        }
+        size_t dr = tq_kv_cache_dropped_length(cw, 0);
+        CHECK(dr > 0 && dr % TQ_KV_PAGE_TOKENS == 0 && dr + W + TQ_KV_WINDOW_SLACK <= N);
+        CHECK(tq_kv_cache_dropped_length(cf, 0) == 0);
+        /* What the dropped positions rule out. */
+        float row[2 * H * D];
+        CHECK(tq_kv_cache_read(cw, 0, dr - 1, 1, row, row + H * D) == TQ_ERR_INVALID);
+        CHECK(tq_kv_cache_read(cw, 0, dr, 1, row, row + H * D) == TQ_OK);
+        CHECK(!attend(cw, 0, q, o1, &st) && st == TQ_ERR_INVALID);
+        CHECK(!attend(cw, N, q, o1, &st) && st == TQ_ERR_INVALID);
+        CHECK(tq_kv_cache_save_bound(cw) == 0);
+        uint8_t small[64];
+        size_t wr;
+        CHECK(tq_kv_cache_save_memory(cw, small, sizeof small, &wr) == TQ_ERR_INVALID);
+        tq_kv_cache *cv = NULL;
+        CHECK(tq_kv_cache_convert(cw, &cfg.scheme, &cv) != TQ_OK && cv == NULL);
+        /* Rewinding: by the slack is fine, past the kept range is refused, to 0 resets. */
+        CHECK(tq_kv_cache_truncate(cw, N - TQ_KV_WINDOW_SLACK) == TQ_OK);
+        CHECK(tq_kv_cache_truncate(cf, N - TQ_KV_WINDOW_SLACK) == TQ_OK);
+        CHECK(tq_kv_cache_append(cw, 0, kat(7), vat(7), 1) == TQ_OK);
+        CHECK(tq_kv_cache_append(cf, 0, kat(7), vat(7), 1) == TQ_OK);
+        CHECK(attend(cw, W, q, o1, &st) && attend(cf, W, q, o2, &st));
+        if (exact) CHECK(memcmp(o1, o2, sizeof o1) == 0);
+        CHECK(tq_kv_cache_truncate(cw, dr + W / 2) == TQ_ERR_INVALID);
+        CHECK(tq_kv_cache_length(cw, 0) == N - TQ_KV_WINDOW_SLACK + 1);
+        CHECK(tq_kv_cache_truncate(cw, 0) == TQ_OK && tq_kv_cache_dropped_length(cw, 0) == 0);
+        tq_kv_cache *fresh = NULL;
+        cfg.layer_windows = NULL;
+        cfg.reserve_tokens = 0;
+        CHECK(tq_kv_cache_create(&fresh, &cfg) == TQ_OK);
+        for (size_t t = 0; fresh && t < 400; t += 100) {
+            CHECK(tq_kv_cache_append(cw, 0, kat(t), vat(t), 100) == TQ_OK);
+            CHECK(tq_kv_cache_append(fresh, 0, kat(t), vat(t), 100) == TQ_OK);
+        }
+        CHECK_MSG(fresh && same_state(cw, fresh), "%s: reset then re-append", sch);
+        tq_kv_cache_free(fresh);
+        tq_kv_cache_free(cf);
+        tq_kv_cache_free(cw);
+    }
+}
+
 int main(void) {
     make_data();
     RUN_TEST(test_parse);
@@ -319,5 +418,6 @@ int main(void) {
     RUN_TEST(test_convert);
     RUN_TEST(test_layer_schemes);
     RUN_TEST(test_errors);
+    RUN_TEST(test_windowed);
     return test_report();
 }

@@ -343,6 +343,56 @@ static void test_odd_batch(void) {
     model_free(m);
 }
 
+/* Sliding-window layers keep only their window + slack: at 1300 positions the cache holds
+ * fewer tokens than 18 × 1300, rewinding within the slack works, rewinding past it is
+ * refused with MODEL_ERR_POS, and restarting from 0 works. */
+static void test_window_pages(void) {
+    if (g_model == NULL || !g_have_text) {
+        printf("skip test_window_pages: no model or text\n");
+        return;
+    }
+    enum { LEN = 1300, B = 260 }; /* the last append (at 1040) drops a page */
+    model_params p;
+    memset(&p, 0, sizeof p);
+    p.max_ctx = LEN;
+    p.max_batch = B;
+    p.n_threads = 2;
+    tq_kv_scheme sc = scheme_of("turbo3");
+    p.kv_scheme = &sc;
+    model *m = NULL;
+    char err[256];
+    CHECK(model_load(model_path, &p, &m, err, sizeof err) == MODEL_OK);
+    if (m == NULL) return;
+    const model_config *c = model_get_config(m);
+    int32_t toks[B];
+    for (int i = 0; i < B; i++) toks[i] = g_chunk[i % CTX];
+    for (int pos = 0; pos < LEN; pos += B) CHECK(model_forward(m, toks, B, pos, 0, NULL) == MODEL_OK);
+    tq_kv_memory mem;
+    CHECK(model_kv_memory(m, &mem) == MODEL_OK);
+    int n_local = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        size_t dr = tq_kv_cache_dropped_length(model_kv_cache(m), il);
+        if (m->w.layers[il].is_swa) {
+            n_local++;
+            CHECK_MSG(dr > 0, "layer %d", il);
+        } else {
+            CHECK(dr == 0);
+        }
+    }
+    CHECK(n_local == 15);
+    size_t most = (size_t)(c->n_layer - n_local) * LEN +
+                  (size_t)n_local * (size_t)(c->sliding_window + TQ_KV_WINDOW_SLACK + B + TQ_KV_PAGE_TOKENS);
+    CHECK_MSG(mem.tokens <= most && mem.tokens < (size_t)c->n_layer * LEN, "%zu tokens held", mem.tokens);
+    printf("     %d positions: %zu tokens held over %d layers (%d without windows)\n", LEN, mem.tokens,
+           c->n_layer, c->n_layer * LEN);
+    CHECK(model_forward(m, toks, 1, LEN - 100, 0, NULL) == MODEL_OK);
+    CHECK(model_forward(m, toks, 1, 200, 0, NULL) == MODEL_ERR_POS);
+    CHECK(strstr(model_last_error(m), "sliding-window") != NULL);
+    CHECK(model_seq_len(m) == LEN - 99); /* nothing changed */
+    CHECK(model_forward(m, toks, 4, 0, 0, NULL) == MODEL_OK && model_seq_len(m) == 4);
+    model_free(m);
+}
+
 int main(void) {
     model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
     const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
@@ -370,6 +420,7 @@ int main(void) {
     RUN_TEST(test_local_layers_f16);
     RUN_TEST(test_bad_scheme);
     RUN_TEST(test_odd_batch);
+    RUN_TEST(test_window_pages);
     free(g_ref_logp);
     model_free(g_model);
     return test_report();
