@@ -160,7 +160,10 @@ enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
 static int fused_kind(const tq_attn_kernels *ak, const tq_kv_tensor *x, int is_key) {
     if (!x || x->format == TQ_KV_F16)
         return (is_key ? ak->score_f16 != NULL : ak->accum_f16 != NULL) ? FUSED_F16 : FUSED_NONE;
-    if (tq_attn_fused_turbo(x) && (is_key ? ak->score_turbo != NULL : ak->accum_turbo != NULL))
+    int lanes = tq_kv_lanes(x) > 0;
+    if (tq_attn_fused_turbo(x) &&
+        (is_key ? ak->score_turbo != NULL || (lanes && ak->score_turbo_lanes != NULL)
+                : ak->accum_turbo != NULL || (lanes && ak->accum_turbo_lanes != NULL)))
         return FUSED_TURBO;
     return FUSED_NONE;
 }

@@ -409,7 +409,7 @@ static void test_fused_kernels(void) {
         for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
         for (int ti = 0; ti < 2; ti++) {
             const tq_attn_kernels *t = tabs[ti];
-            if (!t || !have[ti] || !t->score_turbo) continue;
+            if (!t || !have[ti]) continue;
             static const int nqs[] = {1, 3, 4, 6, 8, 9};
             for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++) {
                 int nq = nqs[ni];
@@ -419,6 +419,9 @@ static void test_fused_kernels(void) {
                      * them and the tensors have a lane layout */
                     int kl = tq_kv_lanes(kx), vl = tq_kv_lanes(vx);
                     if (pass == 2 && (!t->score_turbo_lanes || !t->accum_turbo_lanes || !kl || !vl))
+                        continue;
+                    if ((pass == 0 && (!t->score_turbo || !t->accum_turbo)) ||
+                        (pass == 1 && (!t->score_f16 || !t->accum_f16)))
                         continue;
                     memset(A1, 0, sizeof A1);
                     memset(A2, 0, sizeof A2);

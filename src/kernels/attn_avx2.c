@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "attn_simd.h"
+
 static inline __m256i lanes_below(int r) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
@@ -179,6 +181,194 @@ static void avx2_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     }
 }
 
+/* ---- lane layout (kvcache_internal.h): 8 codes per 32-bit lane, 8 lanes per vector ---- */
+
+/* One segment's state: the 2^B centroids repeated over 16 entries, as two 8-entry tables. */
+typedef struct lane2_seg {
+    __m256 lo, hi;
+    int B, nblk;
+    size_t off, bytes;
+} lane2_seg;
+
+static void lane2_setup(const tq_kv_tensor *x, lane2_seg *g) {
+    for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits, m = (1 << B) - 1;
+        float rep[16];
+        for (int i = 0; i < 16; i++) rep[i] = x->seg[s].centroids[i & m];
+        g[s].lo = _mm256_loadu_ps(rep);
+        g[s].hi = _mm256_loadu_ps(rep + 8);
+        g[s].B = B;
+        g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].off = x->seg[s].off;
+        g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+    }
+}
+
+/* Lanes 8·half … 8·half + 7 of block h of a segment at p: lane l holds bytes [Bl, Bl + B) of
+ * the block in its low bits. A partial last block is read through a zero-padded copy. */
+static inline __attribute__((always_inline)) __m256i lane2_load(const lane2_seg *g, const uint8_t *p,
+                                                                int h, int half, int B) {
+    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
+    const uint8_t *src = p + at;
+    uint8_t buf[64];
+    if (n < 16 * (size_t)B) {
+        memset(buf, 0, sizeof buf);
+        memcpy(buf, src, n);
+        src = buf;
+    }
+    src += (size_t)half * 8 * (size_t)B;
+    switch (B) {
+    case 4: return _mm256_loadu_si256((const __m256i *)(const void *)src);
+    case 2: return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)src));
+    case 1: return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)src));
+    default: {
+        /* 3 bytes per lane: lanes 0-3 from bytes 0-11, lanes 4-7 from bytes 12-23 of the half,
+         * the upper 16-byte load of the second half ending at the block's last byte. */
+        const __m256i sh0 = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
+                                             0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+        const __m256i sh1 = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
+                                             4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + (half ? 8 : 12)));
+        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+        return _mm256_shuffle_epi8(v, half ? sh1 : sh0);
+    }
+    }
+}
+
+/* Centroids of the indices in the low 4 bits of each lane. */
+static inline __attribute__((always_inline)) __m256 lane2_lookup(const lane2_seg *g, __m256i L, int B) {
+    if (B < 4) return _mm256_permutevar8x32_ps(g->lo, L); /* entries repeat every 2^B */
+    __m256 a = _mm256_permutevar8x32_ps(g->lo, L), b = _mm256_permutevar8x32_ps(g->hi, L);
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(L, 28)));
+}
+
+/* Two tokens (r[0], r[1]) × four queries (q[j], lane layout) of one segment. */
+static inline __attribute__((always_inline)) void lanes2_2x4_seg(const lane2_seg *g,
+                                                                 const uint8_t *const r[2],
+                                                                 const float *const q[4],
+                                                                 __m256 a[8], int B) {
+    for (int h = 0; h < g->nblk; h++)
+        for (int half = 0; half < 2; half++) {
+            __m256i La = lane2_load(g, r[0] + g->off, h, half, B);
+            __m256i Lb = lane2_load(g, r[1] + g->off, h, half, B);
+            for (int k = 0; k < 8; k++) {
+                size_t at = 128 * (size_t)h + 16 * (size_t)k + 8 * (size_t)half;
+                __m256 va = lane2_lookup(g, La, B), vb = lane2_lookup(g, Lb, B);
+                for (int j = 0; j < 4; j++) {
+                    __m256 qv = _mm256_loadu_ps(q[j] + at);
+                    a[j] = _mm256_fmadd_ps(va, qv, a[j]);
+                    a[4 + j] = _mm256_fmadd_ps(vb, qv, a[4 + j]);
+                }
+                La = _mm256_srli_epi32(La, B), Lb = _mm256_srli_epi32(Lb, B);
+            }
+        }
+}
+
+static int avx2_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+                                  const float *q, size_t qs, int nq, float *S, size_t ss) {
+    lane2_seg g[2];
+    lane2_setup(x, g);
+    size_t rb = x->rec_bytes;
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        for (int t = 0; t < nk; t += 2) {
+            /* Absent queries and a lone last token repeat the first of their group. */
+            int n2 = nk - t < 2 ? nk - t : 2;
+            const uint8_t *r[2] = {rec + (size_t)t * rb, rec + (size_t)(t + n2 - 1) * rb};
+            const float *qj[4];
+            for (int k = 0; k < 4; k++) qj[k] = q + (size_t)(j + (k < m4 ? k : 0)) * qs;
+            float sc[2];
+            for (int m = 0; m < 2; m++) {
+                sc[m] = simd_rec_scale(x, r[m]);
+                if (sc[m] < 0.0f) {
+                    if (m < n2) ok = 0;
+                    sc[m] = 0.0f;
+                }
+            }
+            __m256 a[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+            for (int s = 0; s < x->n_seg; s++) {
+                switch (g[s].B) {
+                case 4: lanes2_2x4_seg(&g[s], r, qj, a, 4); break;
+                case 3: lanes2_2x4_seg(&g[s], r, qj, a, 3); break;
+                case 2: lanes2_2x4_seg(&g[s], r, qj, a, 2); break;
+                default: lanes2_2x4_seg(&g[s], r, qj, a, 1); break;
+                }
+                for (int k = 0; k < 4; k++) qj[k] += 128 * (size_t)g[s].nblk;
+            }
+            for (int k = 0; k < m4; k++)
+                for (int m = 0; m < n2; m++)
+                    S[(size_t)(j + k) * ss + (size_t)(t + m)] = sc[m] * hsum8(a[4 * m + k]);
+        }
+    }
+    return ok;
+}
+
+#define LANE2_MAX_KEYS 256
+
+static int avx2_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+                                  const float *p, size_t ps, int nq, float *acc, size_t as) {
+    lane2_seg g[2];
+    lane2_setup(x, g);
+    size_t rb = x->rec_bytes;
+    float sc[LANE2_MAX_KEYS], w[4][LANE2_MAX_KEYS];
+    int ok = 1;
+    for (int t0 = 0; t0 < nk; t0 += LANE2_MAX_KEYS) {
+        int n = nk - t0 < LANE2_MAX_KEYS ? nk - t0 : LANE2_MAX_KEYS;
+        const uint8_t *r0 = rec + (size_t)t0 * rb;
+        for (int t = 0; t < n; t++) {
+            sc[t] = simd_rec_scale(x, r0 + (size_t)t * rb);
+            if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
+        }
+        for (int j = 0; j < nq; j += 4) {
+            int m4 = nq - j < 4 ? nq - j : 4;
+            for (int k = 0; k < 4; k++)
+                for (int t = 0; t < n; t++)
+                    w[k][t] = k < m4 ? p[(size_t)(j + k) * ps + (size_t)(t0 + t)] * sc[t] : 0.0f;
+            float *A = acc + (size_t)j * as;
+            for (int s = 0; s < x->n_seg; s++) {
+                const lane2_seg *gs = &g[s];
+                int B = gs->B;
+                for (int h = 0; h < gs->nblk; h++)
+                    for (int half = 0; half < 2; half++)
+                        for (int k0 = 0; k0 < 8; k0 += 2) {
+                            __m256 a[8];
+                            for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+                            const __m256i shift = _mm256_set1_epi32(B * k0);
+                            const uint8_t *pt = r0 + gs->off;
+                            for (int t = 0; t < n; t++, pt += rb) {
+                                __m256i L;
+                                switch (B) {
+                                case 4: L = lane2_load(gs, pt, h, half, 4); break;
+                                case 3: L = lane2_load(gs, pt, h, half, 3); break;
+                                case 2: L = lane2_load(gs, pt, h, half, 2); break;
+                                default: L = lane2_load(gs, pt, h, half, 1); break;
+                                }
+                                L = _mm256_srlv_epi32(L, shift);
+                                __m256 v0 = lane2_lookup(gs, L, B == 4 ? 4 : 1);
+                                __m256 v1 = lane2_lookup(gs, _mm256_srli_epi32(L, B), B == 4 ? 4 : 1);
+                                for (int k = 0; k < 4; k++) {
+                                    __m256 wk = _mm256_broadcast_ss(&w[k][t]);
+                                    a[k] = _mm256_fmadd_ps(wk, v0, a[k]);
+                                    a[4 + k] = _mm256_fmadd_ps(wk, v1, a[4 + k]);
+                                }
+                            }
+                            for (int r = 0; r < 2; r++)
+                                for (int k = 0; k < m4; k++) {
+                                    float *d = A + (size_t)k * as + 128 * (size_t)h +
+                                               16 * (size_t)(k0 + r) + 8 * (size_t)half;
+                                    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), a[4 * r + k]));
+                                }
+                        }
+                A += 128 * (size_t)gs->nblk;
+            }
+        }
+    }
+    return ok;
+}
+
 static const tq_attn_kernels avx2_table = {
     .name = "avx2",
     .dot_multi = avx2_dot_multi,
@@ -188,6 +378,8 @@ static const tq_attn_kernels avx2_table = {
     .f16_to_f32 = avx2_f16_to_f32,
     .q8_0_decode = avx2_q8_0_decode,
     .q4_0_decode = avx2_q4_0_decode,
+    .score_turbo_lanes = avx2_score_turbo_lanes,
+    .accum_turbo_lanes = avx2_accum_turbo_lanes,
 };
 
 const tq_attn_kernels *tq_attn_kernels_avx2(void) { return &avx2_table; }

@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "attn_simd.h"
+
 static inline __mmask16 tail_mask(int r) { return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1u); }
 
 static void avx512_dot_multi(const float *k, const float *q, size_t q_stride, int nq, int n,
@@ -288,18 +290,6 @@ static inline __m512 seg_chunk(const seg_lut *g, const uint8_t *p, int c) {
     return _mm512_permutexvar_ps(idx, g->cv);
 }
 
-static inline float rec_scale(const tq_kv_tensor *x, const uint8_t *r) {
-    float n;
-    if (x->norm_f32) {
-        memcpy(&n, r + x->norm_off, 4);
-    } else {
-        uint16_t h;
-        memcpy(&h, r + x->norm_off, 2);
-        n = _cvtsh_ss(h);
-    }
-    return n >= 0.0f && n <= 3.4e38f ? n * x->inv_sqrt_dim : -1.0f; /* NaN fails both */
-}
-
 /* Four horizontal sums: lane j of the result is the sum of a_j. */
 static inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
@@ -364,7 +354,7 @@ static int score_turbo_4x4(const tq_kv_tensor *x, const seg_lut *sg, const uint8
     int ok = 1;
     size_t rb = x->rec_bytes;
     for (int m = 0; m < 4; m++) {
-        sc[m] = rec_scale(x, r0 + (size_t)m * rb);
+        sc[m] = simd_rec_scale(x, r0 + (size_t)m * rb);
         if (sc[m] < 0.0f) ok = 0, sc[m] = 0.0f;
     }
     __m512 a[16];
@@ -428,7 +418,7 @@ static int avx512_score_turbo(const tq_kv_tensor *x, const uint8_t *rec, int nk,
                                       qs, S + (size_t)j * ss + (size_t)t, ss);
     for (; t < nk; t++) {
         const uint8_t *r = rec + (size_t)t * x->rec_bytes;
-        float sc = rec_scale(x, r);
+        float sc = simd_rec_scale(x, r);
         if (sc < 0.0f) {
             ok = 0;
             for (int j = 0; j < nq; j++) S[(size_t)j * ss + (size_t)t] = 0.0f;
@@ -492,7 +482,7 @@ static int avx512_accum_turbo(const tq_kv_tensor *x, const uint8_t *rec, int nk,
         int n = nk - t0 < FUSED_MAX_KEYS ? nk - t0 : FUSED_MAX_KEYS;
         const uint8_t *rb = rec + (size_t)t0 * x->rec_bytes;
         for (int t = 0; t < n; t++) {
-            sc[t] = rec_scale(x, rb + (size_t)t * x->rec_bytes);
+            sc[t] = simd_rec_scale(x, rb + (size_t)t * x->rec_bytes);
             if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
         }
         for (int j = 0; j < nq; j += 4) {
@@ -753,7 +743,7 @@ static int avx512_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, i
             for (int m = 0; m < 4; m++) {
                 r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
                 qs4[m] = q + (size_t)(j + (m < m4 ? m : 0)) * qs;
-                sc[m] = rec_scale(x, r[m]);
+                sc[m] = simd_rec_scale(x, r[m]);
                 if (sc[m] < 0.0f) {
                     if (m < n4) ok = 0;
                     sc[m] = 0.0f;
@@ -828,7 +818,7 @@ static int avx512_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, i
         int n = nk - t0 < FUSED_MAX_KEYS ? nk - t0 : FUSED_MAX_KEYS;
         const uint8_t *r0 = rec + (size_t)t0 * rb;
         for (int t = 0; t < n; t++) {
-            sc[t] = rec_scale(x, r0 + (size_t)t * rb);
+            sc[t] = simd_rec_scale(x, r0 + (size_t)t * rb);
             if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
         }
         for (int j = 0; j < nq; j += 4) {

@@ -50,10 +50,17 @@ static const tq_kernel_table *table_for(tq_kernels_kind kind) {
     return NULL;
 }
 
+/* TQ_FORCE_REF=1 picks the scalar reference; TQ_KERNELS=ref|avx2|avx512 picks a set (one the
+ * CPU lacks, or another value, leaves the automatic choice: tq_kernels_name() says which). */
 static void init_once(void) {
     const char *force = getenv("TQ_FORCE_REF");
-    int want_ref = force && *force && strcmp(force, "0") != 0;
-    atomic_store(&current, want_ref ? tq_kernels_ref() : table_for(TQ_KERNELS_AUTO));
+    const char *want = getenv("TQ_KERNELS");
+    const tq_kernel_table *t = NULL;
+    if (force && *force && strcmp(force, "0") != 0) t = tq_kernels_ref();
+    else if (want && strcmp(want, "ref") == 0) t = tq_kernels_ref();
+    else if (want && strcmp(want, "avx2") == 0) t = table_for(TQ_KERNELS_AVX2);
+    else if (want && strcmp(want, "avx512") == 0) t = table_for(TQ_KERNELS_AVX512);
+    atomic_store(&current, t ? t : table_for(TQ_KERNELS_AUTO));
 }
 
 const tq_kernel_table *tq_kernels(void) {

@@ -1,0 +1,25 @@
+/* What the x86 attention kernels (attn_avx2.c, attn_avx512.c) share; included only from files
+ * compiled with F16C. */
+#ifndef TQ_KERNELS_ATTN_SIMD_H
+#define TQ_KERNELS_ATTN_SIMD_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "../kvcache_internal.h"
+
+/* The scale of a TURBO record's row: norm · inv_sqrt_dim, or −1 for a corrupt norm (negative,
+ * NaN or Inf; as ref_row_scale in attn_ref.c). */
+static inline float simd_rec_scale(const tq_kv_tensor *x, const uint8_t *r) {
+    float n;
+    if (x->norm_f32) {
+        memcpy(&n, r + x->norm_off, 4);
+    } else {
+        uint16_t h;
+        memcpy(&h, r + x->norm_off, 2);
+        n = _cvtsh_ss(h);
+    }
+    return n >= 0.0f && n <= 3.4e38f ? n * x->inv_sqrt_dim : -1.0f; /* NaN fails both */
+}
+
+#endif
