@@ -115,32 +115,6 @@ assert 0 < t["kv_bytes_per_token"] < r[0]["kv_bytes_per_token"]
 else
   echo "skip model runs: no model at $model (scripts/get-model.sh)"
 fi
-check "attn-bench -m without --from-model" 2 "$tq" attn-bench -m x.gguf
-check "attn-bench --from-model with --layers" 2 "$tq" attn-bench --from-model x.txt --layers 2
-check "attn-bench --from-model missing model" 1 "$tq" attn-bench --from-model x.txt -m /nonexistent/m.gguf
-if [ -r "$model" ]; then
-  text=/tmp/tq_cli_text.$$
-  for i in 1 2 3 4 5 6 7 8; do
-    echo "The lighthouse keeper climbed the stairs every evening to light the lamp for the ships."
-  done >"$text"
-  check "attn-bench --from-model missing text" 1 "$tq" attn-bench --from-model /nonexistent.txt -m "$model"
-  check "attn-bench --from-model text too short" 2 "$tq" attn-bench --from-model "$text" -m "$model" --ctx 4096
-  # Real K/V: the error of f16 is fp16 rounding only, turbo4's is far below turbo2's.
-  check "attn-bench --from-model run" 0 "$tq" attn-bench --from-model "$text" -m "$model" --ctx 128 \
-    --queries 2 --scheme turbo4,turbo2 --reps 1 --threads 2 --json
-  if python3 -c '
-import json, sys
-d = json.load(open(sys.argv[1]))
-assert d["data"] == "model" and d["layers"] == 18 and d["head_dim"] == 256, d
-r = {x["scheme"]: x for x in d["results"]}
-assert r["f16"]["rel_l2"] < 2e-3 and r["turbo4"]["rel_l2"] < r["turbo2"]["rel_l2"] < 1, r
-' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   attn-bench --from-model figures"
-  else fail=$((fail+1)); echo "FAIL attn-bench --from-model figures"; cat /tmp/tq_cli_out.$$; fi
-  rm -f "$text"
-fi
-rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
 
 # ---- tq attn-bench (appended block: decode attention benchmark) ---------------------------------
 check "attn-bench help" 0 "$tq" attn-bench --help

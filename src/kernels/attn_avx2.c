@@ -280,13 +280,7 @@ static int avx2_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int
             const float *qj[4];
             for (int k = 0; k < 4; k++) qj[k] = q + (size_t)(j + (k < m4 ? k : 0)) * qs;
             float sc[2];
-            for (int m = 0; m < 2; m++) {
-                sc[m] = simd_rec_scale(x, r[m]);
-                if (sc[m] < 0.0f) {
-                    if (m < n2) ok = 0;
-                    sc[m] = 0.0f;
-                }
-            }
+            ok &= simd_rec_scales(x, r, 2, n2, sc);
             __m256 a[8];
             for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
             for (int s = 0; s < x->n_seg; s++) {
@@ -318,10 +312,7 @@ static int avx2_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int
     for (int t0 = 0; t0 < nk; t0 += LANE2_MAX_KEYS) {
         int n = nk - t0 < LANE2_MAX_KEYS ? nk - t0 : LANE2_MAX_KEYS;
         const uint8_t *r0 = rec + (size_t)t0 * rb;
-        for (int t = 0; t < n; t++) {
-            sc[t] = simd_rec_scale(x, r0 + (size_t)t * rb);
-            if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
-        }
+        ok &= simd_rec_scales_run(x, r0, n, sc);
         for (int j = 0; j < nq; j += 4) {
             int m4 = nq - j < 4 ? nq - j : 4;
             for (int k = 0; k < 4; k++)

@@ -743,12 +743,8 @@ static int avx512_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, i
             for (int m = 0; m < 4; m++) {
                 r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
                 qs4[m] = q + (size_t)(j + (m < m4 ? m : 0)) * qs;
-                sc[m] = simd_rec_scale(x, r[m]);
-                if (sc[m] < 0.0f) {
-                    if (m < n4) ok = 0;
-                    sc[m] = 0.0f;
-                }
             }
+            ok &= simd_rec_scales(x, r, 4, n4, sc);
             __m512 a[16];
             for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
             for (int s = 0; s < x->n_seg; s++) {
@@ -817,10 +813,7 @@ static int avx512_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, i
     for (int t0 = 0; t0 < nk; t0 += FUSED_MAX_KEYS) {
         int n = nk - t0 < FUSED_MAX_KEYS ? nk - t0 : FUSED_MAX_KEYS;
         const uint8_t *r0 = rec + (size_t)t0 * rb;
-        for (int t = 0; t < n; t++) {
-            sc[t] = simd_rec_scale(x, r0 + (size_t)t * rb);
-            if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
-        }
+        ok &= simd_rec_scales_run(x, r0, n, sc);
         for (int j = 0; j < nq; j += 4) {
             int m4 = nq - j < 4 ? nq - j : 4;
             for (int k = 0; k < 4; k++)

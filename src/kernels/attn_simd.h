@@ -22,4 +22,29 @@ static inline float simd_rec_scale(const tq_kv_tensor *x, const uint8_t *r) {
     return n >= 0.0f && n <= 3.4e38f ? n * x->inv_sqrt_dim : -1.0f; /* NaN fails both */
 }
 
+/* sc[m] = the scales of records r[m], m < n (0 for a corrupt norm); returns 0 if one of the
+ * first `real` records is corrupt (the others repeat one of them), else 1. */
+static inline int simd_rec_scales(const tq_kv_tensor *x, const uint8_t *const *r, int n, int real,
+                                  float *sc) {
+    int ok = 1;
+    for (int m = 0; m < n; m++) {
+        sc[m] = simd_rec_scale(x, r[m]);
+        if (sc[m] < 0.0f) {
+            if (m < real) ok = 0;
+            sc[m] = 0.0f;
+        }
+    }
+    return ok;
+}
+
+/* The same for n consecutive records (stride x->rec_bytes) from rec. */
+static inline int simd_rec_scales_run(const tq_kv_tensor *x, const uint8_t *rec, int n, float *sc) {
+    int ok = 1;
+    for (int t = 0; t < n; t++) {
+        sc[t] = simd_rec_scale(x, rec + (size_t)t * x->rec_bytes);
+        if (sc[t] < 0.0f) ok = 0, sc[t] = 0.0f;
+    }
+    return ok;
+}
+
 #endif
