@@ -236,7 +236,11 @@ static void task_fn(void *ctxp, size_t task, int thread) {
      * the fused TURBO kernels. */
     int few = i1 - i0 <= FUSED_QUERIES;
     size_t sb = few ? KB_FUSED : KB;
-    int big = few && fused_kind(ak, &l->k, 1) == FUSED_TURBO && fused_kind(ak, &l->v, 0) == FUSED_TURBO;
+    /* Which kernels read K and V of the compressed part (c) and of the raw part (r): fixed for
+     * the task, so chosen once here. */
+    int fk_c = few ? fused_kind(ak, &l->k, 1) : FUSED_NONE, fv_c = few ? fused_kind(ak, &l->v, 0) : FUSED_NONE;
+    int fk_r = few ? fused_kind(ak, NULL, 1) : FUSED_NONE, fv_r = few ? fused_kind(ak, NULL, 0) : FUSED_NONE;
+    int big = fk_c == FUSED_TURBO && fv_c == FUSED_TURBO;
     for (size_t b0 = t0; b0 < t1;) {
         size_t bl = big && b0 < l->n_comp ? KB_FUSED : KB;
         size_t b1 = b0 + bl < t1 ? b0 + bl : t1;
@@ -258,8 +262,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         }
         int kw = comp ? pl->kw : pl->dk, vw = comp ? pl->vw : pl->dv;
         /* Prefill: the tile, decoded once and reused by every query position of the block. */
-        int fk = few ? fused_kind(ak, comp ? &l->k : NULL, 1) : FUSED_NONE;
-        int fv = few ? fused_kind(ak, comp ? &l->v : NULL, 0) : FUSED_NONE;
+        int fk = comp ? fk_c : fk_r, fv = comp ? fv_c : fv_r;
         if (fk) {
         } else if (comp) {
             if (!tq_kv_decode_rows(&l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
