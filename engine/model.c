@@ -514,7 +514,11 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
     if (m->attn_hook != NULL) m->attn_hook(m->attn_hook_ctx, il, pos0, n, s->q, s->k, s->v, &ap);
     /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
      * the n queries attend as the last n positions (doc/kvcache.md section 1). */
-    tq_status ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
+    /* The queries first: a layer's first compression (maybe inside this append) fixes its key
+     * scale from the queries seen so far (tq_kv_cache_observe_queries). */
+    tq_status ts = tq_kv_cache_observe_queries(m->kv, il, s->q, c->n_head, (size_t)n);
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
+    ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
     if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
         ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));

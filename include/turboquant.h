@@ -319,6 +319,13 @@ typedef struct tq_kv_layer_scheme {
                                    keys before quantizing, add ⟨q, mean⟩ back to the scores
                                    (models with a large k_proj bias; measured to help on
                                    Gemma 3 too, doc/kvcache.md). Default 1 for TURBO keys */
+    int key_scale;              /* TURBO keys: per-channel key scale s (per head), fixed at the
+                                   layer's first compression from the keys held then and the
+                                   queries observed (tq_kv_cache_observe_queries): keys are
+                                   stored as s ⊙ (k − mean) and queries scored as q / s, which
+                                   leaves ⟨q, k⟩ unchanged and moves quantization error away
+                                   from the channels queries weigh (doc/kvcache.md §5).
+                                   Default 1 for TURBO keys */
 } tq_kv_layer_scheme;
 
 /* A whole-cache scheme: the layer scheme, optional higher precision at the edges, and the
@@ -348,9 +355,10 @@ typedef struct tq_kv_scheme {
  *   kKvV                                     the same (k3.5v3)
  *   k=K:v=V[:option…]                        explicit; K, V a number, f16, q8_0 or q4_0
  * followed by any of the options, each ":name=value":
- *   variant=mse|prod  norm=0|1  mean=0|1  window=N  batch=N  start=N  prefill_raw=0|1
- *   seed=N  first=N  last=N  edge=FORM (the first/last layers' form, no options; default
- *   turbo8 when first or last is given). variant, norm and mean apply to both.
+ *   variant=mse|prod  norm=0|1  mean=0|1  kscale=0|1  window=N  batch=N  start=N
+ *   prefill_raw=0|1  seed=N  first=N  last=N  edge=FORM (the first/last layers' form, no
+ *   options; default turbo8 when first or last is given). variant, norm, mean and kscale
+ *   apply to both.
  * Errors: TQ_ERR_NULL (text or out), TQ_ERR_SCHEME (does not parse; when err is not NULL a
  * NUL-terminated message naming the bad part and listing the valid forms is written to err,
  * truncated to err_capacity bytes). Bit widths are checked for range only here; whether a
@@ -428,6 +436,20 @@ TQ_API tq_status tq_kv_cache_append(tq_kv_cache *cache, int layer, const float *
  * beyond fp16; the layer stays valid, tokens from the failing one on stay raw). */
 TQ_API tq_status tq_kv_cache_compress(tq_kv_cache *cache, int layer);
 
+/* Records the channel energies of n query positions q (n, n_q_heads, head_dim_k) of one layer
+ * for its key scale (tq_kv_layer_scheme.key_scale): call it before the append that goes with
+ * those queries, as attention will see them. Until the layer's first compression fixes the
+ * scale, every call adds to the statistics; afterwards, and for layers without a key scale,
+ * it does nothing. Without any observed queries the scale is estimated from the keys alone
+ * (weaker: doc/kvcache.md §5). Not thread-safe for the same layer, like append.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer, n_q_heads not a multiple of n_kv_heads),
+ * TQ_ERR_NONFINITE (nothing recorded). */
+TQ_API tq_status tq_kv_cache_observe_queries(tq_kv_cache *cache, int layer, const float *q,
+                                             int n_q_heads, size_t n);
+/* The key scale of a layer, (n_kv_heads, head_dim_k) floats into out, once it is fixed.
+ * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer, no key scale, or not fixed yet). */
+TQ_API tq_status tq_kv_cache_key_scale(const tq_kv_cache *cache, int layer, float *out);
+
 /* Tokens stored in a layer, and how many of them are compressed (0 for a bad layer). */
 TQ_API size_t tq_kv_cache_length(const tq_kv_cache *cache, int layer);
 TQ_API size_t tq_kv_cache_compressed_length(const tq_kv_cache *cache, int layer);
@@ -467,16 +489,17 @@ TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem)
 TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
                                      tq_kv_cache **out);
 
-/* ---- Cache files (doc/cachefile.md: format version 1) ----
+/* ---- Cache files (doc/cachefile.md: format version 2; version 1 files still load) ----
  * A file holds the whole state of a cache: shapes, scheme (every layer's, resolved), seed, and
- * per layer the length, the compression boundary, the two-phase flags, the key mean, the
- * compressed records and the raw fp16 tokens, each section with a CRC32C. Loading restores
+ * per layer the length, the compression boundary, the two-phase flags, the key mean, the key
+ * scale and its query statistics, the compressed records and the raw fp16 tokens, each section
+ * with a CRC32C. Loading restores
  * the identical state: tq_kv_cache_read, tq_kv_attention and later appends give the same bits
  * as on the cache that was saved, and saving the loaded cache gives the same bytes. The file is
  * little-endian on every host. Saving reads the cache only (not concurrently with an append,
  * compress or truncate); loading creates a new cache (reserve_tokens 0). */
 
-#define TQ_KV_CACHE_FILE_VERSION 1
+#define TQ_KV_CACHE_FILE_VERSION 2
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL. */
 TQ_API size_t tq_kv_cache_save_bound(const tq_kv_cache *cache);

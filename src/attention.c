@@ -461,7 +461,12 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
         const float *qr = q + r * (size_t)pl->dk;
         float *pr = x.qprep + r * (size_t)pl->kw;
         if (l->k.format == TQ_KV_TURBO) {
-            st = tq_codec_prepare_query(l->k.codec, qr, pr, (size_t)pl->kw);
+            float qs[TQ_MAX_DIM];
+            if (l->key_scale) { /* ⟨q, k⟩ = ⟨q / s, s ⊙ k⟩: score the stored s ⊙ k with q / s */
+                const float *sc = l->key_scale + (size_t)((int)(r % (size_t)pl->nqh) / pl->G) * (size_t)pl->dk;
+                for (int j = 0; j < pl->dk; j++) qs[j] = qr[j] / sc[j];
+            }
+            st = tq_codec_prepare_query(l->k.codec, l->key_scale ? qs : qr, pr, (size_t)pl->kw);
             if (st) return st;
             if (x.lanes_k) tq_kv_to_lanes(&l->k, pr, x.qlane + r * (size_t)pl->kl);
         } else {

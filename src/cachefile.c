@@ -1,5 +1,6 @@
 /*
- * Cache files: save and restore a tq_kv_cache (doc/cachefile.md, format version 1).
+ * Cache files: save and restore a tq_kv_cache (doc/cachefile.md, format version 2; version 1
+ * files, which predate the key scale, still load).
  *
  * A file is a fixed 64-byte header, a scheme section and one section per layer, each with its
  * own CRC32C. The writer streams sections through a sink (a caller buffer or a buffered file
@@ -20,7 +21,8 @@
 #include "internal.h"
 #include "kvcache_internal.h"
 
-#define CF_VERSION 1u
+#define CF_VERSION 2u
+#define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */
 #define CF_LAYER_SCHEME 16u  /* one layer scheme record */
@@ -94,15 +96,33 @@ static size_t add_sat(size_t a, size_t b) { return b > SIZE_MAX - a ? SIZE_MAX :
 /* ---------------------------------------------------------------------------------------- */
 
 static int has_mean(const tq_kv_layer *l) { return l->key_mean != NULL; }
+static int has_scale(const tq_kv_layer *l) { return l->key_scale != NULL; }
+
+/* Bytes of a layer's key scale block: query rows (f64), Σ q² (f64 each), scale (f32 each). */
+static size_t scale_block(const tq_kv_cache *c) {
+    return 8 + (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k * 12;
+}
+static void put_f64(uint8_t *p, double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    put_u64(p, u);
+}
+static double get_f64(const uint8_t *p) {
+    uint64_t u = get_u64(p);
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
 
 /* Payload bytes of a layer section for (len, n_comp): SIZE_MAX on overflow. */
 static size_t layer_payload(const tq_kv_cache *c, const tq_kv_layer *l, int with_mean,
-                            uint64_t len, uint64_t n_comp) {
+                            int with_scale, uint64_t len, uint64_t n_comp) {
     size_t H = (size_t)c->cfg.n_kv_heads, dk = (size_t)c->cfg.head_dim_k,
            dv = (size_t)c->cfg.head_dim_v;
     if (len > SIZE_MAX || n_comp > len) return SIZE_MAX;
     size_t n = CF_LAYER_FIXED;
     if (with_mean) n = add_sat(n, H * dk * 4);
+    if (with_scale) n = add_sat(n, scale_block(c));
     n = add_sat(n, mul_sat((size_t)n_comp, H * (l->k.rec_bytes + l->v.rec_bytes)));
     n = add_sat(n, mul_sat((size_t)(len - n_comp), H * 2 * (dk + dv)));
     return n;
@@ -125,7 +145,7 @@ size_t tq_kv_cache_save_bound(const tq_kv_cache *c) {
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
         n = add_sat(n, CF_LAYER_HEAD + CF_CRC);
-        n = add_sat(n, layer_payload(c, l, has_mean(l), l->len, l->n_comp));
+        n = add_sat(n, layer_payload(c, l, has_mean(l), has_scale(l), l->len, l->n_comp));
     }
     return n == SIZE_MAX ? 0 : n;
 }
@@ -197,6 +217,7 @@ static void put_layer_scheme(uint8_t *p, const tq_kv_layer_scheme *l) {
     p[2] = (uint8_t)l->key_variant;
     p[3] = l->norm_correction ? 1 : 0;
     p[4] = l->key_mean ? 1 : 0;
+    p[5] = l->key_scale ? 1 : 0;
     tq_store_f32(p + 8, l->key_format == TQ_KV_TURBO ? l->key_bits : 0.0f);
     tq_store_f32(p + 12, l->value_format == TQ_KV_TURBO ? l->value_bits : 0.0f);
 }
@@ -284,7 +305,7 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
         crc_begin(s);
         memcpy(b, tag_layer, 4);
         put_u32(b + 4, (uint32_t)i);
-        put_u64(b + 8, layer_payload(c, l, has_mean(l), l->len, l->n_comp));
+        put_u64(b + 8, layer_payload(c, l, has_mean(l), has_scale(l), l->len, l->n_comp));
         sink_write(s, b, CF_LAYER_HEAD);
         memset(b, 0, CF_LAYER_FIXED);
         put_u64(b, l->len);
@@ -292,11 +313,24 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
         b[16] = l->compress_started ? 1 : 0;
         b[17] = l->mean_set ? 1 : 0;
         b[18] = has_mean(l) ? 1 : 0;
+        b[19] = l->scale_set ? 1 : 0;
         sink_write(s, b, CF_LAYER_FIXED);
+        size_t nm = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k;
         if (has_mean(l)) {
-            size_t n = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k;
-            for (size_t j = 0; j < n; j++) {
+            for (size_t j = 0; j < nm; j++) {
                 tq_store_f32(b, l->key_mean[j]);
+                sink_write(s, b, 4);
+            }
+        }
+        if (has_scale(l)) {
+            put_f64(b, l->q_rows);
+            sink_write(s, b, 8);
+            for (size_t j = 0; j < nm; j++) {
+                put_f64(b, l->q_sq[j]);
+                sink_write(s, b, 8);
+            }
+            for (size_t j = 0; j < nm; j++) {
+                tq_store_f32(b, l->key_scale[j]);
                 sink_write(s, b, 4);
             }
         }
@@ -402,16 +436,17 @@ static uint32_t crc_of(const crc_tab *ct, const uint8_t *p, size_t n) {
 }
 
 /* A layer scheme record; 0 when a field holds a value no writer produces. */
-static int get_layer_scheme(const uint8_t *p, tq_kv_layer_scheme *l) {
+static int get_layer_scheme(const uint8_t *p, uint32_t version, tq_kv_layer_scheme *l) {
     memset(l, 0, sizeof *l);
     if (p[0] > TQ_KV_TURBO || p[1] > TQ_KV_TURBO || p[2] > TQ_VARIANT_PROD || p[3] > 1 ||
-        p[4] > 1 || p[5] || p[6] || p[7])
+        p[4] > 1 || p[5] > (version >= 2) || p[6] || p[7])
         return 0;
     l->key_format = (tq_kv_format)p[0];
     l->value_format = (tq_kv_format)p[1];
     l->key_variant = (tq_variant)p[2];
     l->norm_correction = p[3];
     l->key_mean = p[4];
+    l->key_scale = p[5];
     l->key_bits = tq_load_f32(p + 8);
     l->value_bits = tq_load_f32(p + 12);
     if (l->key_format == TQ_KV_TURBO ? !(l->key_bits >= 1.0f && l->key_bits <= 8.0f)
@@ -468,14 +503,17 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     int H = c->cfg.n_kv_heads, dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v;
     if (n < CF_LAYER_FIXED) return TQ_ERR_FORMAT;
     uint64_t len = get_u64(p), n_comp = get_u64(p + 8);
-    int started = p[16], mean_set = p[17], with_mean = p[18];
-    for (int j = 19; j < 24; j++)
+    int started = p[16], mean_set = p[17], with_mean = p[18], scale_set = p[19];
+    int with_scale = has_scale(l);
+    for (int j = 20; j < 24; j++)
         if (p[j]) return TQ_ERR_FORMAT;
-    if (started > 1 || mean_set > 1 || with_mean != has_mean(l)) return TQ_ERR_FORMAT;
+    if (started > 1 || mean_set > 1 || with_mean != has_mean(l) || scale_set > with_scale)
+        return TQ_ERR_FORMAT;
     if (n_comp > len || (l->compress_none && (n_comp || started))) return TQ_ERR_FORMAT;
-    /* Compressed tokens need the mean they were encoded with. */
+    /* Compressed tokens need the mean and the scale they were encoded with. */
     if (with_mean && n_comp && !mean_set) return TQ_ERR_FORMAT;
-    if (layer_payload(c, l, with_mean, len, n_comp) != n) return TQ_ERR_FORMAT;
+    if (with_scale && n_comp && !scale_set) return TQ_ERR_FORMAT;
+    if (layer_payload(c, l, with_mean, with_scale, len, n_comp) != n) return TQ_ERR_FORMAT;
     /* From here on the counts are bounded by n, itself bounded by the input size. */
     const uint8_t *q = p + CF_LAYER_FIXED;
     size_t nm = (size_t)H * (size_t)dk;
@@ -483,7 +521,19 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
         for (size_t j = 0; j < nm; j++)
             if (!isfinite(tq_load_f32(q + 4 * j))) return TQ_ERR_CORRUPT;
     }
-    const uint8_t *krec = q + (with_mean ? nm * 4 : 0);
+    const uint8_t *sq = q + (with_mean ? nm * 4 : 0);
+    if (with_scale) {
+        /* Statistics are finite and ≥ 0; the scale is finite and > 0 (1 until fixed). */
+        double rows = get_f64(sq);
+        if (!(isfinite(rows) && rows >= 0.0)) return TQ_ERR_CORRUPT;
+        for (size_t j = 0; j < nm; j++) {
+            double a = get_f64(sq + 8 + 8 * j);
+            float sc = tq_load_f32(sq + 8 + 8 * nm + 4 * j);
+            if (!(isfinite(a) && a >= 0.0) || !(isfinite(sc) && sc > 0.0f))
+                return TQ_ERR_CORRUPT;
+        }
+    }
+    const uint8_t *krec = sq + (with_scale ? scale_block(c) : 0);
     const uint8_t *vrec = krec + (size_t)n_comp * (size_t)H * l->k.rec_bytes;
     const uint8_t *kraw = vrec + (size_t)n_comp * (size_t)H * l->v.rec_bytes;
     size_t n_raw = (size_t)(len - n_comp);
@@ -502,6 +552,14 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     if (with_mean)
         for (size_t j = 0; j < nm; j++) l->key_mean[j] = tq_load_f32(q + 4 * j);
     l->mean_set = mean_set;
+    if (with_scale) {
+        l->q_rows = get_f64(sq);
+        for (size_t j = 0; j < nm; j++) {
+            l->q_sq[j] = get_f64(sq + 8 + 8 * j);
+            l->key_scale[j] = tq_load_f32(sq + 8 + 8 * nm + 4 * j);
+        }
+    }
+    l->scale_set = scale_set;
     l->compress_started = started;
     for (size_t t = 0; t < (size_t)n_comp; t++)
         for (int h = 0; h < H; h++) {
@@ -541,7 +599,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     /* Header: magic and version first (fixed in every version), then its checksum. */
     if (size < CF_HEADER_BYTES || memcmp(d, cf_magic, 8) != 0) return TQ_ERR_FORMAT;
     uint32_t version = get_u32(d + 8);
-    if (version != CF_VERSION) return TQ_ERR_VERSION;
+    if (version < CF_VERSION_MIN || version > CF_VERSION) return TQ_ERR_VERSION;
     if (get_u32(d + 12) != CF_HEADER_BYTES) return TQ_ERR_FORMAT;
     if (crc_of(ct, d, 60) != get_u32(d + 60)) return TQ_ERR_CHECKSUM;
     if (get_u32(d + 52) || get_u32(d + 56)) return TQ_ERR_FORMAT;
@@ -571,7 +629,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, (int)n_layers, (int)H, (int)dk, (int)dv);
     tq_kv_scheme *sc = &cfg.scheme;
-    if (!get_layer_scheme(sp, &sc->layer) || !get_layer_scheme(sp + 16, &sc->edge))
+    if (!get_layer_scheme(sp, version, &sc->layer) || !get_layer_scheme(sp + 16, version, &sc->edge))
         return TQ_ERR_FORMAT;
     uint32_t v32[6];
     for (int j = 0; j < 6; j++) {
@@ -590,8 +648,8 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     tq_kv_layer_scheme *ls = malloc(n_layers * sizeof *ls);
     if (!ls) return TQ_ERR_NOMEM;
     for (uint32_t i = 0; i < n_layers; i++)
-        if (!get_layer_scheme(sp + CF_SCHEME_FIXED + (size_t)i * CF_LAYER_SCHEME, &ls[i]) ||
-            (ls[i].key_mean && ls[i].key_format != TQ_KV_TURBO)) {
+        if (!get_layer_scheme(sp + CF_SCHEME_FIXED + (size_t)i * CF_LAYER_SCHEME, version, &ls[i]) ||
+            ((ls[i].key_mean || ls[i].key_scale) && ls[i].key_format != TQ_KV_TURBO)) {
             free(ls);
             return TQ_ERR_FORMAT;
         }
@@ -607,7 +665,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
                  expect->scheme.seed == sc->seed;
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
-            if (e.key_format != TQ_KV_TURBO) e.key_mean = 0;
+            if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;
             ok = same_layer_scheme(&e, &ls[i]);
         }
         if (!ok) {

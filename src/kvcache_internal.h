@@ -19,6 +19,9 @@
 #include "turboquant.h"
 
 #define TQ_KV_P ((size_t)TQ_KV_PAGE_TOKENS)
+/* The key scale's statistics: the first this many kept keys at the first compression, the
+ * queries of positions below it (kvcache.c, compute_key_scale). */
+#define TQ_KV_KEY_SCALE_TOKENS ((size_t)512)
 
 /* One of K or V of a layer, in its compressed format. */
 typedef struct tq_kv_tensor {
@@ -61,6 +64,12 @@ typedef struct tq_kv_layer {
     size_t dropped;  /* positions [0, dropped) are gone (windowed layers; multiple of P) */
     float *key_mean; /* (n_kv_heads, dk) when scheme.key_mean and TURBO keys, else NULL */
     int mean_set;
+    float *key_scale; /* (n_kv_heads, dk) s when scheme.key_scale and TURBO keys, else NULL:
+                         keys are encoded as s ⊙ (k − mean), queries scored as q / s */
+    double *q_sq;     /* (n_kv_heads, dk) Σ q² over the observed query rows of each KV head's
+                         group (with key_scale; frozen once scale_set) */
+    double q_rows;    /* query rows observed per KV head */
+    int scale_set;
     int compress_started;
 } tq_kv_layer;
 

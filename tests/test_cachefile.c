@@ -5,7 +5,8 @@
  * wrong magic, other versions, mismatched shapes, hostile counts and bad values are rejected
  * with their code; a crash mid-save leaves the previous file; unwritable paths give TQ_ERR_IO.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v1.bin (only when the format version moves).
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v2.bin (only when the format version moves);
+ * tests/golden/cache_v1.bin, written by version 1 (before the key scale), must still load.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v1.bin"
+#define GOLDEN "tests/golden/cache_v2.bin"
+#define GOLDEN_V1 "tests/golden/cache_v1.bin"
 
 /* Scratch paths under $TMPDIR (or /tmp), unique per process. */
 static const char *scratch(const char *name) {
@@ -264,6 +266,10 @@ static void test_roundtrip_file(void) {
 static tq_kv_cache *golden_cache(void) {
     return build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
 }
+/* The same cache as version 1 wrote it: no key scale. */
+static tq_kv_cache *golden_cache_v1(void) {
+    return build("turbo3:mean=1:kscale=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+}
 
 static uint8_t *read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -304,7 +310,30 @@ static void test_golden(void) {
         CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
         CHECK(b && same_cache(c, b, 4));
         CHECK(tq_kv_cache_length(b, 1) == 20 && tq_kv_cache_compressed_length(b, 1) == 16);
+        float sa[2 * 16], sb[2 * 16];
+        CHECK(b && tq_kv_cache_key_scale(c, 1, sa) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb) == TQ_OK);
+        CHECK(memcmp(sa, sb, sizeof sa) == 0);
         tq_kv_cache_free(b);
+    }
+    free(g);
+    /* A version 1 file loads as the cache without a key scale it was written from. */
+    g = read_file(GOLDEN_V1, &gn);
+    CHECK_MSG(g != NULL, "missing %s", GOLDEN_V1);
+    if (g) {
+        tq_kv_cache *v1 = golden_cache_v1(), *b = NULL;
+        CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
+        CHECK(b && v1 && same_cache(v1, b, 4));
+        CHECK(b && tq_kv_cache_layer_scheme(b, 1).key_scale == 0 && tq_kv_cache_layer_scheme(b, 1).key_mean == 1);
+        /* With the scale flag set, a version 1 record is one no version 1 writer produced. */
+        uint8_t *h = malloc(gn);
+        memcpy(h, g, gn);
+        h[64 + 8 + 5] = 1;
+        fix_crcs(h, gn);
+        tq_kv_cache *x = NULL;
+        CHECK(tq_kv_cache_load_memory(h, gn, &x) == TQ_ERR_FORMAT && !x);
+        free(h);
+        tq_kv_cache_free(b);
+        tq_kv_cache_free(v1);
     }
     free(g);
     free(img);
@@ -379,7 +408,7 @@ static void test_magic_version(void) {
     p[0] = 'X';
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     memcpy(p, img, n);
-    wr32(p + 8, 2); /* a future version, with a valid checksum */
+    wr32(p + 8, 3); /* a future version, with a valid checksum */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
     wr32(p + 8, 0);
@@ -515,9 +544,36 @@ static void test_hostile(void) {
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
     /* Values no encoder writes, with valid checksums: a NaN norm, an Inf raw token, a NaN
-     * key mean. Layer 1 payload: 24 fixed, 2·16 mean floats, then 16·2 K records of 10 bytes. */
+     * key mean, bad key scale statistics. Layer 1 payload: 24 fixed, 2·16 mean floats, the
+     * scale block (query rows f64, 2·16 Σq² f64, 2·16 scale f32), then 16·2 K records of 10
+     * bytes. */
+    size_t sblk = L1 + 16 + 24 + 2 * 16 * 4;
+    struct {
+        size_t off;
+        uint64_t bits;
+        int width;
+    } bad_scale[] = {
+        {sblk, 0xBFF0000000000000ull, 8},                   /* −1 query rows */
+        {sblk, 0x7FF0000000000000ull, 8},                   /* +Inf query rows */
+        {sblk + 8 + 8 * 5, 0xFFF8000000000000ull, 8},       /* NaN Σq² */
+        {sblk + 8 + 8 * 32 + 4 * 7, 0x7FC00000u, 4},        /* NaN scale */
+        {sblk + 8 + 8 * 32 + 4 * 7, 0, 4},                  /* zero scale */
+        {sblk + 8 + 8 * 32 + 4 * 31, 0xBF800000u, 4},       /* negative scale */
+    };
+    for (size_t k = 0; k < sizeof bad_scale / sizeof *bad_scale; k++) {
+        memcpy(p, img, n);
+        if (bad_scale[k].width == 8) wr64(p + bad_scale[k].off, bad_scale[k].bits);
+        else wr32(p + bad_scale[k].off, (uint32_t)bad_scale[k].bits);
+        fix_crcs(p, n);
+        CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b, "bad scale %zu", k);
+    }
+    /* Compressed tokens without their key scale. */
     memcpy(p, img, n);
-    size_t krec0 = L1 + 16 + 24 + 2 * 16 * 4;
+    p[L1 + 16 + 19] = 0;
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    memcpy(p, img, n);
+    size_t krec0 = sblk + 8 + 2 * 16 * 12;
     p[krec0 + 8] = 0x00, p[krec0 + 9] = 0x7E; /* fp16 NaN norm */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b);

@@ -85,8 +85,13 @@ static void test_parse(void) {
     CHECK(s.edge_first == 2 && s.edge_last == 1 && s.edge.key_bits == 8);
     CHECK(tq_kv_scheme_parse("turbo3:first=2:edge=q8_0:mean=1", &s, NULL, 0) == TQ_OK);
     CHECK(s.edge.key_format == TQ_KV_Q8_0 && s.layer.key_mean == 1);
+    CHECK(tq_kv_scheme_parse("turbo3", &s, NULL, 0) == TQ_OK && s.layer.key_scale == 1);
+    CHECK(tq_kv_scheme_parse("turbo0v4", &s, NULL, 0) == TQ_OK && s.layer.key_scale == 0);
+    CHECK(tq_kv_scheme_parse("turbo3:kscale=0:first=1", &s, NULL, 0) == TQ_OK);
+    CHECK(s.layer.key_scale == 0 && s.edge.key_scale == 0);
+    CHECK(tq_kv_scheme_parse("turbo3:kscale=2", &s, NULL, 0) == TQ_ERR_SCHEME);
     /* Canonical form round-trips. */
-    const char *forms[] = {"turbo3", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
+    const char *forms[] = {"turbo3:kscale=0", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
                            "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0"};
     for (int i = 0; i < 5; i++) {
         tq_kv_scheme a, b;
@@ -153,8 +158,9 @@ static void test_two_phase(void) {
     tq_kv_memory m;
     CHECK(tq_kv_cache_memory(c, &m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
-    /* 96 compressed tokens, 17 raw fp16 ones, and the per-head key mean (on by default) */
-    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + H * D * sizeof(float));
+    /* 96 compressed tokens, 17 raw fp16 ones, and the per-head key mean and key scale (on by
+     * default) */
+    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float));
     CHECK(m.f16_bytes == 113 * H * 4 * D);
     CHECK(m.allocated_bytes >= m.data_bytes);
     tq_kv_cache_free(c);
@@ -180,21 +186,84 @@ static void test_two_phase(void) {
     tq_kv_cache_free(c);
 }
 
+/* With the key scale, "the same" holds once the first compression finds the 512 tokens its
+ * statistics use; the queries observed count for positions below 512 only (here the values
+ * stand in for queries: H query heads). */
 static void test_prefill_then_decode_equals_all_at_once(void) {
-    const char *ss[] = {"turbo3", "turbo4v2:window=64", "q8_0", "turbo3:mean=1", "turbo0v4"};
-    for (int i = 0; i < 5; i++) {
+    const char *ss[] = {"turbo3", "turbo4v2:window=64", "q8_0", "turbo3:mean=1", "turbo0v4",
+                        "turbo3:kscale=0"};
+    for (int i = 0; i < 6; i++) {
         tq_kv_cache *a = cache_for(ss[i], 1), *b = cache_for(ss[i], 1);
         CHECK(a && b);
         if (!a || !b) continue;
-        tq_kv_cache_append(a, 0, kat(0), vat(0), 300);
-        for (size_t t = 300; t < 420; t++) tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
-        tq_kv_cache_append(b, 0, kat(0), vat(0), 420);
+        CHECK(tq_kv_cache_observe_queries(a, 0, vat(0), H, 560) == TQ_OK);
+        tq_kv_cache_append(a, 0, kat(0), vat(0), 560);
+        for (size_t t = 560; t < 680; t++) {
+            CHECK(tq_kv_cache_observe_queries(a, 0, vat(t), H, 1) == TQ_OK);
+            tq_kv_cache_append(a, 0, kat(t), vat(t), 1);
+        }
+        CHECK(tq_kv_cache_observe_queries(b, 0, vat(0), H, 300) == TQ_OK);
+        CHECK(tq_kv_cache_observe_queries(b, 0, vat(300), H, 380) == TQ_OK); /* counted as at 0 */
+        CHECK(tq_kv_cache_truncate(b, 0) == TQ_OK); /* forgets them */
+        CHECK(tq_kv_cache_observe_queries(b, 0, vat(0), H, 680) == TQ_OK);
+        tq_kv_cache_append(b, 0, kat(0), vat(0), 680);
         tq_kv_cache_compress(b, 0);
         CHECK_MSG(same_state(a, b), "%s", ss[i]);
         CHECK(tq_kv_cache_compressed_length(a, 0) > 0);
         tq_kv_cache_free(a);
         tq_kv_cache_free(b);
     }
+}
+
+/* The key scale's state: fixed at the first compression, reset by truncating to 0, absent
+ * for plain-format keys; observe_queries' errors. */
+static void test_key_scale_state(void) {
+    float sc[H * D], sc2[H * D];
+    tq_kv_cache *c = cache_for("turbo3", 2), *f = cache_for("turbo0v4", 1);
+    CHECK(c && f);
+    if (!c || !f) return;
+    CHECK(tq_kv_cache_observe_queries(NULL, 0, vat(0), H, 1) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_observe_queries(c, 0, NULL, H, 1) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_observe_queries(c, 2, vat(0), H, 1) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_observe_queries(c, -1, vat(0), H, 1) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_observe_queries(c, 0, vat(0), 3, 1) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_observe_queries(c, 0, vat(0), 1, 1) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_observe_queries(c, 0, vat(0), 2 * H, 0) == TQ_OK);
+    float qbad[H * D];
+    memcpy(qbad, vat(0), sizeof qbad);
+    qbad[7] = NAN;
+    CHECK(tq_kv_cache_observe_queries(c, 0, qbad, H, 1) == TQ_ERR_NONFINITE);
+    CHECK(tq_kv_cache_observe_queries(f, 0, vat(0), H, 4) == TQ_OK); /* fp16 keys: no scale */
+    CHECK(tq_kv_cache_key_scale(NULL, 0, sc) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_key_scale(c, 0, NULL) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_key_scale(c, 5, sc) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc) == TQ_ERR_INVALID);
+    tq_kv_cache_append(f, 0, kat(0), vat(0), 100);
+    tq_kv_cache_compress(f, 0);
+    CHECK(tq_kv_cache_key_scale(f, 0, sc) == TQ_ERR_INVALID);
+    tq_kv_cache_append(c, 0, kat(0), vat(0), 100);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc) == TQ_ERR_INVALID); /* prefill: not fixed yet */
+    tq_kv_cache_compress(c, 0);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc) == TQ_OK);
+    CHECK(tq_kv_cache_key_scale(c, 1, sc2) == TQ_ERR_INVALID); /* per layer */
+    for (int i = 0; i < H * D; i++) CHECK(isfinite(sc[i]) && sc[i] > 0.5f && sc[i] < 2.0f);
+    /* Fixed: later queries and tokens leave it alone. */
+    CHECK(tq_kv_cache_observe_queries(c, 0, kat(0), H, 50) == TQ_OK);
+    tq_kv_cache_append(c, 0, kat(100), vat(100), 200);
+    tq_kv_cache_compress(c, 0);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_OK && memcmp(sc, sc2, sizeof sc) == 0);
+    /* A shorter rollback keeps it; truncating to 0 starts a new sequence. */
+    tq_kv_cache_append(c, 1, kat(0), vat(0), 100);
+    CHECK(tq_kv_cache_truncate(c, 10) == TQ_OK);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_OK);
+    CHECK(tq_kv_cache_truncate(c, 0) == TQ_OK);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_ERR_INVALID);
+    /* The same tokens again give the same scale. */
+    tq_kv_cache_append(c, 0, kat(0), vat(0), 100);
+    tq_kv_cache_compress(c, 0);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_OK && memcmp(sc, sc2, sizeof sc) == 0);
+    tq_kv_cache_free(c);
+    tq_kv_cache_free(f);
 }
 
 static void test_truncate(void) {
@@ -414,6 +483,7 @@ int main(void) {
     RUN_TEST(test_bytes);
     RUN_TEST(test_two_phase);
     RUN_TEST(test_prefill_then_decode_equals_all_at_once);
+    RUN_TEST(test_key_scale_state);
     RUN_TEST(test_truncate);
     RUN_TEST(test_convert);
     RUN_TEST(test_layer_schemes);

@@ -228,9 +228,9 @@ static void test_schemes_chunk(void) {
         size_t kb = 0, vb = 0;
         tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(kv, 0);
         CHECK(tq_kv_layer_scheme_bytes(&ls, g_model->cfg.head_dim, g_model->cfg.head_dim_v, &kb, &vb) == TQ_OK);
-        /* plus, per layer, the per-head key mean (floats) when the scheme keeps one */
-        const size_t mean_bytes =
-            ls.key_mean ? (size_t)nl * (size_t)g_model->cfg.n_head_kv * (size_t)g_model->cfg.head_dim * sizeof(float) : 0;
+        /* plus, per layer, the per-head key mean and key scale (floats) when the scheme keeps them */
+        const size_t mean_bytes = (size_t)((ls.key_mean ? 1 : 0) + (ls.key_scale ? 1 : 0)) * (size_t)nl *
+                                  (size_t)g_model->cfg.n_head_kv * (size_t)g_model->cfg.head_dim * sizeof(float);
         CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_model->cfg.n_head_kv * (kb + vb) + mean_bytes,
                   "%s: %zu data bytes", names[i], mem.data_bytes);
         CHECK(mem.tokens == (size_t)nl * CTX);

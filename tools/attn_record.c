@@ -30,6 +30,7 @@ static void hook(void *ctx, int il, int pos0, int n, const float *q, const float
     for (int t = 0; t < n; t++) {
         size_t pos = (size_t)pos0 + (size_t)t;
         if (pos >= q0) memcpy(L->q + (pos - q0) * qr, q + (size_t)t * qr, sizeof(float) * qr);
+        if (pos < r->n_first) memcpy(L->q_first + pos * qr, q + (size_t)t * qr, sizeof(float) * qr);
     }
     L->ap = *ap;
 }
@@ -40,6 +41,7 @@ void attn_record_free(attn_record *r) {
         free(r->layers[i].k);
         free(r->layers[i].v);
         free(r->layers[i].q);
+        free(r->layers[i].q_first);
     }
     free(r->layers);
     memset(r, 0, sizeof *r);
@@ -81,6 +83,7 @@ int attn_record_from_model(const char *cmd, const char *model_path, const char *
     out->dv = c->head_dim_v;
     out->n_tokens = n_tokens;
     out->n_queries = n_queries;
+    out->n_first = n_tokens < ATTN_RECORD_FIRST ? n_tokens : ATTN_RECORD_FIRST;
     out->layers = calloc((size_t)c->n_layer, sizeof *out->layers);
     rc = out->layers == NULL;
     for (int i = 0; !rc && i < c->n_layer; i++) {
@@ -88,7 +91,8 @@ int attn_record_from_model(const char *cmd, const char *model_path, const char *
         L->k = malloc(sizeof(float) * n_tokens * (size_t)out->n_kv_heads * (size_t)out->dk);
         L->v = malloc(sizeof(float) * n_tokens * (size_t)out->n_kv_heads * (size_t)out->dv);
         L->q = malloc(sizeof(float) * n_queries * (size_t)out->n_q_heads * (size_t)out->dk);
-        rc = L->k == NULL || L->v == NULL || L->q == NULL;
+        L->q_first = malloc(sizeof(float) * out->n_first * (size_t)out->n_q_heads * (size_t)out->dk);
+        rc = L->k == NULL || L->v == NULL || L->q == NULL || L->q_first == NULL;
     }
     if (rc) {
         fprintf(stderr, "tq %s: out of memory for the recorded K/V\n", cmd);

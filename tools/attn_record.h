@@ -8,15 +8,22 @@
 
 #include "turboquant.h"
 
+/* Leading query positions recorded for the key scale: as many as the library's statistics
+ * use (it ignores the queries of later positions). */
+#define ATTN_RECORD_FIRST 512
+
 typedef struct attn_layer_rec {
     float *k, *v;       /* (n_tokens, n_kv_heads, dk), (n_tokens, n_kv_heads, dv) */
     float *q;           /* (n_queries, n_q_heads, dk): positions n_tokens − n_queries … */
+    float *q_first;     /* (n_first, n_q_heads, dk): positions 0 … n_first − 1, for the
+                           caches' key-scale statistics (tq_kv_cache_observe_queries) */
     tq_attn_params ap;  /* as the engine's layer attends */
 } attn_layer_rec;
 
 typedef struct attn_record {
     int n_layers, n_q_heads, n_kv_heads, dk, dv;
     size_t n_tokens, n_queries;
+    size_t n_first; /* min(n_tokens, ATTN_RECORD_FIRST) */
     attn_layer_rec *layers;
 } attn_record;
 

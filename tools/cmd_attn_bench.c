@@ -139,7 +139,9 @@ static int exact_attention(const bench *b, int layer, const float *q, const tq_a
 }
 
 /* Builds the L-layer cache of one scheme holding the benchmark data, compressed as after the
- * first decode step. */
+ * first decode step. Recorded data also hands the cache the queries of the first positions,
+ * as the engine does before each append (random data: none, so the key scale comes from the
+ * keys alone). */
 static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache **out) {
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, b->L, b->G, b->D, b->D);
@@ -156,8 +158,14 @@ static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache 
         size_t n = b->N - t0 < CHUNK ? b->N - t0 : CHUNK;
         if (b->rec == NULL) gen_chunk(&rng, b, n, k, v);
         for (int l = 0; !st && l < b->L; l++) {
-            if (b->rec != NULL) get_chunk(&rng, b, l, t0, n, k, v);
-            st = tq_kv_cache_append(*out, l, k, v, n);
+            if (b->rec != NULL) {
+                get_chunk(&rng, b, l, t0, n, k, v);
+                size_t nf = b->rec->n_first > t0 ? b->rec->n_first - t0 : 0;
+                if (nf > n) nf = n;
+                st = tq_kv_cache_observe_queries(*out, l, b->rec->layers[l].q_first + t0 * (size_t)b->H * (size_t)b->D,
+                                                 b->H, nf);
+            }
+            if (!st) st = tq_kv_cache_append(*out, l, k, v, n);
         }
     }
     if (!st) st = tq_kv_cache_compress(*out, -1);
