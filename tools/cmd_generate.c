@@ -69,21 +69,15 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "--seed") && v) {
             if (!tool_parse_u64(v, &seed)) goto bad_value;
         } else {
-            fprintf(stderr, "tq generate: unknown option or missing value: %s\n\n", a);
-            usage(stderr, &o);
-            return TQ_EXIT_USAGE;
+            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
         }
         i++;
         continue;
     bad_value:
-        fprintf(stderr, "tq generate: bad value for %s: '%s'\n\n", a, v);
-        usage(stderr, &o);
-        return TQ_EXIT_USAGE;
+        return session_usage_error(&o, usage, "bad value for %s: '%s'", a, v);
     }
     if (prompt == NULL) {
-        fprintf(stderr, "tq generate: -p PROMPT is required\n\n");
-        usage(stderr, &o);
-        return TQ_EXIT_USAGE;
+        return session_usage_error(&o, usage, "-p PROMPT is required");
     }
     int rc = session_opts_finish(&o, 0);
     if (rc) return rc;

@@ -137,16 +137,12 @@ int cmd_passkey(int argc, char **argv) {
         } else if (!strcmp(a, "--seed") && v) {
             if (!tool_parse_u64(v, &seed)) goto bad_value;
         } else {
-            fprintf(stderr, "tq passkey: unknown option or missing value: %s\n\n", a);
-            usage(stderr, &o);
-            return TQ_EXIT_USAGE;
+            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
         }
         i++;
         continue;
     bad_value:
-        fprintf(stderr, "tq passkey: bad value for %s: '%s'\n\n", a, v);
-        usage(stderr, &o);
-        return TQ_EXIT_USAGE;
+        return session_usage_error(&o, usage, "bad value for %s: '%s'", a, v);
     }
     int rc = session_opts_finish(&o, 0);
     if (rc) return rc;

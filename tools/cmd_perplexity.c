@@ -109,21 +109,15 @@ int cmd_perplexity(int argc, char **argv) {
             text_path = v;
         } else if (!strcmp(a, "--chunks") && v) {
             if (!tool_parse_int(v, 1, 1L << 30, &want_chunks)) {
-                fprintf(stderr, "tq perplexity: bad value for %s: '%s'\n\n", a, v);
-                usage(stderr, &o);
-                return TQ_EXIT_USAGE;
+                return session_usage_error(&o, usage, "bad value for %s: '%s'", a, v);
             }
         } else {
-            fprintf(stderr, "tq perplexity: unknown option or missing value: %s\n\n", a);
-            usage(stderr, &o);
-            return TQ_EXIT_USAGE;
+            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
         }
         i++;
     }
     if (text_path == NULL) {
-        fprintf(stderr, "tq perplexity: -f TEXT is required\n\n");
-        usage(stderr, &o);
-        return TQ_EXIT_USAGE;
+        return session_usage_error(&o, usage, "-f TEXT is required");
     }
     int rc = session_opts_finish(&o, 1);
     if (rc) return rc;

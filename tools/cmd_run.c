@@ -124,14 +124,10 @@ int cmd_run(int argc, char **argv) {
             prompt = v;
         } else if (!strcmp(a, "-n") && v) {
             if (!tool_parse_int(v, 1, 4096, &n_gen)) {
-                fprintf(stderr, "tq run: bad value for -n: '%s'\n\n", v);
-                usage(stderr, &o);
-                return TQ_EXIT_USAGE;
+                return session_usage_error(&o, usage, "bad value for -n: '%s'", v);
             }
         } else {
-            fprintf(stderr, "tq run: unknown option or missing value: %s\n\n", a);
-            usage(stderr, &o);
-            return TQ_EXIT_USAGE;
+            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
         }
         i++;
     }

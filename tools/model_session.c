@@ -3,6 +3,7 @@
 #include "model_session.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,4 +499,15 @@ void session_json_str(FILE *f, const char *s) {
         else fputc(c, f);
     }
     fputc('"', f);
+}
+
+int session_usage_error(const session_opts *o, session_usage_fn usage, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tq %s: ", o->cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n\n");
+    usage(stderr, o);
+    return TQ_EXIT_USAGE;
 }

@@ -56,6 +56,10 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, int m
 
 /* Help lines for the shared flags. */
 void session_opts_help(FILE *f, const session_opts *o);
+/* A command's usage text printer, and a usage error: prints "tq CMD: MESSAGE" (printf-style),
+ * a blank line and the usage to stderr; returns TQ_EXIT_USAGE. */
+typedef void (*session_usage_fn)(FILE *f, const session_opts *o);
+int session_usage_error(const session_opts *o, session_usage_fn usage, const char *fmt, ...);
 
 /* Consumes argv[*i] (and its value, advancing *i) if it is a shared flag. Returns 1 when
  * consumed, 0 when the flag is not a shared one, or TQ_EXIT_USAGE after printing why a value
