@@ -324,7 +324,7 @@ typedef struct tq_kv_layer_scheme {
                                    queries observed (tq_kv_cache_observe_queries): keys are
                                    stored as s ⊙ (k − mean) and queries scored as q / s, which
                                    leaves ⟨q, k⟩ unchanged and moves quantization error away
-                                   from the channels queries weigh (doc/kvcache.md §5).
+                                   from the channels queries weigh (doc/kvcache.md §2).
                                    Default 1 for TURBO keys */
 } tq_kv_layer_scheme;
 
@@ -441,7 +441,7 @@ TQ_API tq_status tq_kv_cache_compress(tq_kv_cache *cache, int layer);
  * those queries, as attention will see them. Until the layer's first compression fixes the
  * scale, every call adds to the statistics; afterwards, and for layers without a key scale,
  * it does nothing. Without any observed queries the scale is estimated from the keys alone
- * (weaker: doc/kvcache.md §5). Not thread-safe for the same layer, like append.
+ * (weaker: doc/kvcache.md §2). Not thread-safe for the same layer, like append.
  * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer, n_q_heads not a multiple of n_kv_heads),
  * TQ_ERR_NONFINITE (nothing recorded). */
 TQ_API tq_status tq_kv_cache_observe_queries(tq_kv_cache *cache, int layer, const float *q,
