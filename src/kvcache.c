@@ -550,6 +550,15 @@ void tq_kv_cache_free(tq_kv_cache *c) {
     free(c);
 }
 
+/* A layer's key scale back to "not fixed": scale 1, no query statistics. */
+static void key_scale_reset(const tq_kv_cache *c, tq_kv_layer *l) {
+    size_t nm = (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k;
+    l->scale_set = 0;
+    l->q_rows = 0.0;
+    memset(l->q_sq, 0, nm * sizeof(double));
+    for (size_t j = 0; j < nm; j++) l->key_scale[j] = 1.0f;
+}
+
 static tq_kv_layer_scheme resolve_scheme(const tq_kv_cache_config *cfg, int i) {
     if (cfg->layer_schemes) return cfg->layer_schemes[i];
     if (i < cfg->scheme.edge_first || i >= cfg->n_layers - cfg->scheme.edge_last)
@@ -613,12 +622,12 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
         if (l->scheme.key_scale) {
             size_t nm = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k;
             l->key_scale = malloc(nm * sizeof(float));
-            l->q_sq = calloc(nm, sizeof(double));
+            l->q_sq = malloc(nm * sizeof(double));
             if (!l->key_scale || !l->q_sq) {
                 st = TQ_ERR_NOMEM;
                 goto fail;
             }
-            for (size_t j = 0; j < nm; j++) l->key_scale[j] = 1.0f;
+            key_scale_reset(c, l);
         }
     }
     if (cfg->reserve_tokens) {
@@ -835,6 +844,7 @@ static void compute_key_scale(const tq_kv_cache *c, tq_kv_layer *l) {
     if (n > TQ_KV_KEY_SCALE_TOKENS) n = TQ_KV_KEY_SCALE_TOKENS;
     double p = 0.25 * (double)n / ((double)n + KEY_SCALE_HALF_TOKENS);
     double b[TQ_MAX_DIM], lg[TQ_MAX_DIM];
+    int with_q = l->q_rows > 0;
     for (int h = 0; h < H; h++) {
         const float *m = l->key_mean ? l->key_mean + (size_t)h * (size_t)dk : NULL;
         const double *a = l->q_sq + (size_t)h * (size_t)dk;
@@ -849,13 +859,13 @@ static void compute_key_scale(const tq_kv_cache *c, tq_kv_layer *l) {
             }
         }
         for (int i = 0; i < dk; i++) {
-            sa += l->q_rows > 0 ? a[i] : 1.0;
+            sa += with_q ? a[i] : 1.0;
             sb += b[i];
         }
         int ok = sa > 0.0 && sb > 0.0 && isfinite(sa) && isfinite(sb);
         double mean_lg = 0.0;
         for (int i = 0; ok && i < dk; i++) {
-            double ai = (l->q_rows > 0 ? a[i] : 1.0) * dk / sa, bi = b[i] * dk / sb;
+            double ai = (with_q ? a[i] : 1.0) * dk / sa, bi = b[i] * dk / sb;
             lg[i] = p * log((ai + KEY_SCALE_FLOOR) / (bi + KEY_SCALE_FLOOR));
             mean_lg += lg[i] / dk;
         }
@@ -1077,13 +1087,7 @@ tq_status tq_kv_cache_truncate(tq_kv_cache *c, size_t length) {
         if (length == 0) {
             l->mean_set = 0;
             l->compress_started = 0;
-            if (l->q_sq) {
-                size_t nm = (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k;
-                l->scale_set = 0;
-                l->q_rows = 0.0;
-                memset(l->q_sq, 0, nm * sizeof(double));
-                for (size_t j = 0; j < nm; j++) l->key_scale[j] = 1.0f;
-            }
+            if (l->key_scale) key_scale_reset(c, l);
         }
     }
     return TQ_OK;

@@ -162,8 +162,9 @@ static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache 
                 get_chunk(&rng, b, l, t0, n, k, v);
                 size_t nf = b->rec->n_first > t0 ? b->rec->n_first - t0 : 0;
                 if (nf > n) nf = n;
-                st = tq_kv_cache_observe_queries(*out, l, b->rec->layers[l].q_first + t0 * (size_t)b->H * (size_t)b->D,
-                                                 b->H, nf);
+                if (nf)
+                    st = tq_kv_cache_observe_queries(
+                        *out, l, b->rec->layers[l].q_first + t0 * (size_t)b->H * (size_t)b->D, b->H, nf);
             }
             if (!st) st = tq_kv_cache_append(*out, l, k, v, n);
         }
