@@ -308,10 +308,8 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                         if (s[t] > mb) mb = s[t];
                     }
                 } else {
-                    /* The same operations as transform_score without a cap, vectorizable. */
-                    float scale = x->p.scale;
-                    for (int t = 0; t < n; t++) s[t] = (s[t] + add) * scale;
-                    for (int t = 0; t < n; t++) mb = s[t] > mb ? s[t] : mb;
+                    /* The same operations as transform_score without a cap. */
+                    mb = ak->shift_scale_max(s, n, add, x->p.scale);
                 }
                 float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
                 if (mb > pr[0]) {

@@ -137,6 +137,10 @@ typedef struct tq_attn_kernels {
     float (*exp_sum)(float *s, int n, float m);
     /* y[i] *= a. */
     void (*scale)(float *y, float a, int n);
+    /* s[i] = (s[i] + add) · scale (one add, one multiply); returns the largest result, NaNs
+     * ignored (−∞ when there is none). Bit-exact across tables (but for the sign of a zero
+     * maximum). */
+    float (*shift_scale_max)(float *s, int n, float add, float scale);
     /* out[i] = f32(in[i]). */
     void (*f16_to_f32)(const uint16_t *in, float *out, int n);
     /* One q8_0 / q4_0 record of dim elements → floats. */

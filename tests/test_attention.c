@@ -416,6 +416,15 @@ static void test_attn_kernels(void) {
             float r1 = ref->exp_sum(s1, n, 0.5f), r2 = t->exp_sum(s2, n, 0.5f);
             CHECK_NEAR(r1, r2, 1e-6 * (r1 + 1));
             for (int i = 0; i < n; i++) CHECK_NEAR(s1[i], s2[i], 3e-7 * s1[i] + 1e-30);
+            /* shift_scale_max: bit-exact, NaNs (every 7th score) ignored. */
+            for (int i = 0; i < n; i++) s1[i] = s2[i] = i % 7 == 3 ? NAN : 8.0f * (float)urand() - 4.0f;
+            float m1 = ref->shift_scale_max(s1, n, 0.25f, 0.125f);
+            float m2 = t->shift_scale_max(s2, n, 0.25f, 0.125f);
+            CHECK_MSG(m1 == m2 && !isnan(m2), "%s n %d: %g %g", t->name, n, m1, m2);
+            for (int i = 0; i < n; i++) CHECK(isnan(s1[i]) ? isnan(s2[i]) : s1[i] == s2[i]);
+            CHECK(t->shift_scale_max(s2, 0, 0.0f, 1.0f) == -INFINITY);
+            for (int i = 0; i < n; i++) s2[i] = NAN;
+            CHECK(t->shift_scale_max(s2, n, 0.0f, 1.0f) == -INFINITY);
             uint16_t h[300];
             for (int i = 0; i < n; i++) h[i] = tq_f32_to_f16(k[i]);
             ref->f16_to_f32(h, a1, n);

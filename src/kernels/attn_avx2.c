@@ -7,6 +7,7 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "attn_simd.h"
@@ -136,6 +137,26 @@ static void avx2_scale(float *y, float a, int n) {
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), va));
     for (; i < n; i++) y[i] *= a;
+}
+
+/* max_ps(x, m) returns m where x is NaN: NaNs are ignored as in the reference. */
+static float avx2_shift_scale_max(float *s, int n, float add, float scale) {
+    __m256 va = _mm256_set1_ps(add), vs = _mm256_set1_ps(scale), m = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_mul_ps(_mm256_add_ps(_mm256_loadu_ps(s + i), va), vs);
+        _mm256_storeu_ps(s + i, x);
+        m = _mm256_max_ps(x, m);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ps(h, _mm_shuffle_ps(h, h, 1));
+    float r = _mm_cvtss_f32(h);
+    for (; i < n; i++) {
+        s[i] = (s[i] + add) * scale;
+        r = s[i] > r ? s[i] : r;
+    }
+    return r;
 }
 
 static void avx2_f16_to_f32(const uint16_t *in, float *out, int n) {
@@ -366,6 +387,7 @@ static const tq_attn_kernels avx2_table = {
     .accum_rows = avx2_accum_rows,
     .exp_sum = avx2_exp_sum,
     .scale = avx2_scale,
+    .shift_scale_max = avx2_shift_scale_max,
     .f16_to_f32 = avx2_f16_to_f32,
     .q8_0_decode = avx2_q8_0_decode,
     .q4_0_decode = avx2_q4_0_decode,

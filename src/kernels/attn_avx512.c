@@ -7,6 +7,7 @@
 #if defined(__x86_64__) && defined(__AVX512F__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "attn_simd.h"
@@ -127,6 +128,18 @@ static void avx512_scale(float *y, float a, int n) {
         __mmask16 mk = tail_mask(n - i);
         _mm512_mask_storeu_ps(y + i, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, y + i), va));
     }
+}
+
+/* max_ps(x, m) returns m where x is NaN: NaNs are ignored as in the reference. */
+static float avx512_shift_scale_max(float *s, int n, float add, float scale) {
+    __m512 va = _mm512_set1_ps(add), vs = _mm512_set1_ps(scale), m = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 mk = tail_mask(n - i);
+        __m512 x = _mm512_mul_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(mk, s + i), va), vs);
+        _mm512_mask_storeu_ps(s + i, mk, x);
+        m = _mm512_mask_max_ps(m, mk, x, m);
+    }
+    return _mm512_reduce_max_ps(m);
 }
 
 static void avx512_f16_to_f32(const uint16_t *in, float *out, int n) {
@@ -841,6 +854,7 @@ static const tq_attn_kernels avx512_table = {
     .accum_rows = avx512_accum_rows,
     .exp_sum = avx512_exp_sum,
     .scale = avx512_scale,
+    .shift_scale_max = avx512_shift_scale_max,
     .f16_to_f32 = avx512_f16_to_f32,
     .q8_0_decode = avx512_q8_0_decode,
     .q4_0_decode = avx512_q4_0_decode,

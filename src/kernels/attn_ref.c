@@ -40,6 +40,15 @@ static void ref_scale(float *y, float a, int n) {
     for (int i = 0; i < n; i++) y[i] *= a;
 }
 
+static float ref_shift_scale_max(float *s, int n, float add, float scale) {
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        s[i] = (s[i] + add) * scale;
+        m = s[i] > m ? s[i] : m;
+    }
+    return m;
+}
+
 static void ref_f16_to_f32(const uint16_t *in, float *out, int n) {
     for (int i = 0; i < n; i++) out[i] = tq_f16_to_f32(in[i]);
 }
@@ -157,6 +166,7 @@ static const tq_attn_kernels ref_table = {
     .accum_rows = ref_accum_rows,
     .exp_sum = ref_exp_sum,
     .scale = ref_scale,
+    .shift_scale_max = ref_shift_scale_max,
     .f16_to_f32 = ref_f16_to_f32,
     .q8_0_decode = ref_q8_0_decode,
     .q4_0_decode = ref_q4_0_decode,
