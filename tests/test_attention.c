@@ -462,18 +462,45 @@ static void test_attn_kernels(void) {
     }
 }
 
+/* The error bound of the integer scores (attn_vnni.c) for record r and query q (natural
+ * order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4). */
+static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q) {
+    float row[1024];
+    if (!tq_kv_decode_rows(x, r, 1, row, 1024)) return 0.0;
+    double cmax = 0, qmax = 0, qsum = 0, csum = 0;
+    for (int s = 0; s < x->n_seg; s++)
+        for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
+    for (int i = 0; i < x->dim; i++) qmax = fmax(qmax, fabs(q[i])), qsum += fabs(q[i]);
+    for (int i = 0; i < x->dim; i++) csum += fabs(row[i]);
+    /* row = scale · c, scale = norm / √d: in row units α becomes scale · α. */
+    float norm;
+    if (x->norm_f32) {
+        memcpy(&norm, r + x->norm_off, 4);
+    } else {
+        uint16_t hn;
+        memcpy(&hn, r + x->norm_off, 2);
+        norm = tq_f16_to_f32(hn);
+    }
+    double scale = norm * x->inv_sqrt_dim;
+    double alpha = cmax / 127.0, beta = qmax / 127.0;
+    return beta / 2 * csum + scale * (alpha / 2 * qsum + x->dim * alpha * beta / 4);
+}
+
 /* The fused decode kernels (codes read in registers) of every table the host supports against
  * the scalar reference: TURBO MSE records of 1..4 bits (fractional splits, tails of odd dims),
  * f16 rows; 1..9 queries; a corrupt norm zeroes its row and is reported. Tolerance 1e-4
  * relative to the sum of |terms| (fp32 in another order against double). */
 static void test_fused_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
-    const tq_attn_kernels *tabs[2] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
-    int have[2] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512)};
+    const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni()};
+    int have[3] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512),
+                   tq_attn_kernels_avx512_vnni() != NULL};
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
         {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}};
     enum { NK = 37, NQ = 9 };
+    double int8_worst = -1; /* integer scores: the largest error in units of their bound */
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
         snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
@@ -495,7 +522,7 @@ static void test_fused_kernels(void) {
         float q[NQ * 256], p[NQ * NK], S1[NQ * NK], S2[NQ * NK], A1[NQ * 256], A2[NQ * 256];
         fill(q, sizeof q / sizeof *q, 0.0f);
         for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
-        for (int ti = 0; ti < 2; ti++) {
+        for (int ti = 0; ti < 3; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             if (!t || !have[ti]) continue;
             static const int nqs[] = {1, 3, 4, 6, 8, 9};
@@ -530,6 +557,19 @@ static void test_fused_kernels(void) {
                         ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
                         ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK);
                         CHECK(ok1 == 0 && ok2 == 0);
+                        if (ti == 2) {
+                            /* A non-finite query coordinate: that group of four queries goes
+                             * to the float kernel (the same scores, NaNs included). */
+                            float keep = ql[3];
+                            float S3[NQ * NK], S4[NQ * NK];
+                            ql[3] = NAN;
+                            tabs[1]->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S3, NK);
+                            t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S4, NK);
+                            int m4 = nq < 4 ? nq : 4;
+                            CHECK(memcmp(S3, S4, sizeof(float) * (size_t)m4 * NK) == 0);
+                            CHECK(isnan(S4[1]));
+                            ql[3] = keep;
+                        }
                         ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
                         ok2 = t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, al, (size_t)vl);
                         CHECK(ok1 == 0 && ok2 == 0);
@@ -543,7 +583,18 @@ static void test_fused_kernels(void) {
                         t->accum_f16(h, (size_t)d, NK, d, p, NK, nq, A2, (size_t)d);
                     }
                     double es = 0, ea = 0;
-                    for (int i = 0; i < nq * NK; i++) es = fmax(es, fabs(S1[i] - S2[i]) / (1.0 + fabs(S1[i])));
+                    if (pass == 2 && ti == 2) {
+                        /* Integer scores: within the bound of attn_vnni.c, in units of it. */
+                        for (int j = 0; j < nq; j++)
+                            for (int t2 = 0; t2 < NK; t2++) {
+                                double b = int8_score_bound(kx, rec + (size_t)t2 * rb, q + j * d);
+                                double e = fabs(S1[j * NK + t2] - S2[j * NK + t2]);
+                                es = fmax(es, e / (b + 1e-4 * (1.0 + fabs(S1[j * NK + t2]))) * 1e-4);
+                                if (t2 != 5) int8_worst = fmax(int8_worst, e / b);
+                            }
+                    } else {
+                        for (int i = 0; i < nq * NK; i++) es = fmax(es, fabs(S1[i] - S2[i]) / (1.0 + fabs(S1[i])));
+                    }
                     for (int i = 0; i < nq * d; i++) ea = fmax(ea, fabs(A1[i] - A2[i]) / (1.0 + fabs(A1[i])));
                     CHECK_MSG(es <= 1e-4 && ea <= 1e-4, "%s %s d %d nq %d pass %d: %g %g", t->name,
                               sch, d, nq, pass, es, ea);
@@ -557,16 +608,69 @@ static void test_fused_kernels(void) {
         free(h);
         tq_kv_cache_free(c);
     }
+    if (int8_worst >= 0) printf("     integer scores: largest error %.3f of the bound\n", int8_worst);
 }
 
-/* `test_attention threads` runs only the threaded test (for the ThreadSanitizer build). */
+/* Decode with the integer key scores (attn_vnni.c) where the CPU has them: every TURBO
+ * scheme of the grid against the reference path. The kernel is held to its error bound in
+ * test_fused_kernels; here the whole decode must stay close (the softmax is peaky: scores
+ * ×2), and a threaded run must agree with a single-threaded one within fp32 rounding. */
+static void test_int8_scores(void) {
+    if (!tq_attn_kernels_avx512_vnni() || !tq_kernels_supported(TQ_KERNELS_AVX512) ||
+        strcmp(tq_kernels_name(), "avx512") != 0) {
+        printf("     skipped: no AVX-512 VBMI / VNNI, or another kernel set in use\n");
+        return;
+    }
+    tq_attn_set_int8_scores(1);
+    CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+    tq_threadpool *pool;
+    CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
+    double worst = 0;
+    static const int dims[] = {64, 80, 128, 256};
+    for (size_t si = 0; si < N_SCHEMES; si++)
+        for (int di = 0; di < 4; di++) {
+            if (strncmp(schemes[si], "turbo", 5) != 0) continue;
+            int H = 2, d = dims[di];
+            tq_kv_cache *c = make_cache(schemes[si], 0, H, d, d);
+            CHECK_MSG(c != NULL, "%s d %d", schemes[si], d);
+            if (!c) continue;
+            CHECK(append_random(c, H, d, d, 600, 0));
+            CHECK(append_random(c, H, d, d, 3, 1));
+            tq_attn_params p;
+            tq_attn_params_init(&p, d);
+            double e = compare(c, 4 * H, 1, &p, NULL);
+            CHECK_MSG(e >= 0 && e <= 0.1, "%s d %d: err %g", schemes[si], d, e);
+            if (e > worst) worst = e;
+            /* threads: the same scores, merged in another order */
+            size_t qn = 4 * (size_t)H * (size_t)d;
+            float *q = malloc(sizeof(float) * qn), *o1 = malloc(sizeof(float) * qn), *o2 = malloc(sizeof(float) * qn);
+            fill(q, qn, 0.0f);
+            size_t wb = tq_kv_attention_workspace_size(c, 0, 4 * H, 1, 3);
+            void *work = malloc(wb);
+            CHECK(tq_kv_attention(c, 0, q, 4 * H, 1, &p, NULL, work, wb, o1) == TQ_OK);
+            CHECK(tq_kv_attention(c, 0, q, 4 * H, 1, &p, pool, work, wb, o2) == TQ_OK);
+            double dt = 0;
+            for (size_t i = 0; i < qn; i++) dt = fmax(dt, fabs((double)o1[i] - o2[i]));
+            CHECK_MSG(dt <= 1e-5, "%s d %d: threads differ by %g", schemes[si], d, dt);
+            free(q), free(o1), free(o2), free(work);
+            tq_kv_cache_free(c);
+        }
+    tq_threadpool_free(pool);
+    tq_attn_set_int8_scores(0);
+    printf("     integer scores: worst |fast - ref| = %.3g (float kernels: below %g)\n", worst, TOL);
+}
+
 int main(int argc, char **argv) {
+    /* The fast path against the reference within fp32 rounding: float kernels, except in
+     * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
+    tq_attn_set_int8_scores(0);
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
         RUN_TEST(test_threads);
         return test_report();
     }
     RUN_TEST(test_attn_kernels);
     RUN_TEST(test_fused_kernels);
+    RUN_TEST(test_int8_scores);
     RUN_TEST(test_workspace_monotone);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);

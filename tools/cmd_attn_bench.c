@@ -423,7 +423,7 @@ int cmd_attn_bench(int argc, char **argv) {
             printf("{\"ctx\":%zu,\"head_dim\":%d,\"q_heads\":%d,\"kv_heads\":%d,\"layers\":%d,"
                    "\"threads\":%d,\"queries\":%zu,\"kernels\":\"%s\",\"f16_gflops\":%.4g,"
                    "\"data\":\"%s\",\"results\":[",
-                   b.N, b.D, b.H, b.G, b.L, b.T, b.Q, tq_kernels_name(), f16_gflops,
+                   b.N, b.D, b.H, b.G, b.L, b.T, b.Q, tq_attn_kernels_name(), f16_gflops,
                    from_model ? "model" : "random");
             for (int s = 0; s < n_s; s++)
                 printf("%s{\"scheme\":\"%s\",\"us_per_step\":%.4g,\"speedup_vs_f16\":%.4g,"
@@ -436,7 +436,7 @@ int cmd_attn_bench(int argc, char **argv) {
         } else {
             printf("attn-bench: head dim %d, %d q / %d kv heads, ctx %zu, %zu quer%s, %d layer(s), "
                    "%d thread(s), kernels %s\n",
-                   b.D, b.H, b.G, b.N, b.Q, b.Q == 1 ? "y" : "ies", b.L, b.T, tq_kernels_name());
+                   b.D, b.H, b.G, b.N, b.Q, b.Q == 1 ? "y" : "ies", b.L, b.T, tq_attn_kernels_name());
             if (from_model)
                 printf("data: K/V and queries recorded from the model on %s; error over all %d "
                        "layers\n", from_model, b.L);

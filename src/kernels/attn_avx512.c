@@ -314,34 +314,6 @@ static inline __m128 hsum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
 }
 
-/* Sixteen horizontal sums at once: a[4k + m] for query k, token m (k, m < 4); returns the
- * vector whose 128-bit block k holds the sums of a[4k], …, a[4k + 3] (query k, tokens 0..3). */
-static inline __m512 hsum16(const __m512 a[16]) {
-    __m512 t[8], u[4];
-    for (int i = 0; i < 8; i++)
-        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
-                             _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* u[k] block b holds query k's four token sums over block b of the inputs. */
-    __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                               _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                               _mm512_shuffle_f32x4(u[2], u[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* Stores block k of r (scaled by the four token scales) to S + k·ss + t. */
-static inline void store16(__m512 r, const float sc[4], float *S, size_t ss) {
-    r = _mm512_mul_ps(r, _mm512_broadcast_f32x4(_mm_loadu_ps(sc)));
-    _mm_storeu_ps(S, _mm512_castps512_ps128(r));
-    _mm_storeu_ps(S + ss, _mm512_extractf32x4_ps(r, 1));
-    _mm_storeu_ps(S + 2 * ss, _mm512_extractf32x4_ps(r, 2));
-    _mm_storeu_ps(S + 3 * ss, _mm512_extractf32x4_ps(r, 3));
-}
-
 /* Full chunk c of a segment of constant width B (2B bytes inside the segment). */
 static inline __attribute__((always_inline)) __m512 chunk_b(const seg_lut *g, const uint8_t *p,
                                                             int c, int B) {

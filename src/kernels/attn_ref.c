@@ -1,9 +1,13 @@
 /*
  * Attention kernels: scalar reference and the runtime dispatch of their table
  * (kvcache_internal.h). The table follows the codec kernel set in use (tq_kernels()), so
- * TQ_FORCE_REF=1 and tq_set_kernels() switch both at once.
+ * TQ_FORCE_REF=1 and tq_set_kernels() switch both at once. With the AVX-512 set, keys are scored
+ * in integers where the CPU has VBMI and VNNI (attn_vnni.c) unless TQ_INT8_SCORES=0.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../kvcache_internal.h"
@@ -178,11 +182,28 @@ static const tq_attn_kernels ref_table = {
 
 const tq_attn_kernels *tq_attn_kernels_ref(void) { return &ref_table; }
 
+static atomic_int int8_scores = 1;
+static pthread_once_t int8_once = PTHREAD_ONCE_INIT;
+
+static void int8_init(void) {
+    const char *e = getenv("TQ_INT8_SCORES");
+    atomic_store(&int8_scores, !(e && strcmp(e, "0") == 0));
+}
+
+void tq_attn_set_int8_scores(int on) {
+    pthread_once(&int8_once, int8_init);
+    atomic_store(&int8_scores, on != 0);
+}
+
 const tq_attn_kernels *tq_attn_kernels_get(void) {
     const char *name = tq_kernels()->name;
     const tq_attn_kernels *t = NULL;
-    if (strcmp(name, "avx512") == 0) t = tq_attn_kernels_avx512();
+    pthread_once(&int8_once, int8_init);
+    if (strcmp(name, "avx512") == 0 && atomic_load(&int8_scores)) t = tq_attn_kernels_avx512_vnni();
+    if (!t && strcmp(name, "avx512") == 0) t = tq_attn_kernels_avx512();
     if (!t && (strcmp(name, "avx512") == 0 || strcmp(name, "avx2") == 0))
         t = tq_attn_kernels_avx2();
     return t ? t : &ref_table;
 }
+
+const char *tq_attn_kernels_name(void) { return tq_attn_kernels_get()->name; }
