@@ -25,6 +25,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "attn_simd.h"
 
@@ -33,7 +34,8 @@
 typedef struct vseg {
     __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block */
     __m512i lo, hi;       /* vpmultishiftqb controls: codes 0–3 / 4–7 of each lane as bytes */
-    __m512i table;        /* entry e: 128 + ĉ[e mod 2^B] */
+    __m512i table;        /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand) */
+    __m512i table_s;      /* entry e: ĉ[e mod 2^B] (values: signed operand) */
     int B, nblk;
     size_t off, bytes;
 } vseg;
@@ -52,6 +54,7 @@ static int vseg_setup(const tq_kv_tensor *x, vseg *g, float *alpha) {
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits;
         uint8_t align[64], lo[64], hi[64], table[64];
+        int8_t table_s[64];
         for (int l = 0; l < 16; l++)
             for (int j = 0; j < 4; j++) align[4 * l + j] = (uint8_t)(B * l + j);
         for (int j = 0; j < 8; j++) {
@@ -63,12 +66,14 @@ static int vseg_setup(const tq_kv_tensor *x, vseg *g, float *alpha) {
         }
         for (int e = 0; e < 64; e++) {
             float c = x->seg[s].centroids[e & ((1 << B) - 1)] / *alpha;
-            table[e] = (uint8_t)(128 + (int)lrintf(c)); /* |c| ≤ 127 */
+            table_s[e] = (int8_t)lrintf(c); /* |c| ≤ 127 */
+            table[e] = (uint8_t)(128 + table_s[e]);
         }
         g[s].align = _mm512_loadu_si512(align);
         g[s].lo = _mm512_loadu_si512(lo);
         g[s].hi = _mm512_loadu_si512(hi);
         g[s].table = _mm512_loadu_si512(table);
+        g[s].table_s = _mm512_loadu_si512(table_s);
         g[s].B = B;
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].off = x->seg[s].off;
@@ -231,6 +236,159 @@ static int vnni_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int
     return ok;
 }
 
+/* ---- values: acc_j += Σ_t p_j[t] · row_t with the weights in uint8 ----
+ *
+ * w_jt = p_jt · scale_t is rounded per group of VNNI_GROUP tokens: ŵ = round(w / γ), γ = the
+ * group's largest w / 255, and the centroids to ĉ (int8, the same α as the scores). vpdpbusd
+ * then sums four tokens per int32 lane: the four tokens' centroid bytes of one coordinate are
+ * brought into one lane by a 4 × 4 byte transpose (two rounds of unpacks), and the weights of
+ * the four tokens are one broadcast dword. Per group the int32 sums, times α·γ, are added to
+ * a float buffer in the order the transpose leaves them; at the end of the call the buffer is
+ * added to acc in the lane layout. Error per coordinate at most
+ *   Σ_t (γ_t/2 · |c_ti| + (w_t + γ_t/2) · α/2)   (γ_t: the group of token t; c in row units / scale)
+ * checked in tests/test_attention.c. */
+#define VNNI_GROUP 32
+#define VNNI_CALL 256
+
+/* Byte k of dword (lane l) of a half-u vector is coordinate 128h + 8l + 4u + k; after the
+ * transpose, vector r's dword (L, k) (128-bit lane L, dword k) holds the four tokens of
+ * coordinate 128h + 8(4L + r) + 4u + k. The float buffer keeps, per block h and half u, the
+ * four vectors r = 0..3 (64 floats): lane-layout position 128h + 16(4u + k) + 4L + r. */
+static inline __attribute__((always_inline)) __m512i vnni_decode_half(const vseg *g, const uint8_t *r,
+                                                                      int h, __m512i ctrl, int B) {
+    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
+    if (n > 16 * (size_t)B) n = 16 * (size_t)B;
+    __mmask64 mk = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+    __m512i raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at);
+    if (B != 4) raw = _mm512_permutexvar_epi8(g->align, raw);
+    return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, raw), g->table_s);
+}
+
+/* One segment, half u of every block, over n tokens (a multiple of 4; records r0 + t·rb), four
+ * queries: F[(H·2 + u)·4 + r][16] += α·γ · the int32 sums. */
+static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, const uint8_t *r0,
+                                                                 size_t rb, int n,
+                                                                 const uint8_t (*W)[VNNI_CALL],
+                                                                 const float (*ag)[VNNI_CALL / VNNI_GROUP],
+                                                                 int H0, float *const F[4], int B) {
+    for (int h = 0; h < g->nblk; h++)
+        for (int u = 0; u < 2; u++) {
+            const __m512i ctrl = u ? g->hi : g->lo;
+            for (int t0 = 0; t0 < n; t0 += VNNI_GROUP) {
+                int t1 = t0 + VNNI_GROUP < n ? t0 + VNNI_GROUP : n;
+                __m512i a[16];
+                for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
+                for (int t = t0; t < t1; t += 4) {
+                    const uint8_t *r = r0 + (size_t)t * rb;
+                    __m512i x0 = vnni_decode_half(g, r, h, ctrl, B), x1 = vnni_decode_half(g, r + rb, h, ctrl, B),
+                            x2 = vnni_decode_half(g, r + 2 * rb, h, ctrl, B),
+                            x3 = vnni_decode_half(g, r + 3 * rb, h, ctrl, B);
+                    __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
+                    __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
+                    __m512i y[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
+                                    _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t wq;
+                        memcpy(&wq, &W[j][t], 4);
+                        __m512i wb = _mm512_set1_epi32((int)wq);
+                        for (int q = 0; q < 4; q++) a[4 * j + q] = _mm512_dpbusd_epi32(a[4 * j + q], wb, y[q]);
+                    }
+                }
+                for (int j = 0; j < 4; j++) {
+                    __m512 sc = _mm512_set1_ps(ag[j][t0 / VNNI_GROUP]);
+                    float *f = F[j] + ((size_t)(H0 + h) * 2 + (size_t)u) * 64;
+                    for (int q = 0; q < 4; q++)
+                        _mm512_storeu_ps(f + 16 * q, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[4 * j + q]), sc,
+                                                                     _mm512_loadu_ps(f + 16 * q)));
+                }
+            }
+        }
+}
+
+static int vnni_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
+                                  size_t ps, int nq, float *acc, size_t as) {
+    const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
+    int kl = tq_kv_lanes(x);
+    vseg g[2];
+    float alpha;
+    if (kl > 128 * VNNI_MAX_BLOCKS || !vseg_setup(x, g, &alpha))
+        return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
+    size_t rb = x->rec_bytes;
+    int ok = 1;
+    float sc[VNNI_CALL];
+    _Alignas(64) uint8_t W[4][VNNI_CALL];
+    float ag[4][VNNI_CALL / VNNI_GROUP];
+    _Alignas(64) float F[4][128 * VNNI_MAX_BLOCKS];
+    for (int c0 = 0; c0 < nk; c0 += VNNI_CALL) {
+        int n = nk - c0 < VNNI_CALL ? nk - c0 : VNNI_CALL;
+        const uint8_t *r0 = rec + (size_t)c0 * rb;
+        ok &= simd_rec_scales_run(x, r0, n, sc);
+        for (int j = 0; j < nq; j += 4) {
+            int m4 = nq - j < 4 ? nq - j : 4;
+            /* ŵ of the four queries over the whole quads [0, nfull) (absent queries: 0) */
+            int nfull = n / 4 * 4, fin = 1;
+            for (int k = 0; k < 4; k++)
+                for (int g0 = 0; g0 < nfull; g0 += VNNI_GROUP) {
+                    int gn = nfull - g0 < VNNI_GROUP ? nfull - g0 : VNNI_GROUP;
+                    __m512 w[VNNI_GROUP / 16], m = _mm512_setzero_ps();
+                    for (int i = 0; i < VNNI_GROUP / 16; i++) {
+                        int cnt = gn - 16 * i;
+                        __mmask16 mk = k >= m4 || cnt <= 0 ? 0 : cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1u);
+                        const float *pk = p + (size_t)(j + (k < m4 ? k : 0)) * ps + (size_t)(c0 + g0 + 16 * i);
+                        w[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, pk), _mm512_maskz_loadu_ps(mk, sc + g0 + 16 * i));
+                        /* w ∈ [0, FLT_MAX]: fails for NaN, ±Inf and negatives */
+                        if (_mm512_mask_cmp_ps_mask(mk, w[i], _mm512_setzero_ps(), _CMP_NGE_UQ) |
+                            _mm512_mask_cmp_ps_mask(mk, w[i], _mm512_set1_ps(3.4e38f), _CMP_NLE_UQ))
+                            fin = 0;
+                        m = _mm512_max_ps(m, w[i]);
+                    }
+                    float mx = _mm512_reduce_max_ps(m);
+                    __m512 inv = _mm512_set1_ps(mx > 0.0f ? 255.0f / mx : 0.0f);
+                    for (int i = 0; i < VNNI_GROUP / 16; i++)
+                        _mm_storeu_si128((__m128i *)(void *)&W[k][g0 + 16 * i],
+                                         _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[i], inv))));
+                    ag[k][g0 / VNNI_GROUP] = alpha * (mx / 255.0f);
+                }
+            if (!fin) {
+                ok &= fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
+                                                  acc + (size_t)j * as, as);
+                continue;
+            }
+            float *Fp[4] = {F[0], F[1], F[2], F[3]};
+            for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
+            const uint8_t *rr = r0;
+            int H0 = 0;
+            for (int s = 0; s < x->n_seg; s++) {
+                switch (g[s].B) {
+                case 4: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 4); break;
+                case 3: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 3); break;
+                case 2: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 2); break;
+                default: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 1); break;
+                }
+                H0 += g[s].nblk;
+            }
+            /* buffer order → lane layout */
+            for (int k = 0; k < m4; k++) {
+                float *A = acc + (size_t)(j + k) * as;
+                for (int H = 0; H < kl / 128; H++)
+                    for (int u = 0; u < 2; u++)
+                        for (int r = 0; r < 4; r++)
+                            for (int L = 0; L < 4; L++)
+                                for (int q = 0; q < 4; q++)
+                                    A[128 * H + 16 * (4 * u + q) + 4 * L + r] +=
+                                        F[k][((size_t)H * 2 + (size_t)u) * 64 + 16 * r + 4 * L + q];
+            }
+            /* the last n % 4 tokens: the float kernel */
+            if (n % 4) {
+                int t = n / 4 * 4;
+                ok &= fallback->accum_turbo_lanes(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
+                                                  acc + (size_t)j * as, as);
+            }
+        }
+    }
+    return ok;
+}
+
 static tq_attn_kernels vnni_table;
 static pthread_once_t vnni_once = PTHREAD_ONCE_INIT;
 
@@ -238,6 +396,7 @@ static void vnni_init(void) {
     vnni_table = *tq_attn_kernels_avx512();
     vnni_table.name = "avx512-vnni";
     vnni_table.score_turbo_lanes = vnni_score_turbo_lanes;
+    vnni_table.accum_turbo_lanes = vnni_accum_turbo_lanes;
 }
 
 const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void) {
