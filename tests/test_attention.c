@@ -678,7 +678,9 @@ static void test_fused_kernels(void) {
 /* Decode with the integer key scores (attn_vnni.c) where the CPU has them: every TURBO
  * scheme of the grid against the reference path. The kernel is held to its error bound in
  * test_fused_kernels; here the whole decode must stay close (the softmax is peaky: scores
- * ×2), and a threaded run must agree with a single-threaded one within fp32 rounding. */
+ * ×2), and a threaded run must agree with a single-threaded one: not bit for bit, since the
+ * weights are rounded per group of 32 tokens against a running maximum that depends on the
+ * split, but within a few 1e-4 (checked: 1e-3). */
 static void test_int8_scores(void) {
     if (!tq_attn_kernels_avx512_vnni() || !tq_kernels_supported(TQ_KERNELS_AVX512) ||
         strcmp(tq_kernels_name(), "avx512") != 0) {
@@ -689,39 +691,44 @@ static void test_int8_scores(void) {
     CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
     tq_threadpool *pool;
     CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
-    double worst = 0;
-    static const int dims[] = {64, 80, 128, 256};
+    double worst = 0, worst_t = 0;
+    static const int dims[] = {64, 80, 96, 128, 256};
+    static const int gqa[] = {1, 4, 8};
     for (size_t si = 0; si < N_SCHEMES; si++)
-        for (int di = 0; di < 4; di++) {
-            if (strncmp(schemes[si], "turbo", 5) != 0) continue;
-            int H = 2, d = dims[di];
-            tq_kv_cache *c = make_cache(schemes[si], 0, H, d, d);
-            CHECK_MSG(c != NULL, "%s d %d", schemes[si], d);
-            if (!c) continue;
-            CHECK(append_random(c, H, d, d, 600, 0));
-            CHECK(append_random(c, H, d, d, 3, 1));
-            tq_attn_params p;
-            tq_attn_params_init(&p, d);
-            double e = compare(c, 4 * H, 1, &p, NULL);
-            CHECK_MSG(e >= 0 && e <= 0.1, "%s d %d: err %g", schemes[si], d, e);
-            if (e > worst) worst = e;
-            /* threads: the same scores, merged in another order */
-            size_t qn = 4 * (size_t)H * (size_t)d;
-            float *q = malloc(sizeof(float) * qn), *o1 = malloc(sizeof(float) * qn), *o2 = malloc(sizeof(float) * qn);
-            fill(q, qn, 0.0f);
-            size_t wb = tq_kv_attention_workspace_size(c, 0, 4 * H, 1, 3);
-            void *work = malloc(wb);
-            CHECK(tq_kv_attention(c, 0, q, 4 * H, 1, &p, NULL, work, wb, o1) == TQ_OK);
-            CHECK(tq_kv_attention(c, 0, q, 4 * H, 1, &p, pool, work, wb, o2) == TQ_OK);
-            double dt = 0;
-            for (size_t i = 0; i < qn; i++) dt = fmax(dt, fabs((double)o1[i] - o2[i]));
-            CHECK_MSG(dt <= 1e-5, "%s d %d: threads differ by %g", schemes[si], d, dt);
-            free(q), free(o1), free(o2), free(work);
-            tq_kv_cache_free(c);
-        }
+        for (int di = 0; di < 5; di++)
+            for (int gi = 0; gi < 3; gi++) {
+                if (strncmp(schemes[si], "turbo", 5) != 0 || skip_combo(si, di, gi, 0)) continue;
+                int H = 2, d = dims[di], G = gqa[gi], window = (di + gi) % 2 ? 64 : 0;
+                tq_kv_cache *c = make_cache(schemes[si], window, H, d, d);
+                CHECK_MSG(c != NULL, "%s d %d", schemes[si], d);
+                if (!c) continue;
+                CHECK(append_random(c, H, d, d, 600, 0));
+                CHECK(append_random(c, H, d, d, 3, 1));
+                tq_attn_params p;
+                tq_attn_params_init(&p, d);
+                double e = compare(c, G * H, 1, &p, NULL);
+                CHECK_MSG(e >= 0 && e <= 0.1, "%s d %d gqa %d window %d: err %g", schemes[si], d, G,
+                          window, e);
+                if (e > worst) worst = e;
+                /* threads: the same scores, merged in another order */
+                size_t qn = (size_t)G * (size_t)H * (size_t)d;
+                float *q = malloc(sizeof(float) * qn), *o1 = malloc(sizeof(float) * qn), *o2 = malloc(sizeof(float) * qn);
+                fill(q, qn, 0.0f);
+                size_t wb = tq_kv_attention_workspace_size(c, 0, G * H, 1, 3);
+                void *work = malloc(wb);
+                CHECK(tq_kv_attention(c, 0, q, G * H, 1, &p, NULL, work, wb, o1) == TQ_OK);
+                CHECK(tq_kv_attention(c, 0, q, G * H, 1, &p, pool, work, wb, o2) == TQ_OK);
+                double dt = 0;
+                for (size_t i = 0; i < qn; i++) dt = fmax(dt, fabs((double)o1[i] - o2[i]));
+                CHECK_MSG(dt <= 1e-3, "%s d %d: threads differ by %g", schemes[si], d, dt);
+                if (dt > worst_t) worst_t = dt;
+                free(q), free(o1), free(o2), free(work);
+                tq_kv_cache_free(c);
+            }
     tq_threadpool_free(pool);
     tq_attn_set_int8_scores(0);
-    printf("     integer scores: worst |fast - ref| = %.3g (float kernels: below %g)\n", worst, TOL);
+    printf("     integer kernels: worst |fast - ref| = %.3g (float kernels: below %g), "
+           "threads vs one %.2g\n", worst, TOL, worst_t);
 }
 
 int main(int argc, char **argv) {
