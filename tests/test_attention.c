@@ -687,8 +687,10 @@ static void test_int8_scores(void) {
         printf("     skipped: no AVX-512 VBMI / VNNI, or another kernel set in use\n");
         return;
     }
+    CHECK(strcmp(tq_attn_kernels_name(), "avx512") == 0); /* main() turned them off */
     tq_attn_set_int8_scores(1);
     CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0);
     tq_threadpool *pool;
     CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
     double worst = 0, worst_t = 0;
