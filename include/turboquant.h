@@ -109,9 +109,9 @@ TQ_API tq_status tq_set_kernels(tq_kernels_kind kind);
 /* The kernel set in use ("ref", "avx2", "avx512"). */
 TQ_API const char *tq_kernels_name(void);
 /* The attention kernels that go with it: the same name, or "avx512-vnni" where the AVX-512 set
- * scores compressed keys in integers (int8 query and centroids, exact int32 sums; on CPUs with
- * AVX-512 VBMI and VNNI, unless TQ_INT8_SCORES=0 is in the environment at the first call; see
- * doc/kvcache.md). */
+ * decodes over compressed keys and values in integers (int8 queries and centroids, uint8
+ * weights, exact int32 sums; on CPUs with AVX-512 VBMI and VNNI, unless TQ_INT8_SCORES=0 is in
+ * the environment at the first call; see doc/kvcache.md). */
 TQ_API const char *tq_attn_kernels_name(void);
 /* 1 if this CPU and build support the set, else 0. */
 TQ_API int tq_kernels_supported(tq_kernels_kind kind);

@@ -210,9 +210,9 @@ const tq_attn_kernels *tq_attn_kernels_get(void);
 const tq_attn_kernels *tq_attn_kernels_ref(void);
 const tq_attn_kernels *tq_attn_kernels_avx2(void);   /* NULL when not built */
 const tq_attn_kernels *tq_attn_kernels_avx512(void); /* NULL when not built */
-/* The AVX-512 table with score_turbo_lanes in integers (attn_vnni.c: int8 queries and
- * centroids, VNNI dot products; its error bound is stated there): NULL when not built or when
- * the CPU lacks AVX-512 VBMI / VNNI. */
+/* The AVX-512 table with score_turbo_lanes and accum_turbo_lanes in integers (attn_vnni.c:
+ * int8 queries and centroids, uint8 weights, VNNI dot products; the error bounds are stated
+ * there): NULL when not built or when the CPU lacks AVX-512 VBMI / VNNI. */
 const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void);
 /* Whether tq_attn_kernels_get may return that table (default: yes unless TQ_INT8_SCORES=0 at
  * the first call). The tests that hold the fast path to the reference within fp32 rounding

@@ -1,8 +1,9 @@
 /*
  * Attention kernels: scalar reference and the runtime dispatch of their table
  * (kvcache_internal.h). The table follows the codec kernel set in use (tq_kernels()), so
- * TQ_FORCE_REF=1 and tq_set_kernels() switch both at once. With the AVX-512 set, keys are scored
- * in integers where the CPU has VBMI and VNNI (attn_vnni.c) unless TQ_INT8_SCORES=0.
+ * TQ_FORCE_REF=1 and tq_set_kernels() switch both at once. With the AVX-512 set, decode scores
+ * and value sums run in integers where the CPU has VBMI and VNNI (attn_vnni.c) unless
+ * TQ_INT8_SCORES=0.
  */
 #include <math.h>
 #include <pthread.h>

@@ -1,5 +1,6 @@
 /*
- * Key scoring in integers: AVX-512 VNNI + VBMI on the lane layout (kvcache_internal.h).
+ * Decode attention in integers — key scores and value sums — with AVX-512 VNNI + VBMI on the
+ * lane layout (kvcache_internal.h); the value side is described above vnni_accum_turbo_lanes.
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mfma -mf16c.
  *
  * The float lane kernel (attn_avx512.c) spends, per 16 key coordinates and token, one vpermps
@@ -16,8 +17,8 @@
  * head. The error against the float kernel is at most
  *   scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4)
  * (tests/test_attention.c checks it), on Gemma 3's keys far below the quantization error of the
- * codes themselves (doc/kvcache.md §5). A query with a non-finite coordinate goes to the float
- * kernel. TQ_INT8_SCORES=0 in the environment keeps the float kernel (attn_ref.c).
+ * codes themselves (doc/kvcache.md §4). A query with a non-finite coordinate goes to the float
+ * kernel. TQ_INT8_SCORES=0 in the environment keeps the float kernels for both (attn_ref.c).
  */
 #include "../kvcache_internal.h"
 
@@ -80,6 +81,12 @@ static int vseg_setup(const tq_kv_tensor *x, vseg *g, float *alpha) {
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
     return 1;
+}
+
+/* The state of both kernels, kl = the lane-layout row floats; 0: use the float kernel. */
+static int vnni_prepare(const tq_kv_tensor *x, vseg *g, float *alpha, int *kl) {
+    *kl = tq_kv_lanes(x);
+    return *kl <= 128 * VNNI_MAX_BLOCKS && vseg_setup(x, g, alpha);
 }
 
 /* One query row in the lane layout (kl floats) → q̂ in the order the codes come out: block H,
@@ -170,11 +177,10 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
 static int vnni_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
                                   size_t qs, int nq, float *S, size_t ss) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
-    int kl = tq_kv_lanes(x);
+    int kl;
     vseg g[2];
     float alpha;
-    if (kl > 128 * VNNI_MAX_BLOCKS || !vseg_setup(x, g, &alpha))
-        return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
+    if (!vnni_prepare(x, g, &alpha, &kl)) return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
     size_t rb = x->rec_bytes;
     int ok = 1;
     for (int j = 0; j < nq; j += 4) {
@@ -193,17 +199,13 @@ static int vnni_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int
          * group; their sums are dropped. */
         const int8_t *qp[4];
         float ab[16];
+        int32_t b16[16];
         for (int k = 0; k < 4; k++) {
             int kk = k < m4 ? k : 0;
             qp[k] = qb[kk];
-            for (int m = 0; m < 4; m++) ab[4 * k + m] = alpha * beta[kk];
+            for (int m = 0; m < 4; m++) ab[4 * k + m] = alpha * beta[kk], b16[4 * k + m] = bias[kk];
         }
-        const __m512i vbias = _mm512_setr_epi32(bias[0], bias[0], bias[0], bias[0],
-                                                bias[m4 > 1], bias[m4 > 1], bias[m4 > 1], bias[m4 > 1],
-                                                bias[m4 > 2 ? 2 : 0], bias[m4 > 2 ? 2 : 0],
-                                                bias[m4 > 2 ? 2 : 0], bias[m4 > 2 ? 2 : 0],
-                                                bias[m4 > 3 ? 3 : 0], bias[m4 > 3 ? 3 : 0],
-                                                bias[m4 > 3 ? 3 : 0], bias[m4 > 3 ? 3 : 0]);
+        const __m512i vbias = _mm512_loadu_si512(b16);
         const __m512 vab = _mm512_loadu_ps(ab);
         for (int t = 0; t < nk; t += 4) {
             int n4 = nk - t < 4 ? nk - t : 4;
@@ -308,11 +310,10 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
 static int vnni_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
                                   size_t ps, int nq, float *acc, size_t as) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
-    int kl = tq_kv_lanes(x);
+    int kl;
     vseg g[2];
     float alpha;
-    if (kl > 128 * VNNI_MAX_BLOCKS || !vseg_setup(x, g, &alpha))
-        return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
+    if (!vnni_prepare(x, g, &alpha, &kl)) return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
     size_t rb = x->rec_bytes;
     int ok = 1;
     float sc[VNNI_CALL];
@@ -356,14 +357,15 @@ static int vnni_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int
             }
             float *Fp[4] = {F[0], F[1], F[2], F[3]};
             for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
-            const uint8_t *rr = r0;
+            const uint8_t(*Wc)[VNNI_CALL] = (const uint8_t(*)[VNNI_CALL])W;
+            const float(*agc)[VNNI_CALL / VNNI_GROUP] = (const float(*)[VNNI_CALL / VNNI_GROUP])ag;
             int H0 = 0;
             for (int s = 0; s < x->n_seg; s++) {
                 switch (g[s].B) {
-                case 4: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 4); break;
-                case 3: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 3); break;
-                case 2: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 2); break;
-                default: vnni_accum_seg(&g[s], rr, rb, nfull, (const uint8_t(*)[VNNI_CALL])W, (const float(*)[VNNI_CALL / VNNI_GROUP])ag, H0, Fp, 1); break;
+                case 4: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4); break;
+                case 3: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3); break;
+                case 2: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 2); break;
+                default: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 1); break;
                 }
                 H0 += g[s].nblk;
             }
