@@ -197,7 +197,14 @@ typedef enum tq_split {
     TQ_SPLIT_FIXED = 0,
     /* Fractional bits: the h input channels of largest energy (cfg.channel_energy) form the
      * ⌈b⌉-bit group; each group has its own rotation (dims h and d − h) and its own norm. */
-    TQ_SPLIT_ENERGY = 1
+    TQ_SPLIT_ENERGY = 1,
+    /* Two blocks of input channels, each with its own rotation: [0, block_dim) at block_bits
+     * bits and [block_dim, dim) at the width that makes the average `bits` (a whole number
+     * of bits, [1, 8]); one norm over the whole vector, and the record layout of
+     * TQ_SPLIT_FIXED (segment 0 = the first block). Both blocks are quantized with the
+     * dim-d codebooks, which fit when the caller makes the mean square per channel of the two
+     * blocks equal (the KV cache's key split does: doc/kvcache.md). MSE only. */
+    TQ_SPLIT_BLOCK = 2
 } tq_split;
 
 typedef enum tq_norm_format {
@@ -218,6 +225,8 @@ typedef struct tq_codec_config {
     tq_split split;               /* default TQ_SPLIT_FIXED */
     const float *channel_energy;  /* (dim,) for TQ_SPLIT_ENERGY: mean square of each channel,
                                      copied at create; ignored otherwise */
+    int block_dim;                /* TQ_SPLIT_BLOCK: channels in the first block, [2, dim − 2] */
+    int block_bits;               /* TQ_SPLIT_BLOCK: bits of the first block, [1, 8] */
 } tq_codec_config;
 
 /* Fills cfg with the defaults above for (dim, bits, variant). cfg may not be NULL. */
@@ -229,7 +238,9 @@ typedef struct tq_codec tq_codec;
  * the MSE part uses b − 1 bits (b = 1: sketch only). A fractional b = k + f (0 < f < 1) is
  * valid when h = f·dim is a whole number (within 1e-4); h coordinates then take k + 1 bits
  * (of the MSE part for PROD) and the rest k. With TQ_SPLIT_ENERGY both groups must have at
- * least 2 channels. Errors: TQ_ERR_NULL, TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT,
+ * least 2 channels. With TQ_SPLIT_BLOCK (any average b) the first block_dim channels take
+ * block_bits and the rest (b·dim − block_bits·block_dim) / (dim − block_dim), which must be a
+ * whole number in [1, 8]. Errors: TQ_ERR_NULL, TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT,
  * TQ_ERR_INVALID (norm correction with PROD, missing channel_energy, non-finite energy),
  * TQ_ERR_NOMEM. */
 TQ_API tq_status tq_codec_create(tq_codec **out, const tq_codec_config *cfg);
@@ -331,6 +342,14 @@ typedef struct tq_kv_layer_scheme {
                                    leaves ⟨q, k⟩ unchanged and moves quantization error away
                                    from the channels queries weigh (doc/kvcache.md §2).
                                    Default 1 for TURBO keys */
+    int key_split;              /* TURBO MSE keys with key_scale: at the first compression each
+                                   head's channels are ranked by query × key energy and split
+                                   in two blocks with their own rotations, the first at one more
+                                   bit: b = k + f → f·d channels at k + 1, the rest at k;
+                                   b = 2 or 3 → half at b + 1, half at b − 1. Same bytes per
+                                   token; where no such split exists (1, 4 or more bits, PROD,
+                                   or one that would take more bytes) it has no effect
+                                   (doc/kvcache.md §2). Default 1 for TURBO keys */
 } tq_kv_layer_scheme;
 
 /* A whole-cache scheme: the layer scheme, optional higher precision at the edges, and the

@@ -1,6 +1,6 @@
 /*
- * Cache files: save and restore a tq_kv_cache (doc/cachefile.md, format version 2; version 1
- * files, which predate the key scale, still load).
+ * Cache files: save and restore a tq_kv_cache (doc/cachefile.md, format version 3; versions 1
+ * and 2, which predate the key scale and the key split, still load).
  *
  * A file is a fixed 64-byte header, a scheme section and one section per layer, each with its
  * own CRC32C. The writer streams sections through a sink (a caller buffer or a buffered file
@@ -21,7 +21,7 @@
 #include "internal.h"
 #include "kvcache_internal.h"
 
-#define CF_VERSION 2u
+#define CF_VERSION 3u
 #define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */
@@ -98,9 +98,10 @@ static size_t add_sat(size_t a, size_t b) { return b > SIZE_MAX - a ? SIZE_MAX :
 static int has_mean(const tq_kv_layer *l) { return l->key_mean != NULL; }
 static int has_scale(const tq_kv_layer *l) { return l->key_scale != NULL; }
 
-/* Bytes of a layer's key scale block: query rows (f64), Σ q² (f64 each), scale (f32 each). */
-static size_t scale_block(const tq_kv_cache *c) {
-    return 8 + (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k * 12;
+/* Bytes of a layer's key scale block: query rows (f64), Σ q² (f64 each), scale (f32 each),
+ * with a key split the channel order (u16 each). */
+static size_t scale_block(const tq_kv_cache *c, const tq_kv_layer *l) {
+    return 8 + (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k * (l->key_perm ? 14 : 12);
 }
 static void put_f64(uint8_t *p, double v) {
     uint64_t u;
@@ -122,7 +123,7 @@ static size_t layer_payload(const tq_kv_cache *c, const tq_kv_layer *l, int with
     if (len > SIZE_MAX || n_comp > len) return SIZE_MAX;
     size_t n = CF_LAYER_FIXED;
     if (with_mean) n = add_sat(n, H * dk * 4);
-    if (with_scale) n = add_sat(n, scale_block(c));
+    if (with_scale) n = add_sat(n, scale_block(c, l));
     n = add_sat(n, mul_sat((size_t)n_comp, H * (l->k.rec_bytes + l->v.rec_bytes)));
     n = add_sat(n, mul_sat((size_t)(len - n_comp), H * 2 * (dk + dv)));
     return n;
@@ -218,6 +219,7 @@ static void put_layer_scheme(uint8_t *p, const tq_kv_layer_scheme *l) {
     p[3] = l->norm_correction ? 1 : 0;
     p[4] = l->key_mean ? 1 : 0;
     p[5] = l->key_scale ? 1 : 0;
+    p[6] = l->key_split ? 1 : 0;
     tq_store_f32(p + 8, l->key_format == TQ_KV_TURBO ? l->key_bits : 0.0f);
     tq_store_f32(p + 12, l->value_format == TQ_KV_TURBO ? l->value_bits : 0.0f);
 }
@@ -333,6 +335,10 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
                 tq_store_f32(b, l->key_scale[j]);
                 sink_write(s, b, 4);
             }
+            for (size_t j = 0; l->key_perm && j < nm; j++) {
+                tq_store_u16(b, l->key_perm[j]);
+                sink_write(s, b, 2);
+            }
         }
         write_records(s, c, l, 0);
         write_records(s, c, l, 1);
@@ -439,7 +445,7 @@ static uint32_t crc_of(const crc_tab *ct, const uint8_t *p, size_t n) {
 static int get_layer_scheme(const uint8_t *p, uint32_t version, tq_kv_layer_scheme *l) {
     memset(l, 0, sizeof *l);
     if (p[0] > TQ_KV_TURBO || p[1] > TQ_KV_TURBO || p[2] > TQ_VARIANT_PROD || p[3] > 1 ||
-        p[4] > 1 || p[5] > (version >= 2) || p[6] || p[7])
+        p[4] > 1 || p[5] > (version >= 2) || p[6] > (version >= 3) || p[7])
         return 0;
     l->key_format = (tq_kv_format)p[0];
     l->value_format = (tq_kv_format)p[1];
@@ -447,6 +453,7 @@ static int get_layer_scheme(const uint8_t *p, uint32_t version, tq_kv_layer_sche
     l->norm_correction = p[3];
     l->key_mean = p[4];
     l->key_scale = p[5];
+    l->key_split = p[6];
     l->key_bits = tq_load_f32(p + 8);
     l->value_bits = tq_load_f32(p + 12);
     if (l->key_format == TQ_KV_TURBO ? !(l->key_bits >= 1.0f && l->key_bits <= 8.0f)
@@ -497,6 +504,21 @@ static int record_ok(const tq_kv_tensor *x, const uint8_t *r) {
     return 0;
 }
 
+/* 1 if the key split's channel order (H rows of dk u16) holds a permutation of [0, dk) per
+ * head, and the identity while the scale is not set (as the cache keeps it). */
+static int perm_ok(const uint8_t *p, int H, int dk, int scale_set) {
+    uint8_t seen[TQ_MAX_DIM];
+    for (int h = 0; h < H; h++) {
+        memset(seen, 0, sizeof seen);
+        for (int j = 0; j < dk; j++) {
+            unsigned v = tq_load_u16(p + 2 * ((size_t)h * (size_t)dk + (size_t)j));
+            if (v >= (unsigned)dk || seen[v] || (!scale_set && v != (unsigned)j)) return 0;
+            seen[v] = 1;
+        }
+    }
+    return 1;
+}
+
 /* Reads one layer section's payload p (n bytes, checksum already verified) into layer i. */
 static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     tq_kv_layer *l = &c->layers[i];
@@ -533,7 +555,9 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
                 return TQ_ERR_CORRUPT;
         }
     }
-    const uint8_t *krec = sq + (with_scale ? scale_block(c) : 0);
+    const uint8_t *pq = sq + 8 + 12 * nm; /* the channel order, with a key split */
+    if (with_scale && l->key_perm && !perm_ok(pq, H, dk, scale_set)) return TQ_ERR_CORRUPT;
+    const uint8_t *krec = sq + (with_scale ? scale_block(c, l) : 0);
     const uint8_t *vrec = krec + (size_t)n_comp * (size_t)H * l->k.rec_bytes;
     const uint8_t *kraw = vrec + (size_t)n_comp * (size_t)H * l->v.rec_bytes;
     size_t n_raw = (size_t)(len - n_comp);
@@ -558,6 +582,7 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
             l->q_sq[j] = get_f64(sq + 8 + 8 * j);
             l->key_scale[j] = tq_load_f32(sq + 8 + 8 * nm + 4 * j);
         }
+        for (size_t j = 0; l->key_perm && j < nm; j++) l->key_perm[j] = tq_load_u16(pq + 2 * j);
     }
     l->scale_set = scale_set;
     l->compress_started = started;
@@ -666,6 +691,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
             if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;
+            e.key_split = tq_kv_key_split_applies(&e, (int)dk);
             ok = same_layer_scheme(&e, &ls[i]);
         }
         if (!ok) {
@@ -676,8 +702,14 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     cfg.layer_schemes = ls;
     tq_kv_cache *c = NULL;
     tq_status st = tq_kv_cache_create(&c, &cfg);
+    /* A key split the file claims must be the one the cache makes of its scheme. */
+    for (uint32_t i = 0; !st && i < n_layers; i++)
+        if (c->layers[i].scheme.key_split != ls[i].key_split) st = TQ_ERR_FORMAT;
     free(ls);
-    if (st) return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;
+    if (st) {
+        tq_kv_cache_free(c);
+        return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;
+    }
 
     /* Layer sections, in order, ending exactly at the end of the input. */
     size_t pos = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_bytes + CF_CRC;

@@ -6,7 +6,9 @@
  *  - integral bits:           1 unit, 1 segment;
  *  - TQ_SPLIT_FIXED fraction: 1 unit, segments [0, h) at ⌈b⌉ and [h, d) at ⌊b⌋ bits (after a
  *    random rotation the coordinates are exchangeable, so which h get more bits is immaterial);
- *  - TQ_SPLIT_ENERGY:         2 units, the h channels of largest energy and the rest.
+ *  - TQ_SPLIT_ENERGY:         2 units, the h channels of largest energy and the rest;
+ *  - TQ_SPLIT_BLOCK:          1 unit whose rotation is two independent ones, over channels
+ *    [0, h) and [h, d): segment 0 is then the first block; one norm.
  * The record layout (doc/format.md): segments' packed words, then [PROD: sign words], then the
  * norms (one per unit), then [PROD: residual norm γ].
  *
@@ -31,6 +33,8 @@ typedef struct segment {
 typedef struct unit {
     int offset, dim; /* channels [offset, offset+dim) of the permuted vector */
     tq_rotation *rot;
+    tq_rotation *rot2; /* TQ_SPLIT_BLOCK: rot covers [0, block), rot2 [block, dim); else NULL */
+    int block;
     int n_seg;
     segment seg[2];
     size_t norm_off;
@@ -71,6 +75,22 @@ typedef struct shape {
     int n_hi;             /* coordinates (or, with energy split, channels) at hi_bits */
 } shape;
 
+/* TQ_SPLIT_BLOCK: block_dim channels at block_bits, the rest at the whole width left. */
+static tq_status check_block(const tq_codec_config *cfg, shape *sh) {
+    int d = cfg->dim, h = cfg->block_dim;
+    if (h < 2 || h > d - 2) return TQ_ERR_DIM;
+    if (cfg->block_bits < 1 || cfg->block_bits > 8) return TQ_ERR_BITS;
+    double lo = ((double)cfg->bits * d - (double)cfg->block_bits * h) / (d - h);
+    double lr = floor(lo + 0.5);
+    if (fabs(lo - lr) > 1e-4 || lr < 1 || lr > 8) return TQ_ERR_BITS;
+    if (cfg->rotation == TQ_ROTATION_HADAMARD && (!tq_is_pow2(h) || !tq_is_pow2(d - h)))
+        return TQ_ERR_DIM;
+    sh->hi_bits = cfg->block_bits;
+    sh->lo_bits = (int)lr;
+    sh->n_hi = h;
+    return TQ_OK;
+}
+
 static tq_status check_config(const tq_codec_config *cfg, shape *sh) {
     if (!cfg) return TQ_ERR_NULL;
     if (cfg->dim < TQ_MIN_DIM || cfg->dim > TQ_MAX_DIM) return TQ_ERR_DIM;
@@ -78,10 +98,13 @@ static tq_status check_config(const tq_codec_config *cfg, shape *sh) {
     if (cfg->norm_format != TQ_NORM_F16 && cfg->norm_format != TQ_NORM_F32) return TQ_ERR_VARIANT;
     if (cfg->rotation < TQ_ROTATION_AUTO || cfg->rotation > TQ_ROTATION_BLOCK_HADAMARD)
         return TQ_ERR_VARIANT;
-    if (cfg->split != TQ_SPLIT_FIXED && cfg->split != TQ_SPLIT_ENERGY) return TQ_ERR_VARIANT;
+    if (cfg->split != TQ_SPLIT_FIXED && cfg->split != TQ_SPLIT_ENERGY &&
+        cfg->split != TQ_SPLIT_BLOCK)
+        return TQ_ERR_VARIANT;
     if (!(cfg->bits >= 1.0f && cfg->bits <= 8.0f)) return TQ_ERR_BITS; /* also rejects NaN */
     if (cfg->variant == TQ_VARIANT_PROD && cfg->norm_correction) return TQ_ERR_INVALID;
-    if (cfg->variant == TQ_VARIANT_PROD && cfg->split == TQ_SPLIT_ENERGY) return TQ_ERR_INVALID;
+    if (cfg->variant == TQ_VARIANT_PROD && cfg->split != TQ_SPLIT_FIXED) return TQ_ERR_INVALID;
+    if (cfg->split == TQ_SPLIT_BLOCK) return check_block(cfg, sh);
     if (cfg->rotation == TQ_ROTATION_HADAMARD && !tq_is_pow2(cfg->dim) &&
         cfg->split == TQ_SPLIT_FIXED)
         return TQ_ERR_DIM;
@@ -188,7 +211,10 @@ tq_status tq_codec_config_bytes(const tq_codec_config *cfg, size_t *bytes) {
 
 void tq_codec_free(tq_codec *c) {
     if (!c) return;
-    for (int i = 0; i < c->n_units; i++) tq_rotation_free(c->u[i].rot);
+    for (int i = 0; i < c->n_units; i++) {
+        tq_rotation_free(c->u[i].rot);
+        tq_rotation_free(c->u[i].rot2);
+    }
     free(c->perm);
     free(c->sketch);
     free(c);
@@ -234,8 +260,13 @@ tq_status tq_codec_create(tq_codec **out, const tq_codec_config *cfg) {
     if (st) goto fail;
     for (int ui = 0; ui < c->n_units; ui++) {
         /* Each unit's rotation has its own seed stream so the two groups are independent. */
-        st = tq_rotation_create(&c->u[ui].rot, c->u[ui].dim, cfg->seed + (uint64_t)ui * 0x9E37ull,
+        unit *u = &c->u[ui];
+        u->block = cfg->split == TQ_SPLIT_BLOCK ? sh.n_hi : u->dim;
+        st = tq_rotation_create(&u->rot, u->block, cfg->seed + (uint64_t)ui * 0x9E37ull,
                                 cfg->rotation);
+        if (!st && u->block < u->dim)
+            st = tq_rotation_create(&u->rot2, u->dim - u->block, cfg->seed + 0x9E37ull,
+                                    cfg->rotation);
         if (st) goto fail;
     }
     if (c->n_units == 2) {
@@ -343,6 +374,25 @@ static int all_finite(const float *x, int n) {
     return 1;
 }
 
+/* ---- a unit's rotation (two blocks with TQ_SPLIT_BLOCK) ---- */
+
+/* x = R x up to the factor *scale (tq_rotation_forward_raw), in place. */
+static void unit_forward_raw(const unit *u, float *x, float *scale) {
+    tq_rotation_forward_raw(u->rot, x, scale);
+    if (!u->rot2) return;
+    float s2;
+    tq_rotation_forward_raw(u->rot2, x + u->block, &s2);
+    if (s2 == *scale) return;
+    for (int i = 0; i < u->block; i++) x[i] *= *scale;
+    for (int i = u->block; i < u->dim; i++) x[i] *= s2;
+    *scale = 1.0f;
+}
+
+static void unit_inverse(const unit *u, float *x) {
+    tq_rotation_inverse(u->rot, x, x, 1);
+    if (u->rot2) tq_rotation_inverse(u->rot2, x + u->block, x + u->block, 1);
+}
+
 /* ---- encode ---- */
 
 static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const float *x,
@@ -363,7 +413,7 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
         const unit *u = &c->u[ui];
         float *xu = buf + u->offset;
         float rs;
-        tq_rotation_forward_raw(u->rot, xu, &rs);
+        unit_forward_raw(u, xu, &rs);
         float n = norm[ui];
         /* s = √d · (R x / n): one multiply from the raw rotation output. */
         float scale = n > 0.0f ? rs * u->sqrt_dim / n : 0.0f; /* float: no double divide per vector */
@@ -464,7 +514,7 @@ static int decode_rotated(const tq_codec *c, const tq_kernel_table *k, const uin
 static void finish_rotated(const tq_codec *c, float *buf, float *out) {
     for (int ui = 0; ui < c->n_units; ui++) {
         const unit *u = &c->u[ui];
-        tq_rotation_inverse(u->rot, buf + u->offset, buf + u->offset, 1);
+        unit_inverse(u, buf + u->offset);
     }
     permute_out(c, buf, out);
 }
@@ -502,7 +552,7 @@ tq_status tq_codec_prepare_query(const tq_codec *c, const float *q, float *prepa
         const unit *u = &c->u[ui];
         float *qu = buf + u->offset;
         float rs;
-        tq_rotation_forward_raw(u->rot, qu, &rs);
+        unit_forward_raw(u, qu, &rs);
         /* Codebooks are in s-units (×√d): fold 1/√d into the prepared query. */
         float f = rs * u->inv_sqrt_dim;
         for (int i = 0; i < u->dim; i++) prepared[u->offset + i] = qu[i] * f;

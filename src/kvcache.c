@@ -25,8 +25,8 @@ static const char scheme_help[] =
     " format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4)\n"
     "  k=K:v=V                      explicit form\n"
     "options, appended as :name=value\n"
-    "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 window=N batch=N start=N\n"
-    "  prefill_raw=0|1 seed=N\n"
+    "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1 window=N batch=N\n"
+    "  start=N prefill_raw=0|1 seed=N\n"
     "  first=N last=N edge=FORM     (edge layers default to turbo8)\n";
 
 const char *tq_kv_scheme_help(void) { return scheme_help; }
@@ -49,6 +49,10 @@ static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, t
      * per-channel key scale cuts turbo4's KLD against fp16 from 0.096 to 0.036 (ΔPPL 9.0% to
      * 2.9%) and turbo3's from 0.42 to 0.13 (52.6% to 13.6%); doc/kvcache.md §2. */
     l->key_scale = kf == TQ_KV_TURBO;
+    /* Measured likewise (doc/kvcache.md §2): at fractional key widths, giving the extra bit
+     * to the channels ranked first by query × key energy cuts turbo3.5's KLD from 0.082 to
+     * 0.069 (ΔPPL 7.6% to 6.4%) at the same bytes. */
+    l->key_split = kf == TQ_KV_TURBO;
 }
 
 static void scheme_defaults(tq_kv_scheme *s) {
@@ -138,7 +142,7 @@ tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, siz
     tq_kv_scheme s;
     scheme_defaults(&s);
     int have_k = 0, have_v = 0, explicit_form = 0, have_edge = 0;
-    int variant = -1, norm = -1, mean = -1, kscale = -1;
+    int variant = -1, norm = -1, mean = -1, kscale = -1, ksplit = -1;
     tq_kv_format kf = TQ_KV_F16, vf = TQ_KV_F16;
     float kb = 0, vb = 0;
     const char *p = text;
@@ -177,12 +181,14 @@ tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, siz
                 if (vn == 3 && !memcmp(val, "mse", 3)) variant = TQ_VARIANT_MSE;
                 else if (vn == 4 && !memcmp(val, "prod", 4)) variant = TQ_VARIANT_PROD;
                 else return scheme_error(err, cap, text, "variant is mse or prod", p, n);
-            } else if (KEY("norm") || KEY("mean") || KEY("kscale") || KEY("prefill_raw")) {
+            } else if (KEY("norm") || KEY("mean") || KEY("kscale") || KEY("ksplit") ||
+                       KEY("prefill_raw")) {
                 if (!parse_uint(val, vn, 1, &u))
                     return scheme_error(err, cap, text, "expected 0 or 1", p, n);
                 if (KEY("norm")) norm = (int)u;
                 else if (KEY("mean")) mean = (int)u;
                 else if (KEY("kscale")) kscale = (int)u;
+                else if (KEY("ksplit")) ksplit = (int)u;
                 else s.prefill_raw = (int)u;
             } else if (KEY("window") || KEY("batch") || KEY("start") || KEY("first") ||
                        KEY("last")) {
@@ -227,6 +233,7 @@ tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, siz
         if (norm >= 0) ls[i]->norm_correction = norm;
         if (mean >= 0) ls[i]->key_mean = mean;
         if (kscale >= 0) ls[i]->key_scale = kscale;
+        if (ksplit >= 0) ls[i]->key_split = ksplit;
         if (ls[i]->key_variant == TQ_VARIANT_PROD && ls[i]->key_format == TQ_KV_TURBO &&
             norm > 0)
             return scheme_error(err, cap, text, "norm correction is MSE only", "", 0);
@@ -263,11 +270,11 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *s, char *buf, size_t cap) {
         snprintf(edge, sizeof edge, ":edge=k%sv%s", ek, ev);
     }
     int n = snprintf(buf, cap,
-                     "k=%s:v=%s:variant=%s:norm=%d:mean=%d:kscale=%d:window=%d:batch=%d:"
+                     "k=%s:v=%s:variant=%s:norm=%d:mean=%d:kscale=%d:ksplit=%d:window=%d:batch=%d:"
                      "start=%d:prefill_raw=%d:seed=%llu:first=%d:last=%d%s",
                      k, v, s->layer.key_variant == TQ_VARIANT_PROD ? "prod" : "mse",
                      s->layer.norm_correction ? 1 : 0, s->layer.key_mean ? 1 : 0,
-                     s->layer.key_scale ? 1 : 0, s->raw_window,
+                     s->layer.key_scale ? 1 : 0, s->layer.key_split ? 1 : 0, s->raw_window,
                      s->batch, s->quantized_kv_start, s->prefill_raw ? 1 : 0,
                      (unsigned long long)s->seed, s->edge_first, s->edge_last, edge);
     if (n < 0 || (size_t)n >= cap) {
@@ -291,19 +298,42 @@ static size_t plain_bytes(tq_kv_format f, int dim) {
     }
 }
 
+/* The codec of a TURBO tensor; split: keys with a key split, which turns a fractional width
+ * k + f ≤ 4 into TQ_SPLIT_BLOCK (f·d channels at k + 1, the rest at k) where that takes no
+ * more bytes (tq_kv_layer_scheme.key_split). */
 static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant variant, int norm,
-                         uint64_t seed) {
+                         uint64_t seed, int split) {
     tq_codec_config_init(cc, dim, bits, variant);
     cc->norm_correction = variant == TQ_VARIANT_MSE ? norm : 0;
     cc->seed = seed;
+    int k = (int)floor(bits + 1e-9);
+    double frac = bits - k;
+    if (!split || variant != TQ_VARIANT_MSE) return;
+    tq_codec_config b = *cc;
+    b.split = TQ_SPLIT_BLOCK;
+    b.block_bits = k + 1;
+    b.block_dim = (int)floor(frac * dim + 0.5);
+    if (frac <= 1e-6 || b.block_bits > 4) return;
+    size_t plain, with;
+    if (tq_codec_config_bytes(cc, &plain) || tq_codec_config_bytes(&b, &with) || with > plain) return;
+    *cc = b;
+}
+
+int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk) {
+    if (l->key_format != TQ_KV_TURBO || !l->key_scale || !l->key_split || dk < TQ_MIN_DIM ||
+        dk > TQ_MAX_DIM)
+        return 0;
+    tq_codec_config cc;
+    turbo_config(&cc, dk, l->key_bits, l->key_variant, l->norm_correction, 0, 1);
+    return cc.split == TQ_SPLIT_BLOCK;
 }
 
 static tq_status tensor_bytes(tq_kv_format f, int dim, float bits, tq_variant variant, int norm,
-                              size_t *bytes) {
+                              int split, size_t *bytes) {
     if (dim < TQ_MIN_DIM || dim > TQ_MAX_DIM) return TQ_ERR_DIM;
     if (f == TQ_KV_TURBO) {
         tq_codec_config cc;
-        turbo_config(&cc, dim, bits, variant, norm, 0);
+        turbo_config(&cc, dim, bits, variant, norm, 0, split);
         return tq_codec_config_bytes(&cc, bytes);
     }
     if ((unsigned)f > TQ_KV_TURBO) return TQ_ERR_VARIANT;
@@ -318,10 +348,10 @@ tq_status tq_kv_layer_scheme_bytes(const tq_kv_layer_scheme *l, int dk, int dv, 
     if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD)
         return TQ_ERR_VARIANT;
     tq_status st = tensor_bytes(l->key_format, dk, l->key_bits, l->key_variant,
-                                l->norm_correction, kb);
+                                l->norm_correction, l->key_scale && l->key_split, kb);
     if (st) return st;
     return tensor_bytes(l->value_format, dv, l->value_bits, TQ_VARIANT_MSE, l->norm_correction,
-                        vb);
+                        0, vb);
 }
 
 static const float sign_centroids[2] = {-1.0f, 1.0f};
@@ -329,16 +359,16 @@ static const float sign_centroids[2] = {-1.0f, 1.0f};
 /* Sets up a tensor, deriving the TURBO record layout of doc/format.md (segments' words, PROD
  * sign words, norm, PROD γ) and checking it against the codec's own size. */
 static tq_status tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
-                             tq_variant variant, int norm, uint64_t seed, int is_key) {
+                             tq_variant variant, int norm, uint64_t seed, int is_key, int split) {
     memset(x, 0, sizeof *x);
     x->format = f;
     x->dim = dim;
     x->row_floats = dim;
-    tq_status st = tensor_bytes(f, dim, bits, variant, norm, &x->rec_bytes);
+    tq_status st = tensor_bytes(f, dim, bits, variant, norm, split, &x->rec_bytes);
     if (st) return st;
     if (f != TQ_KV_TURBO) return TQ_OK;
     tq_codec_config cc;
-    turbo_config(&cc, dim, bits, variant, norm, seed);
+    turbo_config(&cc, dim, bits, variant, norm, seed, split);
     st = tq_codec_create(&x->codec, &cc);
     if (st) return st;
     x->prod = variant == TQ_VARIANT_PROD;
@@ -346,11 +376,16 @@ static tq_status tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bit
     double m = x->prod ? bits - 1.0 : bits;
     int k = (int)floor(m + 1e-9);
     double frac = m - k;
-    int n_hi = frac > 1e-6 ? (int)floor(frac * dim + 0.5) : 0;
+    int n_hi = frac > 1e-6 ? (int)floor(frac * dim + 0.5) : 0, hi = k + 1, lo = k;
+    if (cc.split == TQ_SPLIT_BLOCK) {
+        x->block = n_hi = cc.block_dim;
+        hi = cc.block_bits;
+        lo = (int)floor(((double)bits * dim - (double)hi * n_hi) / (dim - n_hi) + 0.5);
+    }
     size_t off = 0;
     int parts[2][2], np = 0;
-    if (n_hi > 0) parts[np][0] = n_hi, parts[np][1] = k + 1, np++;
-    parts[np][0] = dim - n_hi, parts[np][1] = k, np++;
+    if (n_hi > 0) parts[np][0] = n_hi, parts[np][1] = hi, np++;
+    parts[np][0] = dim - n_hi, parts[np][1] = lo, np++;
     int start = 0;
     for (int p = 0; p < np; p++) {
         if (parts[p][1] > 0) {
@@ -540,6 +575,7 @@ static void layer_free(tq_kv_layer *l) {
     free(l->key_mean);
     free(l->key_scale);
     free(l->q_sq);
+    free(l->key_perm);
 }
 
 void tq_kv_cache_free(tq_kv_cache *c) {
@@ -557,6 +593,8 @@ static void key_scale_reset(const tq_kv_cache *c, tq_kv_layer *l) {
     l->q_rows = 0.0;
     memset(l->q_sq, 0, nm * sizeof(double));
     for (size_t j = 0; j < nm; j++) l->key_scale[j] = 1.0f;
+    if (l->key_perm)
+        for (size_t j = 0; j < nm; j++) l->key_perm[j] = (uint16_t)(j % (size_t)c->cfg.head_dim_k);
 }
 
 static tq_kv_layer_scheme resolve_scheme(const tq_kv_cache_config *cfg, int i) {
@@ -605,11 +643,12 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
             l->scheme.key_scale = 0;
         }
         st = tensor_init(&l->k, ls->key_format, cfg->head_dim_k, ls->key_bits, ls->key_variant,
-                         ls->norm_correction, s->seed, 1);
+                         ls->norm_correction, s->seed, 1, ls->key_scale && ls->key_split);
         if (st) goto fail;
         st = tensor_init(&l->v, ls->value_format, cfg->head_dim_v, ls->value_bits,
-                         TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0);
+                         TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0, 0);
         if (st) goto fail;
+        l->scheme.key_split = l->k.block > 0; /* what is in effect */
         l->compress_none = ls->key_format == TQ_KV_F16 && ls->value_format == TQ_KV_F16;
         l->window = cfg->layer_windows ? cfg->layer_windows[i] : 0;
         if (l->scheme.key_mean) {
@@ -623,7 +662,8 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
             size_t nm = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k;
             l->key_scale = malloc(nm * sizeof(float));
             l->q_sq = malloc(nm * sizeof(double));
-            if (!l->key_scale || !l->q_sq) {
+            if (l->k.block) l->key_perm = malloc(nm * sizeof(uint16_t));
+            if (!l->key_scale || !l->q_sq || (l->k.block && !l->key_perm)) {
                 st = TQ_ERR_NOMEM;
                 goto fail;
             }
@@ -830,6 +870,56 @@ static void compute_key_mean(const tq_kv_cache *c, tq_kv_layer *l) {
  * scale. */
 #define KEY_SCALE_FLOOR 0.01
 
+static void sort_u16(uint16_t *x, int n) {
+    for (int i = 1; i < n; i++) {
+        uint16_t v = x[i];
+        int j = i - 1;
+        while (j >= 0 && x[j] > v) x[j + 1] = x[j], j--;
+        x[j + 1] = v;
+    }
+}
+
+/* The key split of head h (tq_kv_layer_scheme.key_split): channels ranked by (a_i + ε)(b_i + ε)
+ * (normalized energies as for the scale; a_i = 1 without observed queries), the first
+ * k.block of them form the first block (the one with more bits), each block in channel order;
+ * then the scale of each block is multiplied by a constant so that the mean scaled key energy
+ * Σ s_i² b_i / n of the two blocks is equal (the codec's one norm then suits both) and the
+ * scale keeps geometric mean 1. A constant per block leaves the score error Σ s²b · Σ a/s² of each block as it
+ * was: only the bits move. */
+static void split_channels(tq_kv_layer *l, int h, int dk, const double *a, double sa,
+                           const double *b, double sb, float *s) {
+    uint16_t *perm = l->key_perm + (size_t)h * (size_t)dk;
+    double w[TQ_MAX_DIM];
+    for (int i = 0; i < dk; i++)
+        w[i] = ((a ? a[i] * dk / sa : 1.0) + KEY_SCALE_FLOOR) * (b[i] * dk / sb + KEY_SCALE_FLOOR);
+    /* Rank by weight, ties by channel (insertion sort: dk ≤ 1024, once per head). */
+    for (int i = 0; i < dk; i++) perm[i] = (uint16_t)i;
+    for (int i = 1; i < dk; i++) {
+        uint16_t v = perm[i];
+        int j = i - 1;
+        while (j >= 0 && (w[perm[j]] < w[v] || (w[perm[j]] == w[v] && perm[j] > v))) {
+            perm[j + 1] = perm[j];
+            j--;
+        }
+        perm[j + 1] = v;
+    }
+    int nb = l->k.block;
+    sort_u16(perm, nb);
+    sort_u16(perm + nb, dk - nb);
+    double e_all = 0.0, e_blk[2] = {0.0, 0.0};
+    for (int j = 0; j < dk; j++) {
+        double e = (double)s[perm[j]] * s[perm[j]] * b[perm[j]];
+        e_all += e;
+        e_blk[j >= nb] += e;
+    }
+    if (!(e_blk[0] > 0.0 && e_blk[1] > 0.0 && isfinite(e_all))) return;
+    /* Block factors f ∝ √(mean energy / block energy), geometric mean 1 over the channels. */
+    double l0 = 0.5 * log(e_all / dk / (e_blk[0] / nb)), l1 = 0.5 * log(e_all / dk / (e_blk[1] / (dk - nb)));
+    double lm = (nb * l0 + (dk - nb) * l1) / dk;
+    double f0 = exp(l0 - lm), f1 = exp(l1 - lm);
+    for (int j = 0; j < dk; j++) s[perm[j]] = (float)(s[perm[j]] * (j < nb ? f0 : f1));
+}
+
 /* The per-channel key scale, from the first n = min(TQ_KV_KEY_SCALE_TOKENS, len − n_comp)
  * raw tokens held at the first compression (less the key mean) and the observed queries of
  * positions below TQ_KV_KEY_SCALE_TOKENS: with a_i, b_i the query and key energies of channel
@@ -870,6 +960,7 @@ static void compute_key_scale(const tq_kv_cache *c, tq_kv_layer *l) {
             mean_lg += lg[i] / dk;
         }
         for (int i = 0; i < dk; i++) s[i] = ok ? (float)exp(lg[i] - mean_lg) : 1.0f;
+        if (l->key_perm && ok) split_channels(l, h, dk, with_q ? a : NULL, sa, b, sb, s);
     }
     l->scale_set = 1;
 }
@@ -896,6 +987,12 @@ static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
             if (l->key_scale) {
                 const float *sc = l->key_scale + (size_t)h * (size_t)dk;
                 for (int i = 0; i < dk; i++) kbuf[i] *= sc[i];
+            }
+            if (l->key_perm) {
+                const uint16_t *pm = l->key_perm + (size_t)h * (size_t)dk;
+                float tmp[TQ_MAX_DIM];
+                for (int i = 0; i < dk; i++) tmp[i] = kbuf[pm[i]];
+                memcpy(kbuf, tmp, sizeof(float) * (size_t)dk);
             }
             st = encode_tensor(&l->k, kbuf, (uint8_t *)tq_kv_krec(c, l, t, h));
             if (!st) st = encode_tensor(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
@@ -1111,6 +1208,12 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
                 tq_status s1 = TQ_OK;
                 if (ko) {
                     s1 = decode_tensor(&l->k, tq_kv_krec(c, l, t, h), ko);
+                    if (l->key_perm) {
+                        const uint16_t *pm = l->key_perm + (size_t)h * (size_t)dk;
+                        float tmp[TQ_MAX_DIM];
+                        for (int j = 0; j < dk; j++) tmp[pm[j]] = ko[j];
+                        memcpy(ko, tmp, sizeof(float) * (size_t)dk);
+                    }
                     if (l->key_scale)
                         for (int j = 0; j < dk; j++) ko[j] /= l->key_scale[(size_t)h * (size_t)dk + (size_t)j];
                     if (l->key_mean)
@@ -1163,6 +1266,10 @@ tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *m) {
         if (l->key_scale) {
             m->data_bytes += H * dk * sizeof(float);
             m->allocated_bytes += H * dk * (sizeof(float) + sizeof(double));
+        }
+        if (l->key_perm) {
+            m->data_bytes += H * dk * sizeof(uint16_t);
+            m->allocated_bytes += H * dk * sizeof(uint16_t);
         }
     }
     return TQ_OK;

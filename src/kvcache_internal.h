@@ -30,8 +30,10 @@ typedef struct tq_kv_tensor {
     size_t rec_bytes; /* bytes per token per head */
     int row_floats;   /* floats of a decoded row in the scoring basis: dim, or for TURBO
                          tq_codec_query_floats (2·dim with PROD) */
-    /* TQ_KV_TURBO: the record layout of the codec (doc/format.md, one unit, fixed split) */
+    /* TQ_KV_TURBO: the record layout of the codec (doc/format.md, one unit, fixed or block
+     * split: the same layout) */
     tq_codec *codec;
+    int block; /* keys with a key split: channels in the first block (segment 0); else 0 */
     int n_seg;
     struct {
         int start, count, bits;
@@ -69,6 +71,9 @@ typedef struct tq_kv_layer {
     double *q_sq;     /* (n_kv_heads, dk) Σ q² over the observed query rows of each KV head's
                          group (with key_scale; frozen once scale_set) */
     double q_rows;    /* query rows observed per KV head */
+    uint16_t *key_perm; /* (n_kv_heads, dk) with a key split (k.block > 0): stored coordinate j
+                           of head h holds channel key_perm[h·dk + j] (identity until
+                           scale_set); else NULL */
     int scale_set;
     int compress_started;
 } tq_kv_layer;
@@ -115,6 +120,10 @@ static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer
  * the second half). Returns 0 if some record held a corrupt norm (that row is zero). */
 int tq_kv_decode_rows(const tq_kv_tensor *x, const uint8_t *rec, size_t n, float *rows,
                       size_t stride);
+
+/* 1 if layer scheme l splits its keys at head dim dk (tq_kv_layer_scheme.key_split: TURBO MSE
+ * keys with key_scale and key_split, at bits that allow a split; kvcache.c). */
+int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk);
 
 /* Cache files (src/cachefile.c): shapes an empty layer for a saved state, pages allocated
  * (kvcache.c). Errors: TQ_ERR_INVALID (bad layer, n_comp > len, a non-empty layer, n_comp > 0 on

@@ -297,20 +297,22 @@ static void make_aniso_query(float *q, int nqh, int d) {
 static void test_key_scale(void) {
     int H = 1, d = 128, nqh = 4;
     size_t n = 600;
-    const char *names[3] = {"kscale=0", "keys only", "keys and queries"};
-    double err[3];
+    const char *names[5] = {"kscale=0", "keys only", "keys and queries", "3.5 bits, no split",
+                            "3.5 bits, key split"};
+    const char *forms[5] = {"turbo3:kscale=0", "turbo3", "turbo3", "turbo3.5:ksplit=0", "turbo3.5"};
+    double err[5];
     float sc[128];
-    for (int m = 0; m < 3; m++) {
+    for (int m = 0; m < 5; m++) {
         rng_state = 777;
         tq_kv_cache *f16 = make_cache("f16", 0, H, d, d);
-        tq_kv_cache *tq = make_cache(m ? "turbo3" : "turbo3:kscale=0", 0, H, d, d);
+        tq_kv_cache *tq = make_cache(forms[m], 0, H, d, d);
         float *k = malloc(sizeof(float) * n * (size_t)d), *v = malloc(sizeof(float) * n * (size_t)d);
         float *qs = malloc(sizeof(float) * n * (size_t)(nqh * d));
         fill(v, n * (size_t)d, 0);
         for (size_t t = 0; t < n; t++)
             for (int i = 0; i < d; i++) k[t * (size_t)d + (size_t)i] = grand() * (i % 16 == 0 ? 6.0f : 1.0f);
         for (size_t t = 0; t < n; t++) make_aniso_query(qs + t * (size_t)(nqh * d), nqh, d);
-        if (m == 2) CHECK(tq_kv_cache_observe_queries(tq, 0, qs, nqh, n) == TQ_OK);
+        if (m >= 2) CHECK(tq_kv_cache_observe_queries(tq, 0, qs, nqh, n) == TQ_OK);
         tq_kv_cache_append(f16, 0, k, v, n);
         tq_kv_cache_append(tq, 0, k, v, n);
         CHECK(tq_kv_cache_key_scale(tq, 0, sc) == TQ_ERR_INVALID); /* prefill: not fixed yet */
@@ -328,7 +330,7 @@ static void test_key_scale(void) {
             }
             CHECK_NEAR(lg / d, 0.0, 1e-5);
             CHECK_MSG(s0 < 0.7 * so, "%s: loud key channels %.3f, others %.3f", names[m], s0, so);
-            if (m == 2) CHECK_MSG(s5 > 1.2 * so, "loud query channels %.3f, others %.3f", s5, so);
+            if (m >= 2) CHECK_MSG(s5 > 1.2 * so, "loud query channels %.3f, others %.3f", s5, so);
         }
         double e = 0;
         tq_attn_params p;
@@ -359,9 +361,11 @@ static void test_key_scale(void) {
         tq_kv_cache_free(tq);
     }
     printf("     anisotropic keys: rms output error vs f16: no scale %.4f, keys only %.4f, with "
-           "queries %.4f\n", err[0], err[1], err[2]);
+           "queries %.4f; turbo3.5 without / with the key split %.4f / %.4f\n", err[0], err[1],
+           err[2], err[3], err[4]);
     CHECK(err[1] < 0.9 * err[0]);
     CHECK(err[2] < 0.7 * err[0]);
+    CHECK(err[4] < 0.95 * err[3]);
 }
 
 /* One workspace sized for the largest chunk serves every smaller chunk. */

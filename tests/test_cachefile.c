@@ -5,8 +5,9 @@
  * wrong magic, other versions, mismatched shapes, hostile counts and bad values are rejected
  * with their code; a crash mid-save leaves the previous file; unwritable paths give TQ_ERR_IO.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v2.bin (only when the format version moves);
- * tests/golden/cache_v1.bin, written by version 1 (before the key scale), must still load.
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v3.bin (only when the format version moves);
+ * tests/golden/cache_v1.bin and cache_v2.bin, written by versions 1 (before the key scale) and
+ * 2 (before the key split), must still load.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v2.bin"
+#define GOLDEN "tests/golden/cache_v3.bin"
+#define GOLDEN_V2 "tests/golden/cache_v2.bin"
 #define GOLDEN_V1 "tests/golden/cache_v1.bin"
 
 /* Scratch paths under $TMPDIR (or /tmp), unique per process. */
@@ -261,14 +263,20 @@ static void test_roundtrip_file(void) {
     unlink(path);
 }
 
-/* The golden cache: 2 layers (the first a q8_0 edge), 2 KV heads, d = 16, 20 tokens, turbo3
- * with key mean, window 4, batch 8: compressed and raw tokens, a mean, an edge, both formats. */
+/* The golden cache: 2 layers (the first a q8_0 edge), 2 KV heads, d = 16, 20 tokens,
+ * turbo3.5 with key mean, scale and split, window 4, batch 8: compressed and raw tokens, a
+ * mean, a scale, a channel order, an edge, both formats. */
 static tq_kv_cache *golden_cache(void) {
-    return build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+    return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+}
+/* The cache version 2 wrote: turbo3, no key split. */
+static tq_kv_cache *golden_cache_v2(void) {
+    return build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
 }
 /* The same cache as version 1 wrote it: no key scale. */
 static tq_kv_cache *golden_cache_v1(void) {
-    return build("turbo3:mean=1:kscale=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+    return build("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20,
+                 NULL);
 }
 
 static uint8_t *read_file(const char *path, size_t *size) {
@@ -281,6 +289,23 @@ static uint8_t *read_file(const char *path, size_t *size) {
     *size = fread(b, 1, (size_t)n, f);
     fclose(f);
     return b;
+}
+
+/* An old-version golden file loads as `want` (built by this code with that version's
+ * scheme); setting byte `flag` of its first layer scheme record makes it TQ_ERR_FORMAT. */
+static void check_old_version(const char *path, const tq_kv_cache *want, int flag) {
+    size_t gn = 0;
+    uint8_t *g = read_file(path, &gn);
+    CHECK_MSG(g != NULL, "missing %s", path);
+    if (!g) return;
+    tq_kv_cache *b = NULL, *x = NULL;
+    CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
+    CHECK_MSG(b && want && same_cache(want, b, 4), "%s", path);
+    g[64 + 8 + flag] = 1;
+    fix_crcs(g, gn);
+    CHECK_MSG(tq_kv_cache_load_memory(g, gn, &x) == TQ_ERR_FORMAT && !x, "%s, byte %d set", path, flag);
+    tq_kv_cache_free(b);
+    free(g);
 }
 
 static void test_golden(void) {
@@ -310,32 +335,23 @@ static void test_golden(void) {
         CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
         CHECK(b && same_cache(c, b, 4));
         CHECK(tq_kv_cache_length(b, 1) == 20 && tq_kv_cache_compressed_length(b, 1) == 16);
+        CHECK(b && tq_kv_cache_layer_scheme(b, 1).key_split == 1 && tq_kv_cache_layer_scheme(b, 0).key_split == 0);
         float sa[2 * 16], sb[2 * 16];
         CHECK(b && tq_kv_cache_key_scale(c, 1, sa) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb) == TQ_OK);
         CHECK(memcmp(sa, sb, sizeof sa) == 0);
         tq_kv_cache_free(b);
     }
     free(g);
-    /* A version 1 file loads as the cache without a key scale it was written from. */
-    g = read_file(GOLDEN_V1, &gn);
-    CHECK_MSG(g != NULL, "missing %s", GOLDEN_V1);
-    if (g) {
-        tq_kv_cache *v1 = golden_cache_v1(), *b = NULL;
-        CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
-        CHECK(b && v1 && same_cache(v1, b, 4));
-        CHECK(b && tq_kv_cache_layer_scheme(b, 1).key_scale == 0 && tq_kv_cache_layer_scheme(b, 1).key_mean == 1);
-        /* With the scale flag set, a version 1 record is one no version 1 writer produced. */
-        uint8_t *h = malloc(gn);
-        memcpy(h, g, gn);
-        h[64 + 8 + 5] = 1;
-        fix_crcs(h, gn);
-        tq_kv_cache *x = NULL;
-        CHECK(tq_kv_cache_load_memory(h, gn, &x) == TQ_ERR_FORMAT && !x);
-        free(h);
-        tq_kv_cache_free(b);
-        tq_kv_cache_free(v1);
-    }
-    free(g);
+    /* Files of earlier versions load as the caches they were written from (v2: no key split,
+     * v1: no key scale either); with the flag a later version added set, they are files no
+     * writer of their version produced. */
+    tq_kv_cache *v2 = golden_cache_v2(), *v1 = golden_cache_v1();
+    check_old_version(GOLDEN_V2, v2, 6);
+    CHECK(tq_kv_cache_layer_scheme(v2, 1).key_split == 0 && tq_kv_cache_layer_scheme(v2, 1).key_scale == 1);
+    check_old_version(GOLDEN_V1, v1, 5);
+    CHECK(tq_kv_cache_layer_scheme(v1, 1).key_scale == 0 && tq_kv_cache_layer_scheme(v1, 1).key_mean == 1);
+    tq_kv_cache_free(v2);
+    tq_kv_cache_free(v1);
     free(img);
     tq_kv_cache_free(c);
 }
@@ -408,7 +424,7 @@ static void test_magic_version(void) {
     p[0] = 'X';
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     memcpy(p, img, n);
-    wr32(p + 8, 3); /* a future version, with a valid checksum */
+    wr32(p + 8, 4); /* a future version, with a valid checksum */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
     wr32(p + 8, 0);
@@ -535,7 +551,7 @@ static void test_hostile(void) {
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
     memcpy(p, img, n);
     {
-        uint8_t *rec = p + 64 + 8 + 64 + 16; /* layer 1's record: turbo3 keys → 3.3 bits */
+        uint8_t *rec = p + 64 + 8 + 64 + 16; /* layer 1's record: turbo3.5 keys → 3.3 bits */
         float f = 3.3f;
         uint32_t u;
         memcpy(&u, &f, 4);
@@ -543,10 +559,17 @@ static void test_hostile(void) {
     }
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT);
+    /* A key split the scheme does not make (layer 0 has q8_0 keys), and none where it does. */
+    for (int li = 0; li < 2; li++) {
+        memcpy(p, img, n);
+        p[64 + 8 + 64 + 16 * li + 6] ^= 1;
+        fix_crcs(p, n);
+        CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b, "split flag of layer %d", li);
+    }
     /* Values no encoder writes, with valid checksums: a NaN norm, an Inf raw token, a NaN
-     * key mean, bad key scale statistics. Layer 1 payload: 24 fixed, 2·16 mean floats, the
-     * scale block (query rows f64, 2·16 Σq² f64, 2·16 scale f32), then 16·2 K records of 10
-     * bytes. */
+     * key mean, bad key scale statistics, a channel order that is no permutation. Layer 1
+     * payload: 24 fixed, 2·16 mean floats, the scale block (query rows f64, 2·16 Σq² f64,
+     * 2·16 scale f32, 2·16 channel order u16), then 16·2 K records of 10 bytes. */
     size_t sblk = L1 + 16 + 24 + 2 * 16 * 4;
     struct {
         size_t off;
@@ -559,11 +582,14 @@ static void test_hostile(void) {
         {sblk + 8 + 8 * 32 + 4 * 7, 0x7FC00000u, 4},        /* NaN scale */
         {sblk + 8 + 8 * 32 + 4 * 7, 0, 4},                  /* zero scale */
         {sblk + 8 + 8 * 32 + 4 * 31, 0xBF800000u, 4},       /* negative scale */
+        {sblk + 8 + 12 * 32 + 2 * 3, 16, 2},                /* channel 16 of 16 */
+        {sblk + 8 + 12 * 32 + 2 * 17, 0x00010001u, 4},      /* channel 1 twice (head 1) */
     };
     for (size_t k = 0; k < sizeof bad_scale / sizeof *bad_scale; k++) {
         memcpy(p, img, n);
         if (bad_scale[k].width == 8) wr64(p + bad_scale[k].off, bad_scale[k].bits);
-        else wr32(p + bad_scale[k].off, (uint32_t)bad_scale[k].bits);
+        else if (bad_scale[k].width == 4) wr32(p + bad_scale[k].off, (uint32_t)bad_scale[k].bits);
+        else p[bad_scale[k].off] = (uint8_t)bad_scale[k].bits, p[bad_scale[k].off + 1] = 0;
         fix_crcs(p, n);
         CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b, "bad scale %zu", k);
     }
@@ -573,7 +599,7 @@ static void test_hostile(void) {
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     memcpy(p, img, n);
-    size_t krec0 = sblk + 8 + 2 * 16 * 12;
+    size_t krec0 = sblk + 8 + 2 * 16 * 14;
     p[krec0 + 8] = 0x00, p[krec0 + 9] = 0x7E; /* fp16 NaN norm */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b);

@@ -315,6 +315,93 @@ static void test_energy_split(void) {
     free(x);
 }
 
+static void check_scores_and_sums(const tq_codec *c, const char *what);
+
+/* Block split: channels [0, h) and [h, d) rotated apart, the first block at more bits, one norm.
+ * On data with the same energy per channel in both blocks the error of each block is that of
+ * its own width (D(4) = 0.0095, D(3) = 0.0345 at 3.5 bits, 64 + 64), where the fixed split
+ * spreads the average over every channel; the bytes are the fixed split's. */
+static void test_block_split(void) {
+    const int d = 128;
+    const size_t n = 3000;
+    float *x = malloc(n * d * sizeof(float)), *y = malloc(n * d * sizeof(float));
+    fill_gauss(x, n * d);
+    tq_codec_config cfg;
+    tq_codec_config_init(&cfg, d, 3.5f, TQ_VARIANT_MSE);
+    cfg.norm_correction = 0;
+    tq_codec *fixed = NULL, *blk = NULL;
+    CHECK(tq_codec_create(&fixed, &cfg) == TQ_OK);
+    cfg.split = TQ_SPLIT_BLOCK;
+    cfg.block_dim = 64;
+    cfg.block_bits = 4;
+    CHECK(tq_codec_create(&blk, &cfg) == TQ_OK);
+    CHECK(blk && fixed && tq_codec_bytes_per_vector(blk) == tq_codec_bytes_per_vector(fixed));
+    tq_codec *cs[2] = {fixed, blk};
+    double rel[2][2]; /* [codec][block]: error energy / signal energy */
+    size_t bpv = blk ? tq_codec_bytes_per_vector(blk) : 0;
+    uint8_t *codes = malloc(n * (bpv ? bpv : 1));
+    for (int ci = 0; ci < 2 && blk && fixed; ci++) {
+        CHECK(tq_codec_encode(cs[ci], x, n, codes, n * bpv) == TQ_OK);
+        CHECK(tq_codec_decode(cs[ci], codes, n, y, n * d) == TQ_OK);
+        double e[2] = {0, 0}, s2[2] = {0, 0};
+        for (size_t i = 0; i < n * d; i++) {
+            int b = (int)(i % d) >= 64;
+            e[b] += (x[i] - y[i]) * (double)(x[i] - y[i]);
+            s2[b] += x[i] * (double)x[i];
+        }
+        rel[ci][0] = e[0] / s2[0];
+        rel[ci][1] = e[1] / s2[1];
+    }
+    if (blk && fixed) {
+        printf("  3.5 bits, error per block (channels 0-63 / 64-127): fixed split %.4f / %.4f, "
+               "block split %.4f / %.4f\n", rel[0][0], rel[0][1], rel[1][0], rel[1][1]);
+        CHECK_NEAR(rel[1][0], 0.0095, 0.002);
+        CHECK_NEAR(rel[1][1], 0.0345, 0.004);
+        CHECK_NEAR(rel[0][0], rel[0][1], 0.002);
+        CHECK_NEAR((rel[1][0] + rel[1][1]) / 2, (rel[0][0] + rel[0][1]) / 2, 0.003);
+    }
+    free(codes);
+    tq_codec_free(fixed), tq_codec_free(blk);
+    /* Shapes: a whole average with unequal blocks, a non-power-of-two dim, the limits. */
+    tq_codec *c = NULL;
+    tq_codec_config_init(&cfg, 128, 3.0f, TQ_VARIANT_MSE);
+    cfg.split = TQ_SPLIT_BLOCK;
+    cfg.block_dim = 64;
+    cfg.block_bits = 4; /* the rest at 2 */
+    CHECK(tq_codec_create(&c, &cfg) == TQ_OK);
+    if (c) check_scores_and_sums(c, "block split 4 + 2 bits");
+    CHECK(c && tq_codec_bytes_per_vector(c) == 32 + 16 + 2);
+    tq_codec_free(c);
+    tq_codec_config_init(&cfg, 80, 3.5f, TQ_VARIANT_MSE);
+    cfg.split = TQ_SPLIT_BLOCK;
+    cfg.block_dim = 40;
+    cfg.block_bits = 4;
+    CHECK(tq_codec_create(&c, &cfg) == TQ_OK);
+    if (c) check_scores_and_sums(c, "block split d = 80");
+    tq_codec_free(c);
+    cfg.rotation = TQ_ROTATION_HADAMARD; /* 40 is no power of two */
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_DIM && !c);
+    cfg.rotation = TQ_ROTATION_AUTO;
+    cfg.block_dim = 1;
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_DIM && !c);
+    cfg.block_dim = 79;
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_DIM && !c);
+    cfg.block_dim = 30; /* (280 − 120) / 50 = 3.2 bits: not whole */
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_BITS && !c);
+    cfg.block_dim = 40;
+    cfg.block_bits = 9;
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_BITS && !c);
+    cfg.block_bits = 8; /* the rest at −1 */
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_BITS && !c);
+    tq_codec_config_init(&cfg, 128, 4, TQ_VARIANT_PROD);
+    cfg.split = TQ_SPLIT_BLOCK;
+    cfg.block_dim = 64;
+    cfg.block_bits = 4;
+    CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_INVALID && !c);
+    free(x);
+    free(y);
+}
+
 /* ---- decode-free scores and sums agree with decoding ---- */
 
 static void check_scores_and_sums(const tq_codec *c, const char *what) {
@@ -492,6 +579,7 @@ int main(void) {
     RUN_TEST(test_fractional_bits);
     RUN_TEST(test_energy_split);
     RUN_TEST(test_scores_and_sums);
+    RUN_TEST(test_block_split);
     RUN_TEST(test_zero_vector_and_f32_norms);
     RUN_TEST(test_kernel_sets_agree);
     RUN_TEST(test_deterministic);

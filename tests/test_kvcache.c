@@ -90,10 +90,14 @@ static void test_parse(void) {
     CHECK(tq_kv_scheme_parse("turbo3:kscale=0:first=1", &s, NULL, 0) == TQ_OK);
     CHECK(s.layer.key_scale == 0 && s.edge.key_scale == 0);
     CHECK(tq_kv_scheme_parse("turbo3:kscale=2", &s, NULL, 0) == TQ_ERR_SCHEME);
+    CHECK(tq_kv_scheme_parse("turbo3.5", &s, NULL, 0) == TQ_OK && s.layer.key_split == 1);
+    CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=0", &s, NULL, 0) == TQ_OK && s.layer.key_split == 0);
+    CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=2", &s, NULL, 0) == TQ_ERR_SCHEME);
     /* Canonical form round-trips. */
     const char *forms[] = {"turbo3:kscale=0", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
-                           "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0"};
-    for (int i = 0; i < 5; i++) {
+                           "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0",
+                           "turbo3.5:ksplit=0"};
+    for (int i = 0; i < 6; i++) {
         tq_kv_scheme a, b;
         char buf[256];
         CHECK(tq_kv_scheme_parse(forms[i], &a, NULL, 0) == TQ_OK);
@@ -191,8 +195,8 @@ static void test_two_phase(void) {
  * stand in for queries: H query heads). */
 static void test_prefill_then_decode_equals_all_at_once(void) {
     const char *ss[] = {"turbo3", "turbo4v2:window=64", "q8_0", "turbo3:mean=1", "turbo0v4",
-                        "turbo3:kscale=0"};
-    for (int i = 0; i < 6; i++) {
+                        "turbo3:kscale=0", "turbo3.5", "k2.5v4"};
+    for (int i = 0; i < 8; i++) {
         tq_kv_cache *a = cache_for(ss[i], 1), *b = cache_for(ss[i], 1);
         CHECK(a && b);
         if (!a || !b) continue;
@@ -213,6 +217,50 @@ static void test_prefill_then_decode_equals_all_at_once(void) {
         tq_kv_cache_free(a);
         tq_kv_cache_free(b);
     }
+}
+
+/* The key split: where it applies, and what it does. Queries loud (×8) in channels 0..15 put
+ * those channels in the first (4-bit) block of turbo3.5, so the score error the queries see,
+ * Σ_i E[q_i²]·(k_i − k̂_i)², falls against the same cache without the split (predicted
+ * Σ_blocks D(b)/n·(Σ √(a_i b_i))²: 0.69×). */
+static void test_key_split(void) {
+    static const struct { const char *s; int split; } cases[] = {
+        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 0}, {"turbo4", 0}, {"turbo3.5:ksplit=0", 0},
+        {"turbo3.5:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0}, {"turbo0v4", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tq_kv_cache *c = cache_for(cases[i].s, 1);
+        CHECK_MSG(c && tq_kv_cache_layer_scheme(c, 0).key_split == cases[i].split, "%s", cases[i].s);
+        tq_kv_cache_free(c);
+    }
+    enum { N = 600 };
+    float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * D * H);
+    double ratio[2];
+    for (int split = 0; split < 2; split++) {
+        tq_kv_cache *c = cache_for(split ? "turbo3.5" : "turbo3.5:ksplit=0", 1);
+        CHECK(c != NULL);
+        if (!c) break;
+        rng_state = 99;
+        for (size_t j = 0; j < (size_t)N * H * D; j++) q[j] = grand() * (j % D < 16 ? 8.0f : 1.0f);
+        CHECK(tq_kv_cache_observe_queries(c, 0, q, H, N) == TQ_OK);
+        tq_kv_cache_append(c, 0, kat(0), vat(0), N);
+        tq_kv_cache_compress(c, 0);
+        double e = 0, n2 = 0;
+        for (size_t t = 0; t < N; t += 7) {
+            CHECK(tq_kv_cache_read(c, 0, t, 1, k, NULL) == TQ_OK);
+            for (int j = 0; j < H * D; j++) {
+                double a = j % D < 16 ? 64.0 : 1.0;
+                e += a * (k[j] - kat(t)[j]) * (double)(k[j] - kat(t)[j]);
+                n2 += a * kat(t)[j] * (double)kat(t)[j];
+            }
+        }
+        ratio[split] = e / n2;
+        tq_kv_cache_free(c);
+    }
+    printf("     turbo3.5 query-weighted key error: %.4f without the key split, %.4f with it\n",
+           ratio[0], ratio[1]);
+    CHECK(ratio[1] < 0.8 * ratio[0]);
+    free(q);
+    free(k);
 }
 
 /* The key scale's state: fixed at the first compression, reset by truncating to 0, absent
@@ -267,7 +315,7 @@ static void test_key_scale_state(void) {
 }
 
 static void test_truncate(void) {
-    const char *ss[] = {"turbo3", "turbo4v2:window=64", "q4_0", "turbo3:mean=1", "f16"};
+    const char *ss[] = {"turbo3", "turbo4v2:window=64", "q4_0", "turbo3:mean=1", "f16", "turbo3.5"};
     for (int i = 0; i < 5; i++) {
         /* Reference: 300 prefill + decode to 330. */
         tq_kv_cache *ref = cache_for(ss[i], 1), *a = cache_for(ss[i], 1);
@@ -487,6 +535,7 @@ int main(void) {
     RUN_TEST(test_two_phase);
     RUN_TEST(test_prefill_then_decode_equals_all_at_once);
     RUN_TEST(test_key_scale_state);
+    RUN_TEST(test_key_split);
     RUN_TEST(test_truncate);
     RUN_TEST(test_convert);
     RUN_TEST(test_layer_schemes);

@@ -228,9 +228,11 @@ static void test_schemes_chunk(void) {
         size_t kb = 0, vb = 0;
         tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(kv, 0);
         CHECK(tq_kv_layer_scheme_bytes(&ls, g_model->cfg.head_dim, g_model->cfg.head_dim_v, &kb, &vb) == TQ_OK);
-        /* plus, per layer, the per-head key mean and key scale (floats) when the scheme keeps them */
-        const size_t mean_bytes = (size_t)((ls.key_mean ? 1 : 0) + (ls.key_scale ? 1 : 0)) * (size_t)nl *
-                                  (size_t)g_model->cfg.n_head_kv * (size_t)g_model->cfg.head_dim * sizeof(float);
+        /* plus, per layer, the per-head key mean and key scale (floats) and the key split's
+         * channel order (u16) when the scheme keeps them */
+        const size_t mean_bytes = ((size_t)((ls.key_mean ? 1 : 0) + (ls.key_scale ? 1 : 0)) * sizeof(float) +
+                                   (ls.key_split ? sizeof(uint16_t) : 0)) *
+                                  (size_t)nl * (size_t)g_model->cfg.n_head_kv * (size_t)g_model->cfg.head_dim;
         CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_model->cfg.n_head_kv * (kb + vb) + mean_bytes,
                   "%s: %zu data bytes", names[i], mem.data_bytes);
         CHECK(mem.tokens == (size_t)nl * CTX);
