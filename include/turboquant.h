@@ -342,14 +342,15 @@ typedef struct tq_kv_layer_scheme {
                                    leaves ⟨q, k⟩ unchanged and moves quantization error away
                                    from the channels queries weigh (doc/kvcache.md §2).
                                    Default 1 for TURBO keys */
-    int key_split;              /* TURBO MSE keys with key_scale: at the first compression each
-                                   head's channels are ranked by query × key energy and split
-                                   in two blocks with their own rotations, the first at one more
-                                   bit: b = k + f → f·d channels at k + 1, the rest at k;
-                                   b = 2 or 3 → half at b + 1, half at b − 1. Same bytes per
-                                   token; where no such split exists (1, 4 or more bits, PROD,
-                                   or one that would take more bytes) it has no effect
-                                   (doc/kvcache.md §2). Default 1 for TURBO keys */
+    int key_split;              /* TURBO MSE keys with key_scale at a fractional width
+                                   b = k + f ≤ 4: at the first compression each head's channels
+                                   are ranked by query × key energy and the first f·d form a
+                                   block of their own (own rotation) at k + 1 bits, the rest
+                                   another at k, where a fixed split would spread the extra bit
+                                   over all channels. Same bytes per token; no effect at whole
+                                   widths, above 4 bits or with PROD (doc/kvcache.md §2).
+                                   tq_kv_cache_layer_scheme reports whether it is in effect.
+                                   Default 1 for TURBO keys */
 } tq_kv_layer_scheme;
 
 /* A whole-cache scheme: the layer scheme, optional higher precision at the edges, and the
@@ -436,7 +437,8 @@ typedef struct tq_kv_cache tq_kv_cache;
 TQ_API tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg);
 TQ_API void tq_kv_cache_free(tq_kv_cache *cache);
 /* The config the cache was created with (layer_schemes NULL), and the scheme of one layer
- * (overrides and edges resolved; a zeroed struct for a bad layer). */
+ * (overrides and edges resolved, key_mean / key_scale / key_split as in effect; a zeroed
+ * struct for a bad layer). */
 TQ_API tq_kv_cache_config tq_kv_cache_get_config(const tq_kv_cache *cache);
 TQ_API tq_kv_layer_scheme tq_kv_cache_layer_scheme(const tq_kv_cache *cache, int layer);
 

@@ -679,8 +679,14 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
             return TQ_ERR_FORMAT;
         }
     if (expect) {
-        int ok = same_layer_scheme(&expect->scheme.layer, &sc->layer) &&
-                 same_layer_scheme(&expect->scheme.edge, &sc->edge) &&
+        /* A key split flag that has no effect at these dims does not make a mismatch. */
+        tq_kv_layer_scheme el = expect->scheme.layer, ee = expect->scheme.edge, fl = sc->layer,
+                           fe = sc->edge;
+        el.key_split = tq_kv_key_split_applies(&el, (int)dk);
+        ee.key_split = tq_kv_key_split_applies(&ee, (int)dk);
+        fl.key_split = tq_kv_key_split_applies(&fl, (int)dk);
+        fe.key_split = tq_kv_key_split_applies(&fe, (int)dk);
+        int ok = same_layer_scheme(&el, &fl) && same_layer_scheme(&ee, &fe) &&
                  expect->scheme.edge_first == sc->edge_first &&
                  expect->scheme.edge_last == sc->edge_last &&
                  expect->scheme.raw_window == sc->raw_window &&

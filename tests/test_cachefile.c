@@ -348,6 +348,16 @@ static void test_golden(void) {
     tq_kv_cache *v2 = golden_cache_v2(), *v1 = golden_cache_v1();
     check_old_version(GOLDEN_V2, v2, 6);
     CHECK(tq_kv_cache_layer_scheme(v2, 1).key_split == 0 && tq_kv_cache_layer_scheme(v2, 1).key_scale == 1);
+    {
+        /* Today's "turbo3" (key split on, of no effect at a whole width) expects it fine. */
+        tq_kv_cache *t3 = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL), *b = NULL;
+        tq_kv_cache_config e = tq_kv_cache_get_config(t3);
+        uint8_t *g2 = read_file(GOLDEN_V2, &gn);
+        CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &e, &b) == TQ_OK && b);
+        tq_kv_cache_free(b);
+        tq_kv_cache_free(t3);
+        free(g2);
+    }
     check_old_version(GOLDEN_V1, v1, 5);
     CHECK(tq_kv_cache_layer_scheme(v1, 1).key_scale == 0 && tq_kv_cache_layer_scheme(v1, 1).key_mean == 1);
     tq_kv_cache_free(v2);
@@ -469,6 +479,16 @@ static void test_mismatch(void) {
     e2 = e;
     e2.scheme.seed ^= 1;
     CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
+    /* The key split: turbo3.5 without it is another cache; the flag of the q8_0 edge (where
+     * it has no effect) is no mismatch. */
+    e2 = e;
+    e2.scheme.layer.key_split = 0;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH && !b);
+    e2 = e;
+    e2.scheme.edge.key_split = !e2.scheme.edge.key_split;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_OK && b);
+    tq_kv_cache_free(b);
+    b = NULL;
     e2 = e;
     e2.scheme.raw_window = 0;
     CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
