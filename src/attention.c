@@ -462,13 +462,9 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
             float qs[TQ_MAX_DIM];
             if (l->key_scale) { /* ⟨q, k⟩ = ⟨q / s, s ⊙ k⟩: score the stored s ⊙ k with q / s */
                 size_t hk = (size_t)((int)(r % (size_t)pl->nqh) / pl->G) * (size_t)pl->dk;
-                const float *sc = l->key_scale + hk;
-                for (int j = 0; j < pl->dk; j++) qs[j] = qr[j] / sc[j];
-                if (l->key_perm) { /* in the stored keys' channel order */
-                    const uint16_t *pm = l->key_perm + hk;
-                    float tmp[TQ_MAX_DIM];
-                    for (int j = 0; j < pl->dk; j++) tmp[j] = qs[pm[j]];
-                    memcpy(qs, tmp, sizeof(float) * (size_t)pl->dk);
+                for (int j = 0; j < pl->dk; j++) { /* in the stored keys' channel order */
+                    int ch = tq_kv_key_channel(l, hk, j);
+                    qs[j] = qr[ch] / l->key_scale[hk + (size_t)ch];
                 }
             }
             st = tq_codec_prepare_query(l->k.codec, l->key_scale ? qs : qr, pr, (size_t)pl->kw);

@@ -306,9 +306,9 @@ static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant va
     tq_codec_config_init(cc, dim, bits, variant);
     cc->norm_correction = variant == TQ_VARIANT_MSE ? norm : 0;
     cc->seed = seed;
+    if (!split || variant != TQ_VARIANT_MSE) return;
     int k = (int)floor(bits + 1e-9);
     double frac = bits - k;
-    if (!split || variant != TQ_VARIANT_MSE) return;
     tq_codec_config b = *cc;
     b.split = TQ_SPLIT_BLOCK;
     b.block_bits = k + 1;
@@ -879,19 +879,19 @@ static void sort_u16(uint16_t *x, int n) {
     }
 }
 
-/* The key split of head h (tq_kv_layer_scheme.key_split): channels ranked by (a_i + ε)(b_i + ε)
- * (normalized energies as for the scale; a_i = 1 without observed queries), the first
+/* The key split of head h (tq_kv_layer_scheme.key_split): channels ranked by an_i·bn_i (the
+ * scale's normalized, floored energies a_i + ε, b_i + ε; a_i = 1 without observed queries;
+ * b the raw key energies), the first
  * k.block of them form the first block (the one with more bits), each block in channel order;
  * then the scale of each block is multiplied by a constant so that the mean scaled key energy
  * Σ s_i² b_i / n of the two blocks is equal (the codec's one norm then suits both) and the
  * scale keeps geometric mean 1. A constant per block leaves the score error Σ s²b · Σ a/s² of each block as it
  * was: only the bits move. */
-static void split_channels(tq_kv_layer *l, int h, int dk, const double *a, double sa,
-                           const double *b, double sb, float *s) {
+static void split_channels(tq_kv_layer *l, int h, int dk, const double *an, const double *bn,
+                           const double *b, float *s) {
     uint16_t *perm = l->key_perm + (size_t)h * (size_t)dk;
     double w[TQ_MAX_DIM];
-    for (int i = 0; i < dk; i++)
-        w[i] = ((a ? a[i] * dk / sa : 1.0) + KEY_SCALE_FLOOR) * (b[i] * dk / sb + KEY_SCALE_FLOOR);
+    for (int i = 0; i < dk; i++) w[i] = an[i] * bn[i];
     /* Rank by weight, ties by channel (insertion sort: dk ≤ 1024, once per head). */
     for (int i = 0; i < dk; i++) perm[i] = (uint16_t)i;
     for (int i = 1; i < dk; i++) {
@@ -933,7 +933,7 @@ static void compute_key_scale(const tq_kv_cache *c, tq_kv_layer *l) {
     size_t t0 = l->n_comp, n = l->len - t0;
     if (n > TQ_KV_KEY_SCALE_TOKENS) n = TQ_KV_KEY_SCALE_TOKENS;
     double p = 0.25 * (double)n / ((double)n + KEY_SCALE_HALF_TOKENS);
-    double b[TQ_MAX_DIM], lg[TQ_MAX_DIM];
+    double b[TQ_MAX_DIM], lg[TQ_MAX_DIM], an[TQ_MAX_DIM], bn[TQ_MAX_DIM];
     int with_q = l->q_rows > 0;
     for (int h = 0; h < H; h++) {
         const float *m = l->key_mean ? l->key_mean + (size_t)h * (size_t)dk : NULL;
@@ -955,12 +955,13 @@ static void compute_key_scale(const tq_kv_cache *c, tq_kv_layer *l) {
         int ok = sa > 0.0 && sb > 0.0 && isfinite(sa) && isfinite(sb);
         double mean_lg = 0.0;
         for (int i = 0; ok && i < dk; i++) {
-            double ai = (with_q ? a[i] : 1.0) * dk / sa, bi = b[i] * dk / sb;
-            lg[i] = p * log((ai + KEY_SCALE_FLOOR) / (bi + KEY_SCALE_FLOOR));
+            an[i] = (with_q ? a[i] : 1.0) * dk / sa + KEY_SCALE_FLOOR;
+            bn[i] = b[i] * dk / sb + KEY_SCALE_FLOOR;
+            lg[i] = p * log(an[i] / bn[i]);
             mean_lg += lg[i] / dk;
         }
         for (int i = 0; i < dk; i++) s[i] = ok ? (float)exp(lg[i] - mean_lg) : 1.0f;
-        if (l->key_perm && ok) split_channels(l, h, dk, with_q ? a : NULL, sa, b, sb, s);
+        if (l->key_perm && ok) split_channels(l, h, dk, an, bn, b, s);
     }
     l->scale_set = 1;
 }
@@ -978,22 +979,16 @@ static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
     for (; t < target; t++) {
         for (int h = 0; h < H; h++) {
             const uint16_t *kr = tq_kv_kraw(c, l, t, h), *vr = tq_kv_vraw(c, l, t, h);
-            for (int i = 0; i < dk; i++) kbuf[i] = tq_f16_to_f32(kr[i]);
+            const size_t hk = (size_t)h * (size_t)dk;
+            /* Stored coordinate i: s ⊙ (k − mean) of channel key_perm[i] (i without a split). */
+            for (int i = 0; i < dk; i++) {
+                int ch = tq_kv_key_channel(l, hk, i);
+                float x = tq_f16_to_f32(kr[ch]);
+                if (l->key_mean) x -= l->key_mean[hk + (size_t)ch];
+                if (l->key_scale) x *= l->key_scale[hk + (size_t)ch];
+                kbuf[i] = x;
+            }
             for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
-            if (l->key_mean) {
-                const float *m = l->key_mean + (size_t)h * (size_t)dk;
-                for (int i = 0; i < dk; i++) kbuf[i] -= m[i];
-            }
-            if (l->key_scale) {
-                const float *sc = l->key_scale + (size_t)h * (size_t)dk;
-                for (int i = 0; i < dk; i++) kbuf[i] *= sc[i];
-            }
-            if (l->key_perm) {
-                const uint16_t *pm = l->key_perm + (size_t)h * (size_t)dk;
-                float tmp[TQ_MAX_DIM];
-                for (int i = 0; i < dk; i++) tmp[i] = kbuf[pm[i]];
-                memcpy(kbuf, tmp, sizeof(float) * (size_t)dk);
-            }
             st = encode_tensor(&l->k, kbuf, (uint8_t *)tq_kv_krec(c, l, t, h));
             if (!st) st = encode_tensor(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
             if (st) break;
@@ -1207,17 +1202,16 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
             if (t < l->n_comp) {
                 tq_status s1 = TQ_OK;
                 if (ko) {
-                    s1 = decode_tensor(&l->k, tq_kv_krec(c, l, t, h), ko);
-                    if (l->key_perm) {
-                        const uint16_t *pm = l->key_perm + (size_t)h * (size_t)dk;
-                        float tmp[TQ_MAX_DIM];
-                        for (int j = 0; j < dk; j++) tmp[pm[j]] = ko[j];
-                        memcpy(ko, tmp, sizeof(float) * (size_t)dk);
+                    float dec[TQ_MAX_DIM];
+                    const size_t hk = (size_t)h * (size_t)dk;
+                    s1 = decode_tensor(&l->k, tq_kv_krec(c, l, t, h), dec);
+                    for (int j = 0; j < dk; j++) { /* the inverse of compress_to's */
+                        int ch = tq_kv_key_channel(l, hk, j);
+                        float x = dec[j];
+                        if (l->key_scale) x /= l->key_scale[hk + (size_t)ch];
+                        if (l->key_mean) x += l->key_mean[hk + (size_t)ch];
+                        ko[ch] = x;
                     }
-                    if (l->key_scale)
-                        for (int j = 0; j < dk; j++) ko[j] /= l->key_scale[(size_t)h * (size_t)dk + (size_t)j];
-                    if (l->key_mean)
-                        for (int j = 0; j < dk; j++) ko[j] += l->key_mean[(size_t)h * (size_t)dk + (size_t)j];
                 }
                 if (vo) {
                     tq_status s2 = decode_tensor(&l->v, tq_kv_vrec(c, l, t, h), vo);

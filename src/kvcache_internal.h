@@ -114,6 +114,12 @@ static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer
            ((size_t)h * TQ_KV_P + t % TQ_KV_P) * (size_t)c->cfg.head_dim_v;
 }
 
+/* The channel that stored key coordinate j of the head whose rows start at hk = h·dk holds
+ * (the key split's order; j itself without one). */
+static inline int tq_kv_key_channel(const tq_kv_layer *l, size_t hk, int j) {
+    return l->key_perm ? (int)l->key_perm[hk + (size_t)j] : j;
+}
+
 /* Decodes n consecutive records of tensor x (stride x->rec_bytes) into rows of x->row_floats
  * floats (stride `stride`), in the scoring basis: original coordinates for F16/Q8_0/Q4_0,
  * the codec's rotated basis for TURBO (norm/√d · c[idx], PROD signs scaled by √(π/2)/d·γ·n in
