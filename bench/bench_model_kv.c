@@ -3,7 +3,7 @@
  * them), bytes per token, and prefill/decode speed. A benchmark, not a test: it prints.
  *
  *   bench_model_kv [-m model.gguf] [-f wikitext.txt] [-c ctx] [-w windows] [-t threads]
- *                  [-s scheme,scheme,...] [-l scheme,...] [--speed] [--no-quality]
+ *                  [-s scheme,scheme,...] [-l scheme,...] [--as-decode] [--speed] [--no-quality]
  *
  * Windows are llama-perplexity's: window i is tokens [i·ctx, (i+1)·ctx) of the whole text
  * (BOS first), rows ctx/2 .. ctx−2 scored. Every scheme runs with prefill_raw = 0 and forward
@@ -11,7 +11,10 @@
  * key it sees — its own included — is compressed: these are the figures of a fully
  * compressed cache, an upper bound on what decode sees (decode keeps < 64 newest tokens raw).
  * -l S also runs S with the sliding-window layers kept f16 (per-layer override), shown as
- * "S/lf16". --speed: prefill of ctx − 64 tokens, then 64 decode steps (the first, which
+ * "S/lf16". --as-decode: every run (the f16 reference too) feeds its scored pieces in the
+ * chunks of tq_kv_scheme_decode_chunk (63 tokens, then 1), so each query sees each key
+ * compressed or still fp16 exactly as the decode step at its position would (the newest
+ * < 64 tokens raw): the figures of generation rather than the worst case. --speed: prefill of ctx − 64 tokens, then 64 decode steps (the first, which
  * compresses the prefill, timed apart), for f16 and turbo3 with the library's defaults. */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +35,7 @@ typedef struct {
     char name[64];
     tq_kv_scheme scheme;
     int local_f16;   /* sliding-window layers kept f16 */
+    int as_decode;   /* scored pieces in decode-exact chunks */
     double nll, kld; /* sums over scored rows */
     long top1, rows;
     float *kld_rows; /* (windows · rows per window) for the 99th percentile */
@@ -117,7 +121,12 @@ static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref
     }
     for (int p = first; p < ctx && st == MODEL_OK; p += PIECE) {
         const int n = ctx - p < PIECE ? ctx - p : PIECE;
-        st = model_forward(m, toks + p, n, p, 1, logits);
+        for (int q = 0; q < n && st == MODEL_OK;) {
+            const int k = r->as_decode ? (int)tq_kv_scheme_decode_chunk(&r->scheme, (size_t)(p + q), (size_t)(n - q))
+                                       : n - q;
+            st = model_forward(m, toks + p + q, k, p + q, 1, logits + (size_t)q * (size_t)nv);
+            q += k;
+        }
         for (int i = 0; i < n && st == MODEL_OK && p + i < ctx - 1; i++) {
             const int row = p + i - first;
             float *rf = ref + (size_t)row * (size_t)nv;
@@ -151,8 +160,10 @@ static int cmp_float(const void *a, const void *b) {
 }
 
 static void print_table(run *runs, int n_runs, int windows, int ctx) {
-    printf("\nctx %d, %d window%s, %ld scored rows per scheme; every key compressed (prefill_raw=0)\n", ctx, windows,
-           windows == 1 ? "" : "s", runs[0].rows);
+    printf("\nctx %d, %d window%s, %ld scored rows per scheme; %s\n", ctx, windows, windows == 1 ? "" : "s",
+           runs[0].rows,
+           runs[0].as_decode ? "as decode sees the cache (--as-decode: the newest < batch tokens fp16)"
+                             : "every key compressed (prefill_raw=0)");
     printf("%-14s %9s %9s %10s %10s %8s %7s\n", "scheme", "PPL", "dPPL", "KLD mean", "KLD p99", "top-1", "ratio");
     const double ppl0 = exp(runs[0].nll / (double)runs[0].rows);
     for (int i = 0; i < n_runs; i++) {
@@ -222,6 +233,7 @@ int main(int argc, char **argv) {
     const char *model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
     const char *text = "../shared/data/wikitext-2-raw-test.txt";
     const char *schemes = "f16,q8_0,q4_0,turbo4,turbo3.5,turbo3,turbo2,turbo4v3,turbo0v4,turbo8v3", *locals = "";
+    int as_decode = 0;
     int ctx = 2048, windows = 20, threads = 2, speed = 0, quality = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -234,9 +246,10 @@ int main(int argc, char **argv) {
         else if (v != NULL && strcmp(a, "-t") == 0) threads = atoi(v), i++;
         else if (v != NULL && strcmp(a, "-s") == 0) schemes = v, i++;
         else if (v != NULL && strcmp(a, "-l") == 0) locals = v, i++;
+        else if (strcmp(a, "--as-decode") == 0) as_decode = 1;
         else {
             fprintf(stderr, "usage: %s [-m model] [-f text] [-c ctx] [-w windows] [-t threads] [-s schemes] "
-                            "[-l schemes] [--speed] [--no-quality]\n", argv[0]);
+                            "[-l schemes] [--as-decode] [--speed] [--no-quality]\n", argv[0]);
             return 2;
         }
     }
@@ -282,6 +295,7 @@ int main(int argc, char **argv) {
             }
             r->scheme.prefill_raw = 0;
             r->local_f16 = pass == 1;
+            r->as_decode = as_decode;
             snprintf(r->name, sizeof r->name, "%s%s", tokp, pass == 1 ? "/lf16" : "");
             r->kld_rows = malloc((size_t)windows * (size_t)ctx * sizeof(float));
             if (r->kld_rows == NULL) return 1;

@@ -480,6 +480,20 @@ TQ_API tq_status tq_kv_cache_key_scale(const tq_kv_cache *cache, int layer, floa
 TQ_API size_t tq_kv_cache_length(const tq_kv_cache *cache, int layer);
 TQ_API size_t tq_kv_cache_compressed_length(const tq_kv_cache *cache, int layer);
 
+/* The two-phase rule as a function of the length (doc/kvcache.md §3): how many leading tokens
+ * a layer that compresses (K or V not f16) holds compressed at length len once compression
+ * has started — 0 below quantized_kv_start or up to raw_window tokens, else
+ * ⌊(len − raw_window) / batch⌋ · batch. 0 for a NULL scheme or batch < 1. */
+TQ_API size_t tq_kv_scheme_compressed_length(const tq_kv_scheme *scheme, size_t len);
+/* Decode-exact chunking: the most tokens n ≤ max_n that one append at length pos followed by
+ * one tq_kv_attention call can take such that each of its queries sees every key exactly as
+ * a single-token decode step at that query's position would (compressed or still fp16), and
+ * the first compression (which fixes the key mean, scale and split) sees the same tokens:
+ * the run up to the next change of the compressed length, 1 at the first compression. With prefill_raw = 0 (or compression started), appending in such chunks gives
+ * the scores of token-by-token decode at prefill cost (used by tq perplexity --as-decode).
+ * 0 when max_n is 0 or the scheme is NULL. */
+TQ_API size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *scheme, size_t pos, size_t max_n);
+
 /* Rolls every layer back to `length` tokens (speculative decoding, chat edits), across the
  * raw/compressed boundary: tokens kept keep their exact stored bytes; pages are kept for reuse.
  * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (length beyond some layer's length; nothing changed). */

@@ -831,12 +831,28 @@ tq_status tq_kv_cache_reserve(tq_kv_cache *c, size_t n_tokens) {
 
 /* How many leading tokens the scheme wants compressed at length len: a pure function of the
  * length, so every history reaching a length can reach the same state (doc/kvcache.md). */
-static size_t compress_target(const tq_kv_cache *c, const tq_kv_layer *l, size_t len) {
-    const tq_kv_scheme *s = &c->cfg.scheme;
-    if (l->compress_none || len < (size_t)s->quantized_kv_start || len <= (size_t)s->raw_window)
-        return 0;
+size_t tq_kv_scheme_compressed_length(const tq_kv_scheme *s, size_t len) {
+    if (!s || s->batch < 1 || s->raw_window < 0 || s->quantized_kv_start < 0) return 0;
+    if (len < (size_t)s->quantized_kv_start || len <= (size_t)s->raw_window) return 0;
     size_t avail = len - (size_t)s->raw_window;
     return avail / (size_t)s->batch * (size_t)s->batch;
+}
+
+size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *s, size_t pos, size_t max_n) {
+    if (!s || max_n == 0) return 0;
+    /* A query at position j of the chunk sees the compressed length of pos + n (the whole
+     * chunk is appended first); decode would give it that of j + 1. */
+    const size_t first = tq_kv_scheme_compressed_length(s, pos + 1);
+    /* The first compression fixes the key mean, scale and split from the tokens held then:
+     * it must see as many as in decode, so that step goes alone. */
+    if (first > 0 && tq_kv_scheme_compressed_length(s, pos) == 0) return 1;
+    size_t n = 1;
+    while (n < max_n && tq_kv_scheme_compressed_length(s, pos + n + 1) == first) n++;
+    return n;
+}
+
+static size_t compress_target(const tq_kv_cache *c, const tq_kv_layer *l, size_t len) {
+    return l->compress_none ? 0 : tq_kv_scheme_compressed_length(&c->cfg.scheme, len);
 }
 
 static uint16_t *raw_k_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h) {

@@ -737,6 +737,82 @@ static void test_int8_scores(void) {
            "threads vs one %.2g\n", worst, TOL, worst_t);
 }
 
+/* Decode-exact chunks (tq_kv_scheme_decode_chunk): appending and attending in them gives
+ * every query what token-by-token decode gives it — the same keys compressed or still fp16 —
+ * so the outputs agree to fp32 rounding, where calls of 64 (every key compressed first)
+ * differ by the quantization error; the compressed length after every decode step is
+ * tq_kv_scheme_compressed_length of the length. */
+static void test_decode_chunks(void) {
+    static const char *names[] = {"turbo3:prefill_raw=0", "turbo4:prefill_raw=0:window=8:batch=16",
+                                  "q4_0:prefill_raw=0:start=100", "turbo2.5:prefill_raw=0:batch=32"};
+    enum { H = 2, NQH = 4, D = 64, L = 300, PROMPT = 40, MAXC = 64 };
+    float *k = malloc(sizeof(float) * L * H * D), *v = malloc(sizeof(float) * L * H * D);
+    float *q = malloc(sizeof(float) * L * NQH * D);
+    float *out[3];
+    for (int r = 0; r < 3; r++) out[r] = malloc(sizeof(float) * L * NQH * D);
+    fill(k, (size_t)L * H * D, 1.5f);
+    fill(v, (size_t)L * H * D, 0.0f);
+    fill(q, (size_t)L * NQH * D, 0.0f);
+    for (size_t i = 0; i < (size_t)L * NQH * D; i++) q[i] *= 2.0f;
+    tq_attn_params p;
+    tq_attn_params_init(&p, D);
+    for (size_t si = 0; si < sizeof names / sizeof *names; si++) {
+        tq_kv_scheme sc;
+        CHECK(tq_kv_scheme_parse(names[si], &sc, NULL, 0) == TQ_OK);
+        int calls[3] = {0, 0, 0}, longest = 0, state_ok = 1;
+        for (int r = 0; r < 3; r++) { /* 0: decode steps, 1: decode-exact chunks, 2: calls of 64 */
+            tq_kv_cache *c = make_cache(names[si], sc.raw_window, H, D, D);
+            CHECK(c != NULL);
+            if (!c) continue;
+            size_t wb = tq_kv_attention_workspace_size(c, 0, NQH, MAXC, 1);
+            void *work = malloc(wb);
+            tq_status st = tq_kv_cache_append(c, 0, k, v, PROMPT);
+            for (size_t pos = PROMPT; pos < L && st == TQ_OK;) {
+                size_t left = L - pos < MAXC ? L - pos : MAXC;
+                size_t n = r == 0 ? 1 : r == 1 ? tq_kv_scheme_decode_chunk(&sc, pos, left) : left;
+                st = tq_kv_cache_append(c, 0, k + pos * H * D, v + pos * H * D, n);
+                if (st == TQ_OK)
+                    st = tq_kv_attention(c, 0, q + pos * NQH * D, NQH, n, &p, NULL, work, wb,
+                                         out[r] + pos * NQH * D);
+                if (r == 0 && tq_kv_cache_compressed_length(c, 0) != tq_kv_scheme_compressed_length(&sc, pos + 1))
+                    state_ok = 0;
+                if ((int)n > longest && r == 1) longest = (int)n;
+                calls[r]++;
+                pos += n;
+            }
+            CHECK_MSG(st == TQ_OK, "%s run %d: %s", names[si], r, tq_error_name(st));
+            free(work);
+            tq_kv_cache_free(c);
+        }
+        double exact = 0, worst = 0;
+        for (size_t i = (size_t)PROMPT * NQH * D; i < (size_t)L * NQH * D; i++) {
+            exact = fmax(exact, fabs((double)out[1][i] - out[0][i]));
+            worst = fmax(worst, fabs((double)out[2][i] - out[0][i]));
+        }
+        CHECK_MSG(state_ok, "%s: compressed length after a decode step", names[si]);
+        CHECK_MSG(exact <= 1e-4, "%s: decode-exact chunks differ from decode by %g", names[si], exact);
+        CHECK_MSG(worst > 100 * exact && worst > 1e-3, "%s: calls of 64 differ by only %g", names[si], worst);
+        CHECK_MSG(longest > 8 && calls[1] < calls[0] / 4, "%s: %d chunks, longest %d", names[si], calls[1], longest);
+        printf("     %-40s %3d chunks (longest %2d) for %d steps: |chunks - decode| %.2g, calls of 64 %.2g\n",
+               names[si], calls[1], longest, calls[0], exact, worst);
+    }
+    tq_kv_scheme sc;
+    CHECK(tq_kv_scheme_parse("turbo3", &sc, NULL, 0) == TQ_OK);
+    CHECK(tq_kv_scheme_decode_chunk(NULL, 0, 10) == 0 && tq_kv_scheme_decode_chunk(&sc, 5, 0) == 0);
+    /* batch 64: the first compression (length 64) alone, then runs of 64 from each change */
+    CHECK(tq_kv_scheme_decode_chunk(&sc, 0, 100) == 63 && tq_kv_scheme_decode_chunk(&sc, 63, 100) == 1);
+    CHECK(tq_kv_scheme_decode_chunk(&sc, 64, 10) == 10 && tq_kv_scheme_decode_chunk(&sc, 64, 100) == 63);
+    CHECK(tq_kv_scheme_decode_chunk(&sc, 127, 100) == 64 && tq_kv_scheme_decode_chunk(&sc, 130, 100) == 61);
+    CHECK(tq_kv_scheme_compressed_length(&sc, 63) == 0 && tq_kv_scheme_compressed_length(&sc, 130) == 128);
+    CHECK(tq_kv_scheme_compressed_length(NULL, 100) == 0);
+    sc.batch = 0;
+    CHECK(tq_kv_scheme_compressed_length(&sc, 100) == 0);
+    for (int r = 0; r < 3; r++) free(out[r]);
+    free(k);
+    free(v);
+    free(q);
+}
+
 int main(int argc, char **argv) {
     /* The fast path against the reference within fp32 rounding: float kernels, except in
      * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
@@ -756,5 +832,6 @@ int main(int argc, char **argv) {
     RUN_TEST(test_threads);
     RUN_TEST(test_key_mean);
     RUN_TEST(test_key_scale);
+    RUN_TEST(test_decode_chunks);
     return test_report();
 }

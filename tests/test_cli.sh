@@ -103,7 +103,21 @@ assert t["kld_mean"] > 0 and 0 <= t["kld_median"] <= t["kld_p99"] and 0 <= t["to
 assert 0 < t["kv_bytes_per_token"] < r[0]["kv_bytes_per_token"]
 ' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity turbo3 row"
   else fail=$((fail+1)); echo "FAIL perplexity turbo3 row"; cat /tmp/tq_cli_out.$$; fi
-  rm -f "$text"
+  # --as-decode: positions 64..126 see the tokens from 64 on still fp16 (the two-phase rule's
+  # raw tail), so turbo2 loses less than with every key compressed.
+  check "perplexity turbo2 worst case" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo2 --json -t 2
+  cp /tmp/tq_cli_out.$$ /tmp/tq_cli_worst.$$
+  check "perplexity turbo2 --as-decode" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo2 --as-decode --json -t 2
+  if python3 -c '
+import json, sys
+w, d = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert w["as_decode"] is False and d["as_decode"] is True
+assert d["tokens_scored"] == w["tokens_scored"] == 63
+assert abs(d["results"][0]["ppl"] - w["results"][0]["ppl"]) < 1e-3 * w["results"][0]["ppl"]
+assert 0 < d["results"][1]["kld_mean"] < w["results"][1]["kld_mean"], (d, w)
+' /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity --as-decode below the worst case"
+  else fail=$((fail+1)); echo "FAIL perplexity --as-decode"; cat /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; fi
+  rm -f "$text" /tmp/tq_cli_worst.$$
   check "passkey run" 0 "$tq" passkey -m "$model" -c 256 --trials 1 -t 2
   has "passkey depth line" "f16          depth 0.50  "
   has "passkey retrieval line" "f16          retrieval "
