@@ -22,7 +22,8 @@
  * first decode step (prefill_raw = 1), which a prefill-only evaluation never reaches: the
  * scores would be f16's. Schemes run here with prefill_raw = 0 (compress on every forward;
  * after a call ending at length L, tokens [0, batch·floor(L/batch)) are compressed before
- * that call's attention) unless the scheme text sets prefill_raw itself. The scored positions
+ * that call's attention) unless the scheme text sets prefill_raw itself (with --as-decode
+ * always: decode ends a prompt's raw phase at its first step). The scored positions
  * run in calls ending at multiples of SUB (the last at CTX, its unscored last position
  * included), so every key a scored query sees, its own included, is compressed: the
  * figures of a fully compressed cache, the worst case of each scheme. With --as-decode each
@@ -191,7 +192,8 @@ int cmd_perplexity(int argc, char **argv) {
     }
     const long n_pos = n_chunks * per_chunk;
     for (int k = 0; k < n_schemes; k++) {
-        if (!strstr(o.schemes[k].name, "prefill_raw=")) o.schemes[k].scheme.prefill_raw = 0;
+        /* As decode, a prompt's raw phase ends at the first decode step anyway (same state). */
+        if (as_decode || !strstr(o.schemes[k].name, "prefill_raw=")) o.schemes[k].scheme.prefill_raw = 0;
         if ((rc = session_seq_open(&s, &o.schemes[k], ctx, &seqs[k])) != 0) goto done;
         if (k > 0 && (res[k].kld = malloc((size_t)n_pos * sizeof(double))) == NULL) goto nomem;
     }
