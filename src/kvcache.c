@@ -840,15 +840,21 @@ size_t tq_kv_scheme_compressed_length(const tq_kv_scheme *s, size_t len) {
 
 size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *s, size_t pos, size_t max_n) {
     if (!s || max_n == 0) return 0;
+    if (s->batch < 1 || s->raw_window < 0 || s->quantized_kv_start < 0 || pos >= SIZE_MAX / 2) return 1;
     /* A query at position j of the chunk sees the compressed length of pos + n (the whole
      * chunk is appended first); decode would give it that of j + 1. */
     const size_t first = tq_kv_scheme_compressed_length(s, pos + 1);
     /* The first compression fixes the key mean, scale and split from the tokens held then:
      * it must see as many as in decode, so that step goes alone. */
     if (first > 0 && tq_kv_scheme_compressed_length(s, pos) == 0) return 1;
-    size_t n = 1;
-    while (n < max_n && tq_kv_scheme_compressed_length(s, pos + n + 1) == first) n++;
-    return n;
+    /* The smallest length L > pos + 1 whose compressed length differs from `first` (it only
+     * grows): while none is compressed, the first length that compresses a whole batch
+     * (at least quantized_kv_start); after, the next batch boundary. */
+    const uint64_t W = (uint64_t)s->raw_window, B = (uint64_t)s->batch, start = (uint64_t)s->quantized_kv_start;
+    uint64_t next = first == 0 ? (start > W + B ? start : W + B) : W + (uint64_t)first + B;
+    if (next < (uint64_t)pos + 2) next = (uint64_t)pos + 2;
+    const uint64_t n = next - (uint64_t)pos - 1;
+    return n < (uint64_t)max_n ? (size_t)n : max_n;
 }
 
 static size_t compress_target(const tq_kv_cache *c, const tq_kv_layer *l, size_t len) {

@@ -805,6 +805,26 @@ static void test_decode_chunks(void) {
     CHECK(tq_kv_scheme_decode_chunk(&sc, 127, 100) == 64 && tq_kv_scheme_decode_chunk(&sc, 130, 100) == 61);
     CHECK(tq_kv_scheme_compressed_length(&sc, 63) == 0 && tq_kv_scheme_compressed_length(&sc, 130) == 128);
     CHECK(tq_kv_scheme_compressed_length(NULL, 100) == 0);
+    /* The closed form agrees with stepping the rule one length at a time. */
+    static const char *rules[] = {"turbo3", "turbo3:window=10:batch=16", "q4_0:start=100:batch=32",
+                                  "turbo4:window=70:start=20:batch=8", "turbo2:start=5:batch=1"};
+    int agree = 1;
+    for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++) {
+        tq_kv_scheme r;
+        CHECK(tq_kv_scheme_parse(rules[ri], &r, NULL, 0) == TQ_OK);
+        for (size_t pos = 0; pos < 400; pos++)
+            for (size_t mx = 1; mx < 150; mx += 37) {
+                size_t first = tq_kv_scheme_compressed_length(&r, pos + 1), n = 1;
+                if (!(first > 0 && tq_kv_scheme_compressed_length(&r, pos) == 0))
+                    while (n < mx && tq_kv_scheme_compressed_length(&r, pos + n + 1) == first) n++;
+                if (tq_kv_scheme_decode_chunk(&r, pos, mx) != n) agree = 0;
+            }
+    }
+    CHECK(agree);
+    /* Huge values: no overflow, no loop over the length. */
+    sc.batch = 1 << 30;
+    CHECK(tq_kv_scheme_decode_chunk(&sc, 0, SIZE_MAX) == (size_t)(1 << 30) - 1);
+    CHECK(tq_kv_scheme_decode_chunk(&sc, SIZE_MAX, SIZE_MAX) == 1);
     sc.batch = 0;
     CHECK(tq_kv_scheme_compressed_length(&sc, 100) == 0);
     for (int r = 0; r < 3; r++) free(out[r]);
