@@ -12,7 +12,7 @@
  * compressed cache, an upper bound on what decode sees (decode keeps < 64 newest tokens raw).
  * -l S also runs S with the sliding-window layers kept f16 (per-layer override), shown as
  * "S/lf16". --as-decode: every run (the f16 reference too) feeds its scored pieces in the
- * chunks of tq_kv_scheme_decode_chunk (63 tokens, then 1), so each query sees each key
+ * chunks of tq_kv_scheme_decode_chunk (model_forward_as_decode: 63 tokens, then 1), so each query sees each key
  * compressed or still fp16 exactly as the decode step at its position would (the newest
  * < 64 tokens raw): the figures of generation rather than the worst case. Its "ratio" column
  * is then the cache's mean over the scored decode steps (each layer's newest len − compressed
@@ -143,12 +143,7 @@ static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref
     }
     for (int p = first; p < ctx && st == MODEL_OK; p += PIECE) {
         const int n = ctx - p < PIECE ? ctx - p : PIECE;
-        for (int q = 0; q < n && st == MODEL_OK;) {
-            const int k = r->as_decode ? (int)tq_kv_scheme_decode_chunk(&r->scheme, (size_t)(p + q), (size_t)(n - q))
-                                       : n - q;
-            st = model_forward(m, toks + p + q, k, p + q, 1, logits + (size_t)q * (size_t)nv);
-            q += k;
-        }
+        st = r->as_decode ? model_forward_as_decode(m, toks + p, n, p, logits) : model_forward(m, toks + p, n, p, 1, logits);
         for (int i = 0; i < n && st == MODEL_OK && p + i < ctx - 1; i++) {
             const int row = p + i - first;
             float *rf = ref + (size_t)row * (size_t)nv;

@@ -608,6 +608,19 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
     return MODEL_OK;
 }
 
+model_status model_forward_as_decode(model *m, const int32_t *tokens, int n, int pos0, float *logits) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    if (tokens == NULL || logits == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens or no logits");
+    for (int q = 0; q < n;) {
+        const int most = n - q < m->params.max_batch ? n - q : m->params.max_batch;
+        const int k = (int)tq_kv_scheme_decode_chunk(&m->kv_scheme, (size_t)(pos0 + q), (size_t)most);
+        model_status st = model_forward(m, tokens + q, k, pos0 + q, 1, logits + (size_t)q * (size_t)m->cfg.n_vocab);
+        if (st != MODEL_OK) return st;
+        q += k;
+    }
+    return MODEL_OK;
+}
+
 /* ---- load / free --------------------------------------------------------------------------- */
 
 const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }

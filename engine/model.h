@@ -223,6 +223,12 @@ const char *model_last_error(const model *m);
  * (checked before anything changes), MODEL_ERR_INTERNAL. */
 model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int all_logits,
                            float *logits);
+/* The same with every row's logits, (n, n_vocab), as token-by-token decode would give them:
+ * the tokens go in the decode-exact chunks of the cache's scheme (tq_kv_scheme_decode_chunk,
+ * at most max_batch each), so each position sees every key compressed or still fp16 exactly
+ * as a single decode step there would (the scheme needs prefill_raw = 0, or compression
+ * started). n may exceed max_batch. Errors: as model_forward. */
+model_status model_forward_as_decode(model *m, const int32_t *tokens, int n, int pos0, float *logits);
 
 /* Installs (fn non-NULL) or removes the attention hook; ctx is passed to every call. */
 void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx);

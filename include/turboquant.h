@@ -489,8 +489,9 @@ TQ_API size_t tq_kv_scheme_compressed_length(const tq_kv_scheme *scheme, size_t 
  * one tq_kv_attention call can take such that each of its queries sees every key exactly as
  * a single-token decode step at that query's position would (compressed or still fp16), and
  * the first compression (which fixes the key mean, scale and split) sees the same tokens:
- * the run up to the next change of the compressed length, 1 at the first compression. With prefill_raw = 0 (or compression started), appending in such chunks gives
- * the scores of token-by-token decode at prefill cost (used by tq perplexity --as-decode).
+ * the run up to the next change of the compressed length, 1 at the first compression. With
+ * prefill_raw = 0 (or compression started), appending in such chunks gives the scores of
+ * token-by-token decode at prefill cost (model_forward_as_decode, tq perplexity --as-decode).
  * 0 when max_n is 0 or the scheme is NULL. */
 TQ_API size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *scheme, size_t pos, size_t max_n);
 

@@ -101,19 +101,6 @@ static double kl_row(const float *x, double lse_x, const float *y, double lse_y,
     return kl > 0 ? kl : 0.0; /* rounding can take an exact 0 slightly negative */
 }
 
-/* Positions [p, p + n) of tokens through seq with logits for each, in one call, or with
- * as_decode in the decode-exact chunks of the scheme (tq_kv_scheme_decode_chunk). */
-static int forward_rows(session_seq *seq, const tq_kv_scheme *scheme, int as_decode, const int32_t *tokens,
-                        int p, int n, float *logits, int nv) {
-    for (int q = 0; q < n;) {
-        const int m = as_decode ? (int)tq_kv_scheme_decode_chunk(scheme, (size_t)(p + q), (size_t)(n - q)) : n - q;
-        int rc = session_forward(seq, tokens + p + q, m, p + q, 1, logits + (size_t)q * (size_t)nv);
-        if (rc != 0) return rc;
-        q += m;
-    }
-    return 0;
-}
-
 int cmd_perplexity(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "perplexity", 512, 1);
@@ -233,7 +220,7 @@ int cmd_perplexity(int argc, char **argv) {
             /* calls end at multiples of SUB (of any batch dividing it) or at CTX */
             n_run = SUB - p % SUB < ctx - p ? SUB - p % SUB : ctx - p;
             const int n = ctx - 1 - p < n_run ? ctx - 1 - p : n_run;
-            if ((rc = forward_rows(&seqs[0], &o.schemes[0].scheme, as_decode, batch, p, n_run, ref, nv)) != 0)
+            if ((rc = session_forward_rows(&seqs[0], batch + p, n_run, p, as_decode, ref)) != 0)
                 goto done;
             for (int r = 0; r < n; r++) {
                 const float *row = ref + (size_t)r * (size_t)nv;
@@ -242,7 +229,7 @@ int cmd_perplexity(int argc, char **argv) {
                 res[0].nll += ref_lse[r] - (double)row[orig[p + r + 1]];
             }
             for (int k = 1; k < n_schemes; k++) {
-                if ((rc = forward_rows(&seqs[k], &o.schemes[k].scheme, as_decode, batch, p, n_run, cur, nv)) != 0)
+                if ((rc = session_forward_rows(&seqs[k], batch + p, n_run, p, as_decode, cur)) != 0)
                     goto done;
                 for (int r = 0; r < n; r++) {
                     const float *row = cur + (size_t)r * (size_t)nv;

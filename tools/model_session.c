@@ -366,8 +366,10 @@ void session_seq_reset(session_seq *q) { model_truncate(q->m, 0); }
 
 int session_seq_len(const session_seq *q) { return model_seq_len(q->m); }
 
-int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits,
-                    float *logits) {
+/* session_forward, and with as_decode (all_logits implied) each max_batch piece in the
+ * decode-exact chunks of model_forward_as_decode (a piece of a decode-exact run is one too). */
+static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits, int as_decode,
+                   float *logits) {
     if (pos0 + n > q->n_ctx) {
         fprintf(stderr, "tq %s: %d positions do not fit the context of %d (-c)\n", q->cmd,
                 pos0 + n, q->n_ctx);
@@ -377,7 +379,8 @@ int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int 
         int len = n - done < q->max_batch ? n - done : q->max_batch;
         int last = done + len == n;
         float *out = all_logits || last ? logits : NULL;
-        model_status st = model_forward(q->m, tokens + done, len, pos0 + done, all_logits, out);
+        model_status st = as_decode ? model_forward_as_decode(q->m, tokens + done, len, pos0 + done, out)
+                                    : model_forward(q->m, tokens + done, len, pos0 + done, all_logits, out);
         if (st != MODEL_OK) {
             fprintf(stderr, "tq %s: forward pass failed: %s (%s)\n", q->cmd,
                     model_last_error(q->m), model_status_name(st));
@@ -387,6 +390,15 @@ int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int 
         done += len;
     }
     return 0;
+}
+
+int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits,
+                    float *logits) {
+    return forward(q, tokens, n, pos0, all_logits, 0, logits);
+}
+
+int session_forward_rows(session_seq *q, const int32_t *tokens, int n, int pos0, int as_decode, float *logits) {
+    return forward(q, tokens, n, pos0, 1, as_decode, logits);
 }
 
 size_t session_kv_f16_bytes(const model_config *cfg, size_t n_tokens) {
