@@ -3,7 +3,7 @@
  * them), bytes per token, and prefill/decode speed. A benchmark, not a test: it prints.
  *
  *   bench_model_kv [-m model.gguf] [-f wikitext.txt] [-c ctx] [-w windows] [-t threads]
- *                  [-s scheme,scheme,...] [-l scheme,...] [--as-decode] [--speed] [--no-quality]
+ *                  [-s scheme,scheme,...] [-l scheme,...] [--as-decode | --prompt] [--speed] [--no-quality]
  *
  * Windows are llama-perplexity's: window i is tokens [i·ctx, (i+1)·ctx) of the whole text
  * (BOS first), rows ctx/2 .. ctx−2 scored. Every scheme runs with prefill_raw = 0 and forward
@@ -16,7 +16,12 @@
  * compressed or still fp16 exactly as the decode step at its position would (the newest
  * < 64 tokens raw): the figures of generation rather than the worst case. Its "ratio" column
  * is then the cache's mean over the scored decode steps (each layer's newest len − compressed
- * length tokens fp16, 31.5 on average with batch 64), not the end-of-window state. --speed:
+ * length tokens fp16, 31.5 on average with batch 64), not the end-of-window state. --prompt:
+ * generation after a prompt, as `tq generate` runs: the first half of each window is the
+ * prompt, prefilled with the scheme's prefill_raw = 1 (attention exact, K/V kept fp16), then
+ * the scored half is decoded — its first step alone (it compresses the prompt, fixing the key
+ * mean, scale and split from the prompt's tokens), the rest in decode-exact chunks; every run,
+ * the f16 reference too, in the same calls. --speed:
  * prefill of ctx − 64 tokens, then 64 decode steps (the first, which compresses the prefill,
  * timed apart), for f16 and turbo3 with the library's defaults. */
 #include <math.h>
@@ -38,7 +43,8 @@ typedef struct {
     char name[64];
     tq_kv_scheme scheme;
     int local_f16;   /* sliding-window layers kept f16 */
-    int as_decode;   /* scored pieces in decode-exact chunks */
+    int as_decode;   /* 1: scored pieces in decode-exact chunks; 2 (--prompt): the same after the first
+                        half prefilled as a raw prompt (prefill_raw = 1) and one decode step alone */
     double nll, kld; /* sums over scored rows */
     long top1, rows;
     float *kld_rows; /* (windows · rows per window) for the 99th percentile */
@@ -143,7 +149,9 @@ static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref
     }
     for (int p = first; p < ctx && st == MODEL_OK; p += PIECE) {
         const int n = ctx - p < PIECE ? ctx - p : PIECE;
-        st = r->as_decode ? model_forward_as_decode(m, toks + p, n, p, logits) : model_forward(m, toks + p, n, p, 1, logits);
+        if (r->as_decode == 2 && p == first) st = model_forward_after_prompt(m, toks + p, n, p, logits);
+        else if (r->as_decode) st = model_forward_as_decode(m, toks + p, n, p, logits);
+        else st = model_forward(m, toks + p, n, p, 1, logits);
         for (int i = 0; i < n && st == MODEL_OK && p + i < ctx - 1; i++) {
             const int row = p + i - first;
             float *rf = ref + (size_t)row * (size_t)nv;
@@ -181,8 +189,9 @@ static int cmp_float(const void *a, const void *b) {
 static void print_table(run *runs, int n_runs, int windows, int ctx) {
     printf("\nctx %d, %d window%s, %ld scored rows per scheme; %s\n", ctx, windows, windows == 1 ? "" : "s",
            runs[0].rows,
-           runs[0].as_decode ? "as decode sees the cache (--as-decode: the newest < batch tokens fp16)"
-                             : "every key compressed (prefill_raw=0)");
+           runs[0].as_decode == 2 ? "prompt, then decode (--prompt: first half a raw prompt, compressed at the first decode step)"
+           : runs[0].as_decode    ? "as decode sees the cache (--as-decode: the newest < batch tokens fp16)"
+                                  : "every key compressed (prefill_raw=0)");
     printf("%-14s %9s %9s %10s %10s %8s %7s\n", "scheme", "PPL", "dPPL", "KLD mean", "KLD p99", "top-1", "ratio");
     const double ppl0 = exp(runs[0].nll / (double)runs[0].rows);
     for (int i = 0; i < n_runs; i++) {
@@ -266,9 +275,10 @@ int main(int argc, char **argv) {
         else if (v != NULL && strcmp(a, "-s") == 0) schemes = v, i++;
         else if (v != NULL && strcmp(a, "-l") == 0) locals = v, i++;
         else if (strcmp(a, "--as-decode") == 0) as_decode = 1;
+        else if (strcmp(a, "--prompt") == 0) as_decode = 2;
         else {
             fprintf(stderr, "usage: %s [-m model] [-f text] [-c ctx] [-w windows] [-t threads] [-s schemes] "
-                            "[-l schemes] [--as-decode] [--speed] [--no-quality]\n", argv[0]);
+                            "[-l schemes] [--as-decode | --prompt] [--speed] [--no-quality]\n", argv[0]);
             return 2;
         }
     }
@@ -312,7 +322,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "scheme %s: %s\n", tokp, err);
                 return 2;
             }
-            r->scheme.prefill_raw = 0;
+            r->scheme.prefill_raw = as_decode == 2;
             r->local_f16 = pass == 1;
             r->as_decode = as_decode;
             snprintf(r->name, sizeof r->name, "%s%s", tokp, pass == 1 ? "/lf16" : "");

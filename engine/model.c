@@ -621,6 +621,14 @@ model_status model_forward_as_decode(model *m, const int32_t *tokens, int n, int
     return MODEL_OK;
 }
 
+model_status model_forward_after_prompt(model *m, const int32_t *tokens, int n, int pos0, float *logits) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    if (tokens == NULL || logits == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens or no logits");
+    model_status st = model_forward(m, tokens, 1, pos0, 1, logits);
+    if (st != MODEL_OK || n == 1) return st;
+    return model_forward_as_decode(m, tokens + 1, n - 1, pos0 + 1, logits + (size_t)m->cfg.n_vocab);
+}
+
 /* ---- load / free --------------------------------------------------------------------------- */
 
 const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }

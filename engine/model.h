@@ -229,6 +229,11 @@ model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int
  * as a single decode step there would (the scheme needs prefill_raw = 0, or compression
  * started). n may exceed max_batch. Errors: as model_forward. */
 model_status model_forward_as_decode(model *m, const int32_t *tokens, int n, int pos0, float *logits);
+/* The same right after a prompt prefilled raw (prefill_raw = 1, multi-token calls): the first
+ * token goes alone — the decode step that ends the raw phase and compresses the prompt, with
+ * the key mean, scale and split taken from the prompt's tokens — then the rest as
+ * model_forward_as_decode. What generation after that prompt sees, at prefill cost. */
+model_status model_forward_after_prompt(model *m, const int32_t *tokens, int n, int pos0, float *logits);
 
 /* Installs (fn non-NULL) or removes the attention hook; ctx is passed to every call. */
 void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx);

@@ -117,6 +117,21 @@ assert abs(d["results"][0]["ppl"] - w["results"][0]["ppl"]) < 1e-3 * w["results"
 assert 0 < d["results"][1]["kld_mean"] < w["results"][1]["kld_mean"], (d, w)
 ' /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity --as-decode below the worst case"
   else fail=$((fail+1)); echo "FAIL perplexity --as-decode"; cat /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; fi
+  # --prompt: the first half (64 tokens) is a raw prompt, compressed at position 64 alone, so
+  # its K/V come from exact attention: turbo2 loses less again than --as-decode, whose first
+  # half ran compressed.
+  cp /tmp/tq_cli_out.$$ /tmp/tq_cli_worst.$$
+  check "perplexity turbo2 --prompt" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo2 --prompt --json -t 2
+  if python3 -c '
+import json, sys
+d, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert d["prompt"] is False and p["prompt"] is True and p["as_decode"] is True
+assert p["tokens_scored"] == 63
+assert abs(p["results"][0]["ppl"] - d["results"][0]["ppl"]) < 1e-2 * d["results"][0]["ppl"]
+assert 0 < p["results"][1]["kld_mean"] < d["results"][1]["kld_mean"], (p, d)
+' /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity --prompt below --as-decode"
+  else fail=$((fail+1)); echo "FAIL perplexity --prompt"; cat /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; fi
+  check "perplexity --prompt with --as-decode" 2 "$tq" perplexity -m "$model" -f "$text" -c 128 --as-decode --prompt
   rm -f "$text" /tmp/tq_cli_worst.$$
   check "passkey run" 0 "$tq" passkey -m "$model" -c 256 --trials 1 -t 2
   has "passkey depth line" "f16          depth 0.50  "

@@ -388,6 +388,64 @@ static void test_archs_q8_0_threads(void) {
     for (int a = 0; a < 4; a++) check_arch((model_arch)a, 1, 2);
 }
 
+/* The library's switch for int8 query scores (src/kvcache_internal.h; on by default where
+ * AVX-512 VNNI runs the single-query decode kernels). */
+void tq_attn_set_int8_scores(int on);
+
+/* model_forward_after_prompt (tq perplexity --prompt, bench_model_kv --prompt) against what it
+ * stands for: a prompt prefilled raw (prefill_raw = 1, multi-token calls), then single-token
+ * decode steps. turbo3 with batch 4, so the steps compress every 4 tokens; F32 weights, and
+ * int8 query scores off: single-query decode kernels then differ from the multi-query tile
+ * only in float summation order (with int8 scores on, a decode step rounds the query to 8
+ * bits, which the chunks' tile does not: 0.07 here; tests/test_attention.c checks those
+ * kernels against the reference). */
+static void test_after_prompt(void) {
+    tq_attn_set_int8_scores(0);
+    rng_state = 99;
+    tiny *t = &g_tiny;
+    t->arch = MODEL_ARCH_GEMMA3;
+    t->q8 = 0;
+    CHECK(write_tiny(t, tmp_path, NULL));
+    model_params p = {CTX, 8, 1, 0, NULL};
+    model *m = NULL;
+    char err[256];
+    if (model_load(tmp_path, &p, &m, err, sizeof err) != MODEL_OK) {
+        CHECK_MSG(0, "%s", err);
+        return;
+    }
+    tq_kv_scheme sc;
+    CHECK(tq_kv_scheme_parse("turbo3:batch=4", &sc, err, sizeof err) == TQ_OK && sc.prefill_raw == 1);
+    CHECK(model_set_kv_scheme(m, &sc) == MODEL_OK);
+    enum { P = 12, N = 18 };
+    int32_t tok[P + N];
+    for (int i = 0; i < P + N; i++) tok[i] = i == 0 ? 2 : (int32_t)(4 + (i * 29) % (V - 4));
+    static float step[N * V], fast[N * V], raw[N * V];
+    model_status st = MODEL_OK;
+    /* decode: the prompt in calls of 8 + 4 (raw), then one token per call */
+    for (int k = 0; k < 3 && st == MODEL_OK; k++) {
+        model_truncate(m, 0);
+        st = model_forward(m, tok, 8, 0, 0, NULL);
+        if (st == MODEL_OK) st = model_forward(m, tok + 8, P - 8, 8, 0, NULL);
+        CHECK(tq_kv_cache_compressed_length(model_kv_cache(m), 0) == 0); /* still raw */
+        if (k == 0)
+            for (int i = 0; i < N && st == MODEL_OK; i++) st = model_forward(m, tok + P + i, 1, P + i, 0, step + i * V);
+        else if (k == 1)
+            st = model_forward_after_prompt(m, tok + P, N, P, fast);
+        else
+            st = model_forward(m, tok + P, 8, P, 1, raw); /* a multi-token call: still prefill */
+    }
+    CHECK_MSG(st == MODEL_OK, "%s", model_last_error(m));
+    double d_fast = 0, d_raw = 0;
+    for (int i = 0; i < N * V; i++) d_fast = fmax(d_fast, fabs(fast[i] - step[i]));
+    for (int i = 0; i < 8 * V; i++) d_raw = fmax(d_raw, fabs(raw[i] - step[i]));
+    CHECK_MSG(d_fast <= 1e-3, "after_prompt vs decode steps: max |dlogit| %.3g", d_fast);
+    CHECK_MSG(d_raw > 1e-2, "a raw prefill call should differ from decode: %.3g", d_raw); /* the test can fail */
+    CHECK(model_forward_after_prompt(m, tok, 0, 0, fast) == MODEL_ERR_ARG);
+    printf("  after a raw prompt: max |dlogit| vs decode steps %.2e (a prefill call: %.2e)\n", d_fast, d_raw);
+    model_free(m);
+    tq_attn_set_int8_scores(1);
+}
+
 static void test_load_errors(void) {
     model_params p = {CTX, 8, 1, 0, NULL};
     model *m = (model *)1;
@@ -498,6 +556,7 @@ static void test_sampler(void) {
 int main(void) {
     RUN_TEST(test_archs_f32);
     RUN_TEST(test_archs_q8_0_threads);
+    RUN_TEST(test_after_prompt);
     RUN_TEST(test_load_errors);
     RUN_TEST(test_vocab);
     RUN_TEST(test_sampler);

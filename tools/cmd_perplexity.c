@@ -34,7 +34,10 @@
  * because a single-token step sums attention in another order than a 64-token call, and the
  * model's rounding steps (8-bit activations inside the matmuls, fp16 K/V) amplify such
  * differences to a mean KLD of about 0.005 on their own: comparing like with like keeps that
- * out.
+ * out. With --prompt each chunk's first half is instead a prompt prefilled as `tq generate`
+ * prefills one (prefill_raw = 1: raw, attention exact), and the scored half runs as the
+ * generation after it: its first position alone (the decode step that compresses the prompt,
+ * taking the key mean, scale and split from the prompt's tokens), the rest as --as-decode.
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,12 +58,15 @@
 static void usage(FILE *f, const session_opts *o) {
     fprintf(f,
             "usage: tq perplexity -f TEXT [-c CTX] [--chunks N] [--kv S[,S...]] [-m MODEL]\n"
-            "                     [-t THREADS] [--as-decode] [--json]\n\n"
+            "                     [-t THREADS] [--as-decode | --prompt] [--json]\n\n"
             "  -f TEXT        text file, e.g. ../shared/data/wikitext-2-raw-test.txt (required)\n"
             "  --chunks N     score the first N chunks of CTX tokens (default: all)\n"
             "  --as-decode    score each position with the cache as token-by-token decode\n"
             "                 leaves it (its newest tokens still fp16, the scheme's two-phase\n"
             "                 rule); default: every key a scored position sees is compressed\n"
+            "  --prompt       the same after each chunk's first half went in as a raw prompt\n"
+            "                 (prefill_raw=1), compressed at the first scored position: what\n"
+            "                 generation after a prompt sees\n"
             "  --json         one JSON object on stdout instead of the table\n");
     session_opts_help(f, o);
     fprintf(f,
@@ -120,8 +126,9 @@ int cmd_perplexity(int argc, char **argv) {
         if (!strcmp(a, "--json")) {
             json = 1;
             continue;
-        } else if (!strcmp(a, "--as-decode")) {
-            as_decode = 1;
+        } else if (!strcmp(a, "--as-decode") || !strcmp(a, "--prompt")) {
+            if (as_decode) return session_usage_error(&o, usage, "--as-decode and --prompt exclude each other");
+            as_decode = a[2] == 'p' ? 2 : 1;
             continue;
         } else if (!strcmp(a, "-f") && v) {
             text_path = v;
@@ -179,8 +186,10 @@ int cmd_perplexity(int argc, char **argv) {
     }
     const long n_pos = n_chunks * per_chunk;
     for (int k = 0; k < n_schemes; k++) {
-        /* As decode, a prompt's raw phase ends at the first decode step anyway (same state). */
-        if (as_decode || !strstr(o.schemes[k].name, "prefill_raw=")) o.schemes[k].scheme.prefill_raw = 0;
+        /* As decode, a prompt's raw phase ends at the first decode step anyway (same state);
+         * --prompt keeps the first half raw. */
+        if (as_decode == 2) o.schemes[k].scheme.prefill_raw = 1;
+        else if (as_decode || !strstr(o.schemes[k].name, "prefill_raw=")) o.schemes[k].scheme.prefill_raw = 0;
         if ((rc = session_seq_open(&s, &o.schemes[k], ctx, &seqs[k])) != 0) goto done;
         if (k > 0 && (res[k].kld = malloc((size_t)n_pos * sizeof(double))) == NULL) goto nomem;
     }
@@ -197,7 +206,8 @@ int cmd_perplexity(int argc, char **argv) {
         printf("perplexity of %s: %zu tokens, %ld of %ld chunks of %d, %ld positions scored\n",
                text_path, n_tok, n_chunks, avail, ctx, n_pos);
     if (!json && n_schemes > 1)
-        printf("%s\n", as_decode ? "each position sees the cache as token-by-token decode leaves it (--as-decode)"
+        printf("%s\n", as_decode == 2 ? "the first half of each chunk is a raw prompt, the scored half decoded after it (--prompt)"
+                        : as_decode    ? "each position sees the cache as token-by-token decode leaves it (--as-decode)"
                                  : "every key a scored position sees is compressed (the worst case; "
                                    "--as-decode scores as decode sees the cache)");
     fflush(stdout);
@@ -220,7 +230,10 @@ int cmd_perplexity(int argc, char **argv) {
             /* calls end at multiples of SUB (of any batch dividing it) or at CTX */
             n_run = SUB - p % SUB < ctx - p ? SUB - p % SUB : ctx - p;
             const int n = ctx - 1 - p < n_run ? ctx - 1 - p : n_run;
-            if ((rc = session_forward_rows(&seqs[0], batch + p, n_run, p, as_decode, ref)) != 0)
+            /* --prompt: the piece at the first scored position starts with the prompt's first
+             * decode step; later pieces run as --as-decode */
+            const int mode = as_decode == 2 && p != first ? 1 : as_decode;
+            if ((rc = session_forward_rows(&seqs[0], batch + p, n_run, p, mode, ref)) != 0)
                 goto done;
             for (int r = 0; r < n; r++) {
                 const float *row = ref + (size_t)r * (size_t)nv;
@@ -229,7 +242,7 @@ int cmd_perplexity(int argc, char **argv) {
                 res[0].nll += ref_lse[r] - (double)row[orig[p + r + 1]];
             }
             for (int k = 1; k < n_schemes; k++) {
-                if ((rc = session_forward_rows(&seqs[k], batch + p, n_run, p, as_decode, cur)) != 0)
+                if ((rc = session_forward_rows(&seqs[k], batch + p, n_run, p, mode, cur)) != 0)
                     goto done;
                 for (int r = 0; r < n; r++) {
                     const float *row = cur + (size_t)r * (size_t)nv;
@@ -252,8 +265,8 @@ int cmd_perplexity(int argc, char **argv) {
     const double ppl16 = exp(res[0].nll / (double)scored);
     if (json) {
         printf("{\"ctx\":%d,\"chunks\":%ld,\"tokens_scored\":%ld,\"tokens\":%zu,\"seconds\":%.3f,"
-               "\"as_decode\":%s,\"results\":[",
-               ctx, n_chunks, scored, n_tok, dt, as_decode ? "true" : "false");
+               "\"as_decode\":%s,\"prompt\":%s,\"results\":[",
+               ctx, n_chunks, scored, n_tok, dt, as_decode ? "true" : "false", as_decode == 2 ? "true" : "false");
     } else {
         printf("%-14s %10s %9s %10s %10s %10s %8s %10s\n", "scheme", "PPL", "dPPL", "KLD mean",
                "KLD median", "KLD p99", "top-1", "KV B/tok");

@@ -367,7 +367,8 @@ void session_seq_reset(session_seq *q) { model_truncate(q->m, 0); }
 int session_seq_len(const session_seq *q) { return model_seq_len(q->m); }
 
 /* session_forward, and with as_decode (all_logits implied) each max_batch piece in the
- * decode-exact chunks of model_forward_as_decode (a piece of a decode-exact run is one too). */
+ * decode-exact chunks of model_forward_as_decode (a piece of a decode-exact run is one too);
+ * as_decode = 2: the first piece by model_forward_after_prompt (its first token alone). */
 static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits, int as_decode,
                    float *logits) {
     if (pos0 + n > q->n_ctx) {
@@ -379,8 +380,10 @@ static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int a
         int len = n - done < q->max_batch ? n - done : q->max_batch;
         int last = done + len == n;
         float *out = all_logits || last ? logits : NULL;
-        model_status st = as_decode ? model_forward_as_decode(q->m, tokens + done, len, pos0 + done, out)
-                                    : model_forward(q->m, tokens + done, len, pos0 + done, all_logits, out);
+        model_status st =
+            as_decode == 2 && done == 0 ? model_forward_after_prompt(q->m, tokens, len, pos0, out)
+            : as_decode                 ? model_forward_as_decode(q->m, tokens + done, len, pos0 + done, out)
+                                        : model_forward(q->m, tokens + done, len, pos0 + done, all_logits, out);
         if (st != MODEL_OK) {
             fprintf(stderr, "tq %s: forward pass failed: %s (%s)\n", q->cmd,
                     model_last_error(q->m), model_status_name(st));

@@ -114,8 +114,10 @@ int session_seq_len(const session_seq *q);
  * n <= max_batch). Returns 0 or 1 after printing the engine's message. */
 int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits,
                     float *logits);
-/* Logits of every row, (n, n_vocab): as session_forward with all_logits, or with as_decode
- * as token-by-token decode would give them (model_forward_as_decode). Returns 0 or 1 (printed). */
+/* Logits of every row, (n, n_vocab): as session_forward with all_logits (as_decode = 0), as
+ * token-by-token decode would give them (1: model_forward_as_decode), or as the decode steps
+ * right after a raw prompt would (2: model_forward_after_prompt, the first token alone).
+ * Returns 0 or 1 (printed). */
 int session_forward_rows(session_seq *q, const int32_t *tokens, int n, int pos0, int as_decode, float *logits);
 
 /* Bytes one token takes in the sequence's cache once compressed, summed over layers and KV
