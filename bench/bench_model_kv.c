@@ -43,7 +43,7 @@ typedef struct {
     char name[64];
     tq_kv_scheme scheme;
     int local_f16;   /* sliding-window layers kept f16 */
-    int as_decode;   /* 1: scored pieces in decode-exact chunks; 2 (--prompt): the same after the first
+    int as_decode;   /* a model_rows_mode: 1: scored pieces in decode-exact chunks; 2 (--prompt): the same after the first
                         half prefilled as a raw prompt (prefill_raw = 1) and one decode step alone */
     double nll, kld; /* sums over scored rows */
     long top1, rows;
@@ -149,9 +149,9 @@ static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref
     }
     for (int p = first; p < ctx && st == MODEL_OK; p += PIECE) {
         const int n = ctx - p < PIECE ? ctx - p : PIECE;
-        if (r->as_decode == 2 && p == first) st = model_forward_after_prompt(m, toks + p, n, p, logits);
-        else if (r->as_decode) st = model_forward_as_decode(m, toks + p, n, p, logits);
-        else st = model_forward(m, toks + p, n, p, 1, logits);
+        /* --prompt: only the first piece starts with the prompt's first decode step */
+        const int mode = r->as_decode == MODEL_ROWS_AFTER_PROMPT && p != first ? MODEL_ROWS_AS_DECODE : r->as_decode;
+        st = model_forward_rows(m, toks + p, n, p, (model_rows_mode)mode, logits);
         for (int i = 0; i < n && st == MODEL_OK && p + i < ctx - 1; i++) {
             const int row = p + i - first;
             float *rf = ref + (size_t)row * (size_t)nv;

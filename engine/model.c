@@ -629,6 +629,15 @@ model_status model_forward_after_prompt(model *m, const int32_t *tokens, int n, 
     return model_forward_as_decode(m, tokens + 1, n - 1, pos0 + 1, logits + (size_t)m->cfg.n_vocab);
 }
 
+model_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos0, model_rows_mode mode,
+                                float *logits) {
+    switch (mode) {
+    case MODEL_ROWS_AS_DECODE: return model_forward_as_decode(m, tokens, n, pos0, logits);
+    case MODEL_ROWS_AFTER_PROMPT: return model_forward_after_prompt(m, tokens, n, pos0, logits);
+    default: return model_forward(m, tokens, n, pos0, 1, logits);
+    }
+}
+
 /* ---- load / free --------------------------------------------------------------------------- */
 
 const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }

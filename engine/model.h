@@ -234,6 +234,15 @@ model_status model_forward_as_decode(model *m, const int32_t *tokens, int n, int
  * the key mean, scale and split taken from the prompt's tokens — then the rest as
  * model_forward_as_decode. What generation after that prompt sees, at prefill cost. */
 model_status model_forward_after_prompt(model *m, const int32_t *tokens, int n, int pos0, float *logits);
+/* Every row's logits, (n, n_vocab), by one of the three above: the scoring modes of
+ * tq perplexity and bench_model_kv (batch: model_forward with all_logits, n ≤ max_batch). */
+typedef enum model_rows_mode {
+    MODEL_ROWS_BATCH = 0,        /* model_forward */
+    MODEL_ROWS_AS_DECODE = 1,    /* model_forward_as_decode */
+    MODEL_ROWS_AFTER_PROMPT = 2, /* model_forward_after_prompt */
+} model_rows_mode;
+model_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos0, model_rows_mode mode,
+                                float *logits);
 
 /* Installs (fn non-NULL) or removes the attention hook; ctx is passed to every call. */
 void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx);

@@ -380,10 +380,10 @@ static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int a
         int len = n - done < q->max_batch ? n - done : q->max_batch;
         int last = done + len == n;
         float *out = all_logits || last ? logits : NULL;
-        model_status st =
-            as_decode == 2 && done == 0 ? model_forward_after_prompt(q->m, tokens, len, pos0, out)
-            : as_decode                 ? model_forward_as_decode(q->m, tokens + done, len, pos0 + done, out)
-                                        : model_forward(q->m, tokens + done, len, pos0 + done, all_logits, out);
+        const model_rows_mode mode = as_decode == MODEL_ROWS_AFTER_PROMPT && done > 0 ? MODEL_ROWS_AS_DECODE
+                                                                                  : (model_rows_mode)as_decode;
+        model_status st = all_logits ? model_forward_rows(q->m, tokens + done, len, pos0 + done, mode, out)
+                                     : model_forward(q->m, tokens + done, len, pos0 + done, 0, out);
         if (st != MODEL_OK) {
             fprintf(stderr, "tq %s: forward pass failed: %s (%s)\n", q->cmd,
                     model_last_error(q->m), model_status_name(st));
