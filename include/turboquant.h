@@ -331,8 +331,9 @@ typedef struct tq_kv_layer_scheme {
     tq_variant key_variant;     /* TURBO keys: TQ_VARIANT_MSE (default) or PROD; values are
                                    always MSE (PROD only helps inner products) */
     int norm_correction;        /* TURBO MSE keys and values: default 1 (DESIGN §1) */
-    int key_mean;               /* TURBO keys: subtract the per-head mean of the first `batch`
-                                   keys before quantizing, add ⟨q, mean⟩ back to the scores
+    int key_mean;               /* TURBO keys: subtract the per-head mean of the first 512
+                                   keys held at the layer's first compression (all of them if
+                                   fewer) before quantizing, add ⟨q, mean⟩ back to the scores
                                    (models with a large k_proj bias; measured to help on
                                    Gemma 3 too, doc/kvcache.md). Default 1 for TURBO keys */
     int key_scale;              /* TURBO keys: per-channel key scale s (per head), fixed at the

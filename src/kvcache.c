@@ -868,12 +868,18 @@ static uint16_t *raw_v_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h
     return (uint16_t *)tq_kv_vraw(c, l, t, h);
 }
 
-/* The per-head key mean of the first min(batch, len − n_comp) raw tokens: tokens [0, batch),
- * or for a windowed layer whose first compression comes after a drop, the oldest kept. */
+/* The per-head key mean of the first n = min(TQ_KV_KEY_SCALE_TOKENS, len − n_comp) raw tokens
+ * held at the first compression — the same tokens as the key scale's statistics: tokens
+ * [0, n), or for a windowed layer whose first compression comes after a drop, the oldest
+ * kept. */
+static _Atomic size_t key_mean_tokens = TQ_KV_KEY_SCALE_TOKENS;
+
+void tq_kv_set_key_mean_tokens(size_t n) { key_mean_tokens = n ? n : TQ_KV_KEY_SCALE_TOKENS; }
+
 static void compute_key_mean(const tq_kv_cache *c, tq_kv_layer *l) {
     int dk = c->cfg.head_dim_k, H = c->cfg.n_kv_heads;
-    size_t t0 = l->n_comp, left = l->len - t0;
-    size_t n = left < (size_t)c->cfg.scheme.batch ? left : (size_t)c->cfg.scheme.batch;
+    size_t t0 = l->n_comp, n = l->len - t0, most = key_mean_tokens;
+    if (n > most) n = most;
     for (int h = 0; h < H; h++) {
         float *m = l->key_mean + (size_t)h * (size_t)dk;
         for (int i = 0; i < dk; i++) {

@@ -233,6 +233,10 @@ const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void);
  * the first call). The tests that hold the fast path to the reference within fp32 rounding
  * turn it off; tests/test_attention.c checks the integer scores against their bound. */
 void tq_attn_set_int8_scores(int on);
+/* The most raw tokens the key mean is taken from at a layer's first compression (default and
+ * 0: TQ_KV_KEY_SCALE_TOKENS). Writers before 2026-12 took it from the first `batch` tokens;
+ * tests/test_cachefile.c sets that count to rebuild the caches of its older golden files. */
+void tq_kv_set_key_mean_tokens(size_t n);
 
 /* ---- the thread pool (src/threads.c) ---- */
 /* Runs fn(ctx, task, thread) for every task < n_tasks, thread < tq_threadpool_size(pool)

@@ -332,17 +332,19 @@ static void test_key_scale(void) {
             CHECK_MSG(s0 < 0.7 * so, "%s: loud key channels %.3f, others %.3f", names[m], s0, so);
             if (m >= 2) CHECK_MSG(s5 > 1.2 * so, "loud query channels %.3f, others %.3f", s5, so);
         }
+        /* 128 query rows: the key split's gain (a few percent here) is above their noise. */
         double e = 0;
+        int rows = 128;
         tq_attn_params p;
         tq_attn_params_init(&p, d);
-        for (int r = 0; r < 8; r++) {
+        for (int r = 0; r < rows; r++) {
             float q[4 * 128], o1[4 * 128], o2[4 * 128];
             make_aniso_query(q, nqh, d);
             tq_kv_attention_ref(f16, 0, q, nqh, 1, &p, o1);
             tq_kv_attention_ref(tq, 0, q, nqh, 1, &p, o2);
             for (int i = 0; i < nqh * d; i++) e += (o1[i] - o2[i]) * (double)(o1[i] - o2[i]);
         }
-        err[m] = sqrt(e / (8 * nqh * d));
+        err[m] = sqrt(e / (rows * nqh * d));
         double fe = compare(tq, nqh, 1, &p, NULL);
         CHECK_MSG(fe >= 0 && fe <= TOL, "%s: fast vs ref %g", names[m], fe);
         /* The key read back is the key: within turbo3's error of the original. */
@@ -365,7 +367,7 @@ static void test_key_scale(void) {
            err[2], err[3], err[4]);
     CHECK(err[1] < 0.9 * err[0]);
     CHECK(err[2] < 0.7 * err[0]);
-    CHECK(err[4] < 0.95 * err[3]);
+    CHECK(err[4] < 0.98 * err[3]);
 }
 
 /* One workspace sized for the largest chunk serves every smaller chunk. */

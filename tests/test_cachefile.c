@@ -5,9 +5,10 @@
  * wrong magic, other versions, mismatched shapes, hostile counts and bad values are rejected
  * with their code; a crash mid-save leaves the previous file; unwritable paths give TQ_ERR_IO.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v3.bin (only when the format version moves);
- * tests/golden/cache_v1.bin and cache_v2.bin, written by versions 1 (before the key scale) and
- * 2 (before the key split), must still load.
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v3.bin (when the format version moves, or
+ * what a cache computes from its tokens does); tests/golden/cache_v1.bin and cache_v2.bin,
+ * written by versions 1 (before the key scale) and 2 (before the key split), and
+ * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@
 #define GOLDEN "tests/golden/cache_v3.bin"
 #define GOLDEN_V2 "tests/golden/cache_v2.bin"
 #define GOLDEN_V1 "tests/golden/cache_v1.bin"
+/* Version 3 as written before the key mean came from 512 tokens (its mean: the first 8). */
+#define GOLDEN_V3_MEAN8 "tests/golden/cache_v3_mean8.bin"
 
 /* Scratch paths under $TMPDIR (or /tmp), unique per process. */
 static const char *scratch(const char *name) {
@@ -269,14 +272,21 @@ static void test_roundtrip_file(void) {
 static tq_kv_cache *golden_cache(void) {
     return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
 }
+/* A cache as the writers of the older golden files built it: the key mean from the first
+ * `batch` (8) tokens rather than from all 13 held at the first compression. */
+static tq_kv_cache *build_old_mean(const char *scheme) {
+    tq_kv_set_key_mean_tokens(8);
+    tq_kv_cache *c = build(scheme, 2, 2, 16, 20, NULL);
+    tq_kv_set_key_mean_tokens(0);
+    return c;
+}
 /* The cache version 2 wrote: turbo3, no key split. */
 static tq_kv_cache *golden_cache_v2(void) {
-    return build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+    return build_old_mean("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0");
 }
 /* The same cache as version 1 wrote it: no key scale. */
 static tq_kv_cache *golden_cache_v1(void) {
-    return build("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20,
-                 NULL);
+    return build_old_mean("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0");
 }
 
 static uint8_t *read_file(const char *path, size_t *size) {
@@ -291,8 +301,8 @@ static uint8_t *read_file(const char *path, size_t *size) {
     return b;
 }
 
-/* An old-version golden file loads as `want` (built by this code with that version's
- * scheme); setting byte `flag` of its first layer scheme record makes it TQ_ERR_FORMAT. */
+/* An old golden file loads as `want` (built by this code with that file's scheme and key
+ * mean); setting byte `flag` (≥ 0) of its first layer scheme record makes it TQ_ERR_FORMAT. */
 static void check_old_version(const char *path, const tq_kv_cache *want, int flag) {
     size_t gn = 0;
     uint8_t *g = read_file(path, &gn);
@@ -301,9 +311,11 @@ static void check_old_version(const char *path, const tq_kv_cache *want, int fla
     tq_kv_cache *b = NULL, *x = NULL;
     CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
     CHECK_MSG(b && want && same_cache(want, b, 4), "%s", path);
-    g[64 + 8 + flag] = 1;
-    fix_crcs(g, gn);
-    CHECK_MSG(tq_kv_cache_load_memory(g, gn, &x) == TQ_ERR_FORMAT && !x, "%s, byte %d set", path, flag);
+    if (flag >= 0) {
+        g[64 + 8 + flag] = 1;
+        fix_crcs(g, gn);
+        CHECK_MSG(tq_kv_cache_load_memory(g, gn, &x) == TQ_ERR_FORMAT && !x, "%s, byte %d set", path, flag);
+    }
     tq_kv_cache_free(b);
     free(g);
 }
@@ -360,6 +372,10 @@ static void test_golden(void) {
     }
     check_old_version(GOLDEN_V1, v1, 5);
     CHECK(tq_kv_cache_layer_scheme(v1, 1).key_scale == 0 && tq_kv_cache_layer_scheme(v1, 1).key_mean == 1);
+    /* A file of this version whose key mean came from the first `batch` tokens keeps it. */
+    tq_kv_cache *v3 = build_old_mean("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0");
+    check_old_version(GOLDEN_V3_MEAN8, v3, -1);
+    tq_kv_cache_free(v3);
     tq_kv_cache_free(v2);
     tq_kv_cache_free(v1);
     free(img);
