@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvcache_internal.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -260,6 +261,38 @@ static void test_key_split(void) {
            ratio[0], ratio[1]);
     CHECK(ratio[1] < 0.8 * ratio[0]);
     free(q);
+    free(k);
+}
+
+/* The key mean: from the first TQ_KV_KEY_SCALE_TOKENS (512) tokens held at the first
+ * compression, or all of them when fewer are held. Keys drift: +1 on every channel before
+ * position 64, −1 from there, so the means of 64, 100 and 512 tokens (1, 0.28, −0.75) tell
+ * the rules apart; tq_kv_set_key_mean_tokens(64) gives the older writers' mean. */
+static void test_key_mean_tokens(void) {
+    enum { N = 600 };
+    float *k = malloc(sizeof(float) * N * H * D);
+    for (size_t t = 0; t < N; t++)
+        for (int j = 0; j < H * D; j++) k[t * H * D + (size_t)j] = (t < 64 ? 1.0f : -1.0f) + 0.01f * (float)(j % 7);
+    static const struct { size_t held, most; double want; } cases[] = {
+        {600, 0, (64.0 - 448.0) / 512.0}, {100, 0, (64.0 - 36.0) / 100.0}, {600, 64, 1.0}};
+    for (int i = 0; i < 3; i++) {
+        tq_kv_set_key_mean_tokens(cases[i].most);
+        tq_kv_cache *c = cache_for("turbo3", 1);
+        CHECK(c != NULL);
+        if (!c) break;
+        CHECK(tq_kv_cache_append(c, 0, k, vat(0), cases[i].held) == TQ_OK);
+        CHECK(tq_kv_cache_compress(c, 0) == TQ_OK);
+        const tq_kv_layer *l = &c->layers[0];
+        CHECK(l->key_mean && l->mean_set);
+        double worst = 0;
+        for (int j = 0; l->key_mean && j < H * D; j++) {
+            double e = fabs(l->key_mean[j] - (cases[i].want + 0.01 * (j % 7)));
+            if (e > worst) worst = e;
+        }
+        CHECK_MSG(worst < 2e-3, "held %zu, at most %zu: mean off by %g", cases[i].held, cases[i].most, worst);
+        tq_kv_cache_free(c);
+    }
+    tq_kv_set_key_mean_tokens(0);
     free(k);
 }
 
@@ -534,6 +567,7 @@ int main(void) {
     RUN_TEST(test_bytes);
     RUN_TEST(test_two_phase);
     RUN_TEST(test_prefill_then_decode_equals_all_at_once);
+    RUN_TEST(test_key_mean_tokens);
     RUN_TEST(test_key_scale_state);
     RUN_TEST(test_key_split);
     RUN_TEST(test_truncate);
