@@ -40,6 +40,10 @@ has() { # name, fixed string expected in stdout+stderr of the last check
   else fail=$((fail+1)); echo "FAIL $1: no '$2' in output"; cat /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$; fi
 }
 for c in generate perplexity passkey run; do check "$c help" 0 "$tq" $c --help; done
+# tq run's --kv is the scheme compared with f16: one --kv line, with its own default
+if [ "$(grep -c -- '^  --kv' /tmp/tq_cli_out.$$)" = 1 ] && grep -q -F 'compared with f16 (default turbo3)' /tmp/tq_cli_out.$$; then
+  pass=$((pass+1)); echo "ok   run help: one --kv line"
+else fail=$((fail+1)); echo "FAIL run help: --kv lines"; grep -- '--kv' /tmp/tq_cli_out.$$; fi
 check "generate without -p" 2 "$tq" generate -n 4
 check "generate bad -n" 2 "$tq" generate -p hi -n 0
 check "generate bad --temp" 2 "$tq" generate -p hi --temp warm

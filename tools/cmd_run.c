@@ -36,8 +36,7 @@ static void usage(FILE *f, const session_opts *o) {
     fprintf(f,
             "usage: tq run [-p PROMPT] [-n N] [--kv SCHEME] [-m MODEL] [-c CTX] [-t THREADS]\n\n"
             "  -p PROMPT      prompt (default: a paragraph on the history of printing)\n"
-            "  -n N           tokens to decode greedily (default 48)\n"
-            "  --kv SCHEME    the compressed scheme compared with f16 (default turbo3)\n");
+            "  -n N           tokens to decode greedily (default 48)\n");
     session_opts_help(f, o);
 }
 
@@ -108,6 +107,7 @@ static void print_run(session *s, const session_seq *q, const int32_t *toks, con
 int cmd_run(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "run", 512, 0);
+    o.kv_help = "  --kv SCHEME    the compressed scheme compared with f16 (default turbo3)\n";
     const char *prompt = default_prompt;
     long n_gen = 48;
     for (int i = 1; i < argc; i++) {

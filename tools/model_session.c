@@ -38,7 +38,9 @@ void session_opts_help(FILE *f, const session_opts *o) {
             "                 model's context length is a usage error (exit 2)\n"
             "  -t THREADS     threads (default: online CPUs, %ld here)\n",
             SESSION_DEFAULT_MODEL, o->n_ctx, online_cpus());
-    if (o->multi_scheme && o->no_reference)
+    if (o->kv_help)
+        fputs(o->kv_help, f);
+    else if (o->multi_scheme && o->no_reference)
         fprintf(f, "  --kv S[,S...]  KV-cache schemes to run, each on its own (default f16)\n");
     else if (o->multi_scheme)
         fprintf(f, "  --kv S[,S...]  KV-cache schemes to run (default f16; f16 is always run first as\n"

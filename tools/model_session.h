@@ -47,6 +47,8 @@ typedef struct session_opts {
     int multi_scheme;       /* the command takes a list --kv S1,S2,... */
     int no_reference;       /* the list has no f16 reference run added (passkey: each scheme
                                is scored on its own); for the help text */
+    const char *kv_help;    /* the help line(s) for --kv, when the command's differ (tq run:
+                               the scheme compared with f16); NULL: the shared one */
     session_scheme schemes[SESSION_MAX_SCHEMES];
     int n_schemes;          /* after finish: >= 1; schemes[0] is f16 when with_f16_first */
     const char *cache_type_k, *cache_type_v;
