@@ -868,25 +868,28 @@ static uint16_t *raw_v_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h
     return (uint16_t *)tq_kv_vraw(c, l, t, h);
 }
 
-/* The per-head key mean of the first n = min(TQ_KV_KEY_SCALE_TOKENS, len − n_comp) raw tokens
- * held at the first compression — the same tokens as the key scale's statistics: tokens
- * [0, n), or for a windowed layer whose first compression comes after a drop, the oldest
- * kept. */
+/* The most tokens the key mean is taken from (tq_kv_set_key_mean_tokens: tests only). */
 static _Atomic size_t key_mean_tokens = TQ_KV_KEY_SCALE_TOKENS;
 
 void tq_kv_set_key_mean_tokens(size_t n) { key_mean_tokens = n ? n : TQ_KV_KEY_SCALE_TOKENS; }
 
+/* The per-head key mean of the first n = min(TQ_KV_KEY_SCALE_TOKENS, len − n_comp) raw tokens
+ * held at the first compression — the same tokens as the key scale's statistics: tokens
+ * [0, n), or for a windowed layer whose first compression comes after a drop, the oldest
+ * kept. Summed token by token (each key read once, in order) in double. */
 static void compute_key_mean(const tq_kv_cache *c, tq_kv_layer *l) {
     int dk = c->cfg.head_dim_k, H = c->cfg.n_kv_heads;
     size_t t0 = l->n_comp, n = l->len - t0, most = key_mean_tokens;
     if (n > most) n = most;
+    double acc[TQ_MAX_DIM];
     for (int h = 0; h < H; h++) {
         float *m = l->key_mean + (size_t)h * (size_t)dk;
-        for (int i = 0; i < dk; i++) {
-            double acc = 0.0;
-            for (size_t t = t0; t < t0 + n; t++) acc += tq_f16_to_f32(tq_kv_kraw(c, l, t, h)[i]);
-            m[i] = n ? (float)(acc / (double)n) : 0.0f;
+        for (int i = 0; i < dk; i++) acc[i] = 0.0;
+        for (size_t t = t0; t < t0 + n; t++) {
+            const uint16_t *kr = tq_kv_kraw(c, l, t, h);
+            for (int i = 0; i < dk; i++) acc[i] += tq_f16_to_f32(kr[i]);
         }
+        for (int i = 0; i < dk; i++) m[i] = n ? (float)(acc[i] / (double)n) : 0.0f;
     }
     l->mean_set = 1;
 }
