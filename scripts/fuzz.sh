@@ -14,33 +14,45 @@ fi
 mkdir -p "$out/obj"
 cd "$root"
 flags="-std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -ffp-contract=off -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -Iinclude -Isrc -Isrc/kernels -Iengine"
-isa_flags() {
-  case "$1" in
-    *avx512*) echo "-mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c" ;;
-    *avx2*) echo "-mavx2 -mfma -mf16c" ;;
-    *) echo "" ;;
-  esac
-}
+# Every library and engine source with the flags the real build gives it, from sources.list (the
+# list CMakeLists.txt reads: "TARGET PATH [FLAG...]", the flags on x86-64 only), into one
+# archive the targets link against.
+x86=0
+case "$(uname -m)" in x86_64|amd64|AMD64) x86=1 ;; esac
 objs=()
-for f in src/*.c src/kernels/*.c; do
+vnni_obj=
+while IFS= read -r line || [ -n "$line" ]; do
+  line=${line%%#*}
+  read -r -a fields <<<"$line"
+  [ "${#fields[@]}" -gt 0 ] || continue
+  if [ "${#fields[@]}" -lt 2 ] || { [ "${fields[0]}" != lib ] && [ "${fields[0]}" != engine ]; }; then
+    echo "fuzz.sh: sources.list: bad line '$line' (want TARGET PATH [FLAG...])" >&2; exit 1
+  fi
+  f=${fields[1]}
+  [ -f "$f" ] || { echo "fuzz.sh: sources.list names $f, which does not exist" >&2; exit 1; }
+  file_flags=()
+  if [ "$x86" = 1 ]; then file_flags=("${fields[@]:2}"); fi
   o="$out/obj/$(echo "$f" | tr '/' '_').o"
-  # shellcheck disable=SC2046
-  $cc $flags $(isa_flags "$f") -c "$f" -o "$o"
+  # shellcheck disable=SC2086
+  $cc $flags "${file_flags[@]}" -c "$f" -o "$o"
   objs+=("$o")
-done
-engine_objs=()
-for f in engine/gguf.c engine/tokenizer.c; do
-  [ -f "$f" ] || continue
-  o="$out/obj/$(echo "$f" | tr '/' '_').o"
-  $cc $flags -c "$f" -o "$o"
-  engine_objs+=("$o")
-done
+  if [ "$f" = src/kernels/attn_vnni.c ]; then vnni_obj=$o; fi
+done <sources.list
+# The integer decode kernels exist only when attn_vnni.c gets its VBMI / VNNI flags; without them
+# it compiles to a stub and the fuzzers never reach them.
+if [ "$x86" = 1 ] && ! nm "$vnni_obj" 2>/dev/null | grep -q ' vnni_score_turbo_lanes$'; then
+  echo "fuzz.sh: $vnni_obj has no integer kernels (attn_vnni.c compiled without its flags?)" >&2; exit 1
+fi
+lib="$out/libtq_fuzz.a"
+rm -f "$lib"
+ar rcs "$lib" "${objs[@]}"
 status=0
 for target in fuzz/fuzz_*.c; do
   name=$(basename "$target" .c)
   short=${name#fuzz_}
   bin="$out/$name"
-  $cc $flags -fsanitize=fuzzer "$target" "${objs[@]}" "${engine_objs[@]}" -lm -lpthread -o "$bin"
+  # shellcheck disable=SC2086
+  $cc $flags -fsanitize=fuzzer "$target" "$lib" -lm -lpthread -o "$bin"
   corpus="$out/corpus-$short"
   mkdir -p "$corpus"
   [ -d "fuzz/corpus/$short" ] && cp -n fuzz/corpus/"$short"/* "$corpus"/ 2>/dev/null || true

@@ -390,10 +390,21 @@ static void test_workspace_monotone(void) {
     }
 }
 
+/* 1 if the attention table t of kernel set `set` is to be tested here; otherwise the reason
+ * (the CPU lacks it, the environment excludes it: test_util.h) is reported as a skipped part. */
+static int attn_table_usable(const char *set, const tq_attn_kernels *t, int supported) {
+    char why[256];
+    if (test_kernel_skip_reason(set, t != NULL && supported, why, sizeof why) == NULL) return 1;
+    test_skip("%s", why);
+    return 0;
+}
+
 static void test_attn_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     const tq_attn_kernels *tabs[2] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
-    int have[2] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512)};
+    int have[2];
+    have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
+    have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
     float q[8 * 300], k[300], a1[300], a2[300], rows[40 * 300], pw[40];
     fill(q, 8 * 300, 0);
     fill(k, 300, 0);
@@ -536,8 +547,10 @@ static void test_fused_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
                                       tq_attn_kernels_avx512_vnni()};
-    int have[3] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512),
-                   tq_attn_kernels_avx512_vnni() != NULL};
+    int have[3];
+    have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
+    have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
+    have[2] = attn_table_usable("avx512-vnni", tabs[2], tq_kernels_supported(TQ_KERNELS_AVX512));
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
         {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}};
@@ -688,11 +701,15 @@ static void test_fused_kernels(void) {
  * weights are rounded per group of 32 tokens against a running maximum that depends on the
  * split, but within a few 1e-4 (checked: 1e-3). */
 static void test_int8_scores(void) {
-    if (!tq_attn_kernels_avx512_vnni() || !tq_kernels_supported(TQ_KERNELS_AVX512) ||
-        strcmp(tq_kernels_name(), "avx512") != 0) {
-        printf("     skipped: no AVX-512 VBMI / VNNI, or another kernel set in use\n");
-        return;
-    }
+    char why[256];
+    if (test_kernel_skip_reason("avx512-vnni",
+                                tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512), why,
+                                sizeof why))
+        SKIP_TEST("%s", why);
+    /* The library runs the integer scores under the avx512 set only. */
+    if (strcmp(tq_kernels_name(), "avx512") != 0)
+        SKIP_TEST("kernel set in use is %s, not avx512 (TQ_KERNELS=%s)", tq_kernels_name(),
+                  getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
     CHECK(strcmp(tq_attn_kernels_name(), "avx512") == 0); /* main() turned them off */
     tq_attn_set_int8_scores(1);
     CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);

@@ -509,10 +509,12 @@ static void test_kernel_sets_agree(void) {
     int dims[] = {64, 80, 96, 128, 256, 512};
     float bits[] = {1, 2, 3, 3.5f, 4, 5, 6, 7, 8};
     tq_kernels_kind kinds[] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX512};
+    static const char *const kind_names[] = {"avx2", "avx512"};
     const size_t n = 13; /* odd count */
     for (size_t kk = 0; kk < 2; kk++) {
-        if (!tq_kernels_supported(kinds[kk])) {
-            printf("  kernel set %d not supported here: skipped\n", (int)kinds[kk]);
+        char why[256];
+        if (test_kernel_skip_reason(kind_names[kk], tq_kernels_supported(kinds[kk]), why, sizeof why)) {
+            test_skip("%s", why);
             continue;
         }
         for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++)

@@ -95,8 +95,7 @@ static void test_golden_codes(void) {
             free(b);
         }
         fclose(f);
-        printf("  rewrote %s\n", GOLDEN_PATH);
-        return;
+        SKIP_TEST("TQ_REGEN_GOLDEN=1: rewrote %s, compared nothing", GOLDEN_PATH);
     }
     FILE *f = fopen(GOLDEN_PATH, "rb");
     CHECK_MSG(f != NULL, "cannot open %s (run from the repository root)", GOLDEN_PATH);

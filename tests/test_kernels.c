@@ -97,10 +97,17 @@ static const tq_kernel_table *ref;
 
 static void find_tables(void) {
     ref = tq_kernels_ref();
-    if (tq_kernels_supported(TQ_KERNELS_AVX2) && tq_kernels_avx2())
-        fast_tables[n_fast++] = tq_kernels_avx2();
-    if (tq_kernels_supported(TQ_KERNELS_AVX512) && tq_kernels_avx512())
-        fast_tables[n_fast++] = tq_kernels_avx512();
+    /* A set the CPU lacks (or the environment excludes: test_util.h) is reported skipped. */
+    static const struct { const char *name; tq_kernels_kind kind; } sets[] = {
+        {"avx2", TQ_KERNELS_AVX2}, {"avx512", TQ_KERNELS_AVX512}};
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+        const tq_kernel_table *t = sets[i].kind == TQ_KERNELS_AVX2 ? tq_kernels_avx2() : tq_kernels_avx512();
+        char why[256];
+        if (test_kernel_skip_reason(sets[i].name, tq_kernels_supported(sets[i].kind) && t != NULL, why, sizeof why))
+            test_skip("%s: every test below runs without it", why);
+        else
+            fast_tables[n_fast++] = t;
+    }
     printf("tables:");
     for (int t = 0; t < n_fast; t++) printf(" %s", fast_tables[t]->name);
     printf(" (against ref)\n");

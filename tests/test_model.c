@@ -2,8 +2,9 @@
  * gemma3_ppl.json, doc/gemma3.md section 9), and rejection of broken model files.
  *
  * The model comes from $TQ_MODEL or models/gemma3-270m-q4_k_m.gguf; every test that needs it
- * prints a "skip" line and passes when it is absent. Golden files: $TQ_GOLDEN_DIR or
- * tests/golden; text: $TQ_WIKITEXT or ../shared/data/wikitext-2-raw-test.txt.
+ * is reported skipped when it is absent (so the program exits 77, ctest "Skipped"). Golden
+ * files: $TQ_GOLDEN_DIR or tests/golden; text: $TQ_WIKITEXT or
+ * ../shared/data/wikitext-2-raw-test.txt (absent: test_perplexity is skipped).
  * TQ_PPL_CHUNKS=N scores N chunks instead of 4 (40 for the figure in the report);
  * TQ_SPEED=1 prints prefill/decode speed; TQ_ONLY_SHORT=1 runs the first golden prompt and the
  * error tests only (for sanitizer builds); TQ_THREADS (default 2); TQ_GGML_ROUNDING=1 turns on
@@ -119,10 +120,7 @@ static void compare_row(const float *row, int n_vocab, const jl_node *rec, const
 }
 
 static void test_golden_logits(void) {
-    if (g_model == NULL) {
-        printf("skip test_golden_logits: no model at %s\n", model_path);
-        return;
-    }
+    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     char path[600];
     snprintf(path, sizeof path, "%s/gemma3_logits.json", golden_dir);
     jl_doc doc;
@@ -139,6 +137,8 @@ static void test_golden_logits(void) {
     CHECK(logits != NULL);
     cmp_stats all = {0, 0, 0, 0, 0, 0, 0, 0};
     const int only_short = getenv("TQ_ONLY_SHORT") != NULL; /* first prompt only (sanitizer runs) */
+    if (only_short && prompts != NULL && prompts->n > 1)
+        test_skip("golden prompts 2..%ld: TQ_ONLY_SHORT=1 (the first prompt only)", (long)prompts->n);
     for (const jl_node *pr = prompts ? prompts->first : NULL; pr && logits; pr = only_short ? NULL : pr->next) {
         const jl_node *ids = jl_get(pr, "ids"), *positions = jl_get(pr, "positions");
         const jl_node *greedy = jl_get(pr, "greedy_ids"), *steps = jl_get(pr, "greedy_steps");
@@ -245,27 +245,21 @@ static int32_t *tokenize_text(const char *path, size_t *n_out) {
 }
 
 static void test_perplexity(void) {
-    if (g_model == NULL) {
-        printf("skip test_perplexity: no model at %s\n", model_path);
-        return;
-    }
+    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
+    FILE *probe = fopen(text, "rb");
+    if (probe == NULL) SKIP_TEST("WikiText-2 not found at %s (set TQ_WIKITEXT)", text);
+    fclose(probe);
+    /* The golden file is part of the repository: missing or unreadable is a failure. */
     char path[600];
     snprintf(path, sizeof path, "%s/gemma3_ppl.json", golden_dir);
     jl_doc doc;
     const jl_node *root = jl_load(path, &doc);
+    CHECK_MSG(root != NULL, "cannot read %s", path);
     if (root == NULL) {
-        printf("skip test_perplexity: no %s yet\n", path);
         jl_free(&doc);
         return;
     }
-    const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
-    FILE *probe = fopen(text, "rb");
-    if (probe == NULL) {
-        printf("skip test_perplexity: WikiText-2 not found at %s (set TQ_WIKITEXT)\n", text);
-        jl_free(&doc);
-        return;
-    }
-    fclose(probe);
     size_t n_tok = 0;
     int32_t *toks = tokenize_text(text, &n_tok);
     CHECK_MSG(toks != NULL, "cannot tokenize %s", text);
@@ -330,10 +324,8 @@ static void test_perplexity(void) {
 /* ---- speed (printed, not asserted) ---------------------------------------------------------- */
 
 static void test_speed(void) {
-    if (g_model == NULL || getenv("TQ_SPEED") == NULL) {
-        printf("skip test_speed: set TQ_SPEED=1 (and have the model)\n");
-        return;
-    }
+    if (getenv("TQ_SPEED") == NULL) SKIP_TEST("a measurement, not a check: set TQ_SPEED=1 to run it");
+    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     int32_t toks[512];
     for (int i = 0; i < 512; i++) toks[i] = i == 0 ? 2 : 1000 + (i * 7919) % 200000;
     float *logits = malloc((size_t)g_model->cfg.n_vocab * sizeof(float));
@@ -383,10 +375,8 @@ static void test_bad_files(void) {
     char err[256] = "";
     CHECK(model_load("/nonexistent/model.gguf", &p, &m, err, sizeof err) == MODEL_ERR_FILE && m == NULL);
     CHECK(model_load(NULL, &p, &m, err, sizeof err) == MODEL_ERR_ARG);
-    if (g_model == NULL) {
-        printf("skip test_bad_files (real-model part): no model\n");
-        return;
-    }
+    /* The checks above alone do not make this test pass: it is about the real file. */
+    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     const char *tmp = "/tmp/tq_test_model_bad.gguf";
     size_t size = (size_t)gguf_file_size(g_model->file);
     struct {
@@ -443,6 +433,9 @@ int main(void) {
     if (getenv("TQ_ONLY_SHORT") == NULL) {
         RUN_TEST(test_perplexity);
         RUN_TEST(test_speed);
+    } else {
+        test_skip_named("test_perplexity", "TQ_ONLY_SHORT=1 (the sanitizer build runs the short tests only)");
+        test_skip_named("test_speed", "TQ_ONLY_SHORT=1 (the sanitizer build runs the short tests only)");
     }
     RUN_TEST(test_bad_files);
     model_free(g_model);

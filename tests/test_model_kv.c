@@ -7,7 +7,7 @@
  *
  * Model: $TQ_MODEL or models/gemma3-270m-q4_k_m.gguf; text: $TQ_WIKITEXT or
  * ../shared/data/wikitext-2-raw-test.txt (run from the repository root). Either absent: each
- * test that needs it prints a "skip" line and passes. TQ_THREADS (default 2).
+ * test that needs it is reported skipped (exit 77 when all are). TQ_THREADS (default 2).
  *
  * The chunk: the first CTX tokens of the text (BOS first), the second half scored as
  * llama-perplexity does (rows CTX/2 .. CTX-2 predict the next token). Each scheme runs with
@@ -53,7 +53,8 @@ enum { CTX = 256, PIECE = 64, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
 static const char *model_path;
 static model *g_model;
 static int32_t g_chunk[CTX]; /* the chunk, BOS first */
-static int g_have_text;
+static char g_missing_buf[600];
+static const char *g_missing; /* why the tests that need the model and the text cannot run */
 static float *g_ref_logp;    /* (N_SCORED, n_vocab) log-softmax rows of the f16 cache */
 
 /* ---- helpers --------------------------------------------------------------------------------- */
@@ -159,10 +160,7 @@ done:
 /* Same prompt, same scheme, twice: the same greedy tokens (prefill stays raw by default, the
  * first decode step compresses it: the turbo3 run goes through both phases). */
 static void test_greedy_deterministic(void) {
-    if (g_model == NULL || !g_have_text) {
-        printf("skip test_greedy_deterministic: no model or text\n");
-        return;
-    }
+    if (g_missing != NULL) SKIP_TEST("%s", g_missing);
     enum { PROMPT = 40, STEPS = 24 };
     const char *schemes[] = {"f16", "turbo3"};
     const int nv = g_model->cfg.n_vocab;
@@ -193,16 +191,16 @@ static void test_greedy_deterministic(void) {
 }
 
 static void test_schemes_chunk(void) {
-    if (g_model == NULL || !g_have_text) {
-        printf("skip test_schemes_chunk: no model or text\n");
-        return;
-    }
+    if (g_missing != NULL) SKIP_TEST("%s", g_missing);
     const int short_run = SANITIZED || getenv("TQ_ONLY_SHORT") != NULL;
     const char *all[] = {"f16", "q8_0", "q4_0", "turbo4", "turbo3.5", "turbo3", "turbo2", "turbo4v3", "turbo0v4",
                          "turbo8v3"};
     const char *few[] = {"f16", "turbo4", "turbo3", "turbo2"};
     const char **names = short_run ? few : all;
     const int n = short_run ? 4 : 10;
+    if (short_run)
+        test_skip("schemes q8_0 q4_0 turbo3.5 turbo4v3 turbo0v4 turbo8v3: %s",
+                  SANITIZED ? "sanitizer build (the short list only)" : "TQ_ONLY_SHORT=1");
     const int nv = g_model->cfg.n_vocab, nl = g_model->cfg.n_layer;
     g_ref_logp = malloc((size_t)N_SCORED * (size_t)nv * sizeof(float));
     CHECK(g_ref_logp != NULL);
@@ -252,10 +250,10 @@ static void test_schemes_chunk(void) {
 /* turbo3 on the global layers only, the sliding-window layers kept f16 through the per-layer
  * override: the local layers compress nothing, the global ones everything. */
 static void test_local_layers_f16(void) {
-    if (g_model == NULL || !g_have_text || g_ref_logp == NULL) {
-        printf("skip test_local_layers_f16: no model, text or reference\n");
-        return;
-    }
+    if (g_missing != NULL) SKIP_TEST("%s", g_missing);
+    /* the reference rows come from test_schemes_chunk, which ran (and failed if it made none) */
+    CHECK_MSG(g_ref_logp != NULL, "no f16 reference rows from test_schemes_chunk");
+    if (g_ref_logp == NULL) return;
     const int nl = g_model->cfg.n_layer;
     tq_kv_scheme t3 = scheme_of("turbo3"), f16 = scheme_of("f16");
     tq_kv_layer_scheme *layers = malloc((size_t)nl * sizeof *layers);
@@ -283,10 +281,7 @@ static void test_local_layers_f16(void) {
 /* A scheme the model cannot use is refused at load and by model_set_kv_scheme, which then
  * leaves the cache and sequence as they were. */
 static void test_bad_scheme(void) {
-    if (g_model == NULL) {
-        printf("skip test_bad_scheme: no model\n");
-        return;
-    }
+    if (g_model == NULL) SKIP_TEST("%s", g_missing);
     tq_kv_scheme good = scheme_of("turbo3"), bad = good;
     bad.batch = 0; /* the library refuses batch < 1 */
     CHECK(model_set_kv_scheme(g_model, &good) == MODEL_OK);
@@ -325,10 +320,7 @@ static void test_bad_scheme(void) {
  * more of it than 512 (fewer query blocks, more key splits), which a workspace sized for
  * max_batch alone refused (TQ_ERR_CAPACITY). */
 static void test_odd_batch(void) {
-    if (g_model == NULL || !g_have_text) {
-        printf("skip test_odd_batch: no model or text\n");
-        return;
-    }
+    if (g_missing != NULL) SKIP_TEST("%s", g_missing);
     model_params p;
     memset(&p, 0, sizeof p);
     p.max_ctx = 512;
@@ -349,10 +341,7 @@ static void test_odd_batch(void) {
  * fewer tokens than 18 × 1300, rewinding within the slack works, rewinding past it is
  * refused with MODEL_ERR_POS, and restarting from 0 works. */
 static void test_window_pages(void) {
-    if (g_model == NULL || !g_have_text) {
-        printf("skip test_window_pages: no model or text\n");
-        return;
-    }
+    if (g_missing != NULL) SKIP_TEST("%s", g_missing);
     enum { LEN = 1300, B = 260 }; /* the last append (at 1040) drops a page */
     model_params p;
     memset(&p, 0, sizeof p);
@@ -412,10 +401,22 @@ int main(void) {
             fprintf(stderr, "model_load: %s: %s\n", model_status_name(st), err);
             return 1;
         }
-        g_have_text = load_chunk(text);
-        if (!g_have_text) printf("skip: WikiText-2 not found at %s (set TQ_WIKITEXT)\n", text);
+        FILE *tf = fopen(text, "rb");
+        if (tf != NULL) {
+            fclose(tf);
+            if (!load_chunk(text)) { /* the text is there: not tokenizing it is a failure, not a skip */
+                fprintf(stderr, "cannot take %d tokens from %s\n", CTX, text);
+                model_free(g_model);
+                return 1;
+            }
+        } else {
+            snprintf(g_missing_buf, sizeof g_missing_buf, "WikiText-2 not found at %s (set TQ_WIKITEXT)", text);
+            g_missing = g_missing_buf;
+        }
     } else {
-        printf("skip: no model at %s (set TQ_MODEL)\n", model_path);
+        snprintf(g_missing_buf, sizeof g_missing_buf, "no model at %s (set TQ_MODEL or run scripts/get-model.sh)",
+                 model_path);
+        g_missing = g_missing_buf;
     }
     RUN_TEST(test_greedy_deterministic);
     RUN_TEST(test_schemes_chunk);

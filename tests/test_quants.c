@@ -456,6 +456,25 @@ int main(int argc, char **argv) {
     RUN_TEST(test_dequantize_errors);
     RUN_TEST(test_f16_conversion);
     RUN_TEST(test_dispatch);
+    {   /* the kernel-set tests below cover the sets this CPU has; the others are skipped */
+        const quant_kernels *sets[8];
+        int ns = quant_kernels_list(sets, 8), have_avx2 = 0, have_avx512 = 0;
+        for (int s = 0; s < ns; s++) {
+            have_avx2 |= strcmp(sets[s]->name, "avx2") == 0;
+            have_avx512 |= strcmp(sets[s]->name, "avx512") == 0;
+        }
+        char lacks[160];
+        if (!have_avx2)
+            test_skip("engine kernel set avx2: this CPU lacks %s (avx2 fma f16c needed)",
+                      test_cpu_lacks("avx2", lacks, sizeof lacks)[0] ? lacks : "f16c");
+        if (!have_avx512 && test_cpu_lacks("avx512", lacks, sizeof lacks)[0])
+            test_skip("engine kernel set avx512: this CPU lacks %s", lacks);
+        else if (!have_avx512 && have_avx2) { /* the CPU has AVX-512: the build should too */
+            fprintf(stderr, "engine kernel set avx512 missing although this CPU has AVX-512 (sources.list flags?)\n");
+            test_failed_count++;
+        } else if (!have_avx512)
+            test_skip("engine kernel set avx512: needs the avx2 set (f16c) too");
+    }
     RUN_TEST(test_quantize_matches_ref);
     RUN_TEST(test_dot_kernels_vs_ref);
     RUN_TEST(test_matmul_all_sets);

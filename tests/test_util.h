@@ -1,17 +1,39 @@
 /* Minimal test harness shared by every test program.
  *
  * Each test file defines test functions, calls them through RUN_TEST, and ends main()
- * with `return test_report();`, which prints the closing line "N passed, N failed"
- * that CI reads, and returns non-zero if anything failed. */
+ * with `return test_report();`, which prints the closing line "N passed, N failed, N skipped"
+ * that CI reads and returns the exit status: 1 if anything failed, TEST_SKIP_CODE (77, ctest's
+ * SKIP_RETURN_CODE in CMakeLists.txt) if nothing ran at all because everything skipped, else 0.
+ *
+ * Skips are never passes. A test that cannot run (no model, no data file, a CPU without the
+ * instructions its kernels need) says so with SKIP_TEST("reason", ...), which prints
+ * "skip NAME: reason" and returns from the test function; the test counts as skipped, not
+ * passed, even if some checks ran before (their failures still count). A test that runs but
+ * leaves a part out (one kernel set the CPU lacks) calls test_skip("reason", ...) and goes on:
+ * the reason is printed, the test still passes or fails on what ran, and each skipped part is
+ * added to the skipped count. Outside a test (main deciding a group cannot run),
+ * test_skip_named("test_name", "reason", ...) records a whole test as skipped. */
 #ifndef TQ_TEST_UTIL_H
 #define TQ_TEST_UTIL_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The exit status of a program in which nothing ran and nothing failed (automake's and ctest's
+ * convention; CMakeLists.txt sets SKIP_RETURN_CODE to it). */
+#define TEST_SKIP_CODE 77
 
 static int test_passed_count;
 static int test_failed_count;
+static int test_skipped_count;  /* whole tests skipped + parts of tests skipped */
+static int test_skipped_parts;  /* of which parts of tests that ran */
 static int test_current_failed;
+static int test_current_skipped; /* SKIP_TEST called in the running test */
+static int test_current_parts;   /* test_skip calls in the running test */
+static const char *test_current_name;
 
 #define CHECK(cond)                                                                       \
     do {                                                                                  \
@@ -42,23 +64,177 @@ static int test_current_failed;
         }                                                                                 \
     } while (0)
 
+static inline void test_vprint_skip(const char *prefix, const char *name, const char *fmt, va_list ap) {
+    fflush(stderr);
+    if (name != NULL) printf("%s%s: ", prefix, name);
+    else printf("%s", prefix);
+    vprintf(fmt, ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* A part of the running test is left out (the test goes on): printed "skip NAME: reason" and
+ * counted as skipped. Outside a test, a part of the program: printed "skip reason". */
+static inline void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    test_vprint_skip("skip ", test_current_name, fmt, ap);
+    va_end(ap);
+    if (test_current_name != NULL) {
+        test_current_parts++;
+    } else {
+        test_skipped_count++;
+        test_skipped_parts++;
+    }
+}
+
+/* A whole test, by name, that main() does not run. */
+static inline void test_skip_named(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void test_skip_named(const char *name, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    test_vprint_skip("skip ", name, fmt, ap);
+    va_end(ap);
+    test_skipped_count++;
+}
+
+/* Called by SKIP_TEST: the running test cannot do what it is for. */
+static inline void test_skip_whole(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void test_skip_whole(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    test_vprint_skip("skip ", test_current_name, fmt, ap);
+    va_end(ap);
+    test_current_skipped = 1;
+}
+
+/* Skips the rest of the running test (a void function) with a printf-style reason. */
+#define SKIP_TEST(...)                                                                    \
+    do {                                                                                  \
+        test_skip_whole(__VA_ARGS__);                                                     \
+        return;                                                                           \
+    } while (0)
+
 #define RUN_TEST(fn)                                                                      \
     do {                                                                                  \
         test_current_failed = 0;                                                          \
+        test_current_skipped = 0;                                                         \
+        test_current_parts = 0;                                                           \
+        test_current_name = #fn;                                                          \
         fn();                                                                             \
+        test_current_name = NULL;                                                         \
         if (test_current_failed) {                                                        \
             test_failed_count++;                                                          \
             fprintf(stderr, "FAIL %s\n", #fn);                                            \
+        } else if (test_current_skipped) {                                                \
+            test_skipped_count++; /* its "skip" line is printed */                        \
         } else {                                                                          \
             test_passed_count++;                                                          \
-            printf("ok   %s\n", #fn);                                                     \
+            if (test_current_parts > 0)                                                   \
+                printf("ok   %s (%d part%s skipped, above)\n", #fn, test_current_parts,   \
+                       test_current_parts == 1 ? "" : "s");                               \
+            else                                                                          \
+                printf("ok   %s\n", #fn);                                                 \
         }                                                                                 \
+        test_skipped_count += test_current_parts;                                         \
+        test_skipped_parts += test_current_parts;                                         \
         fflush(stdout);                                                                   \
     } while (0)
 
+/* The closing line and the exit status (see the top of this file). */
 static inline int test_report(void) {
-    printf("%d passed, %d failed\n", test_passed_count, test_failed_count);
-    return test_failed_count == 0 ? 0 : 1;
+    if (test_skipped_parts > 0)
+        printf("%d passed, %d failed, %d skipped (%d of them parts of tests that ran)\n", test_passed_count,
+               test_failed_count, test_skipped_count, test_skipped_parts);
+    else
+        printf("%d passed, %d failed, %d skipped\n", test_passed_count, test_failed_count, test_skipped_count);
+    fflush(stdout);
+    if (test_failed_count > 0) return 1;
+    if (test_passed_count == 0 && test_skipped_count > 0) return TEST_SKIP_CODE;
+    if (test_passed_count == 0) {
+        printf("no test ran\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- kernel sets: why one is not tested here ------------------------------------------------ */
+
+/* The x86 features of `set` ("avx2", "avx512", "avx512-vnni": what src/kernels/dispatch.c and
+ * attn_vnni.c ask cpuid for) that this CPU lacks, space-separated into buf; "" if none. */
+static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap) {
+    buf[0] = '\0';
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TEST_NEED_(feat)                                                                  \
+    do {                                                                                  \
+        if (!__builtin_cpu_supports(feat)) {                                              \
+            size_t used_ = strlen(buf);                                                   \
+            snprintf(buf + used_, cap - used_, "%s%s", used_ ? " " : "", feat);           \
+        }                                                                                 \
+    } while (0)
+    __builtin_cpu_init();
+    if (strcmp(set, "avx2") == 0) {
+        TEST_NEED_("avx2");
+        TEST_NEED_("fma");
+    } else if (strncmp(set, "avx512", 6) == 0) {
+        TEST_NEED_("avx512f");
+        TEST_NEED_("avx512bw");
+        TEST_NEED_("avx512vl");
+        TEST_NEED_("avx512dq");
+        TEST_NEED_("fma");
+        if (strcmp(set, "avx512-vnni") == 0) {
+            TEST_NEED_("avx512vbmi");
+            TEST_NEED_("avx512vnni");
+        }
+    }
+#undef TEST_NEED_
+#else
+    (void)set;
+    snprintf(buf, cap, "(not x86-64)");
+#endif
+    return buf;
+}
+
+/* 0 ref, 1 avx2, 2 avx512 (avx512-vnni included), 3 for anything else. */
+static inline int test_kernel_rank(const char *set) {
+    if (strcmp(set, "ref") == 0) return 0;
+    if (strcmp(set, "avx2") == 0) return 1;
+    if (strncmp(set, "avx512", 6) == 0) return 2;
+    return 3;
+}
+
+/* Why kernel set `set` is not to be tested here, into buf; NULL if it is. `available`: the
+ * library provides it on this CPU (tq_kernels_supported, a non-NULL table); not available on a
+ * CPU that has every instruction the set needs is also a failure of the running test. The environment
+ * caps the sets the tests use as the library's dispatch does: TQ_FORCE_REF=1 leaves the
+ * reference only, TQ_KERNELS=ref|avx2|avx512 the sets up to that one (so TQ_KERNELS=avx2 runs
+ * the tests as on a CPU without AVX-512). */
+static inline const char *test_kernel_skip_reason(const char *set, int available, char *buf, size_t cap) {
+    const char *force = getenv("TQ_FORCE_REF"), *want = getenv("TQ_KERNELS");
+    if (force && *force && strcmp(force, "0") != 0 && test_kernel_rank(set) > 0) {
+        snprintf(buf, cap, "kernel set %s: TQ_FORCE_REF=%s in the environment", set, force);
+        return buf;
+    }
+    if (want && test_kernel_rank(want) < 3 && test_kernel_rank(set) > test_kernel_rank(want)) {
+        snprintf(buf, cap, "kernel set %s: TQ_KERNELS=%s in the environment", set, want);
+        return buf;
+    }
+    if (available) return NULL;
+    char lacks[160];
+    test_cpu_lacks(set, lacks, sizeof lacks);
+    if (lacks[0]) {
+        snprintf(buf, cap, "kernel set %s: this CPU lacks %s", set, lacks);
+    } else {
+        /* The CPU has what the set needs, so the build should have it: a failure, not a skip
+         * (a kernel file compiled without its flags in sources.list builds a stub). */
+        snprintf(buf, cap, "kernel set %s: missing from the library although this CPU has its instructions", set);
+        fprintf(stderr, "%s:%d: CHECK failed: %s (compiled without its flags? sources.list)\n", __FILE__, __LINE__,
+                buf);
+        if (test_current_name != NULL) test_current_failed = 1;
+        else test_failed_count++;
+    }
+    return buf;
 }
 
 #endif
