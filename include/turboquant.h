@@ -531,7 +531,7 @@ TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem)
 TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
                                      tq_kv_cache **out);
 
-/* ---- Cache files (doc/cachefile.md: format version 2; version 1 files still load) ----
+/* ---- Cache files (doc/cachefile.md: format version 3; versions 1 and 2 still load) ----
  * A file holds the whole state of a cache: shapes, scheme (every layer's, resolved), seed, and
  * per layer the length, the compression boundary, the two-phase flags, the key mean, the key
  * scale and its query statistics, the compressed records and the raw fp16 tokens, each section
@@ -541,7 +541,10 @@ TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme 
  * little-endian on every host. Saving reads the cache only (not concurrently with an append,
  * compress or truncate); loading creates a new cache (reserve_tokens 0). */
 
-#define TQ_KV_CACHE_FILE_VERSION 2
+/* The format version the writer writes (the u32 at byte 8 of every file it saves). The loader
+ * reads versions 1 to TQ_KV_CACHE_FILE_VERSION: 1 (before the key scale) and 2 (before the key
+ * split) load as the caches they were written from. */
+#define TQ_KV_CACHE_FILE_VERSION 3
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL. */
 TQ_API size_t tq_kv_cache_save_bound(const tq_kv_cache *cache);
@@ -550,11 +553,15 @@ TQ_API size_t tq_kv_cache_save_bound(const tq_kv_cache *cache);
  * TQ_ERR_NOMEM. */
 TQ_API tq_status tq_kv_cache_save_memory(const tq_kv_cache *cache, void *dst, size_t capacity,
                                          size_t *written);
-/* Saves atomically: writes "<path>.tmp", fsyncs it, renames it over path and fsyncs the
- * folder, so a crash at any point leaves the previous file (or none) or the complete new one,
- * never a partial file at path. A stale "<path>.tmp" from a crash is overwritten. Two savers of
- * one path at once are not supported. Errors: TQ_ERR_NULL, TQ_ERR_IO (cannot create, write,
- * sync or rename; the temp file is removed and path is untouched), TQ_ERR_NOMEM. */
+/* Saves atomically: writes a new file "<path>.tmp.XXXXXX" (XXXXXX random; created with O_EXCL
+ * and O_NOFOLLOW, so never an existing file or a symbolic link; mode 0666 less the umask),
+ * fsyncs it, renames it over path and fsyncs the folder, so a crash at any point leaves the
+ * previous file (or none) or the complete new one, never a partial file at path (a crash
+ * before the rename may leave its temp file behind; no later save touches it). A path that is
+ * a symbolic link is replaced, not followed. Errors: TQ_ERR_NULL, TQ_ERR_INVALID (a windowed
+ * cache that dropped tokens), TQ_ERR_IO (cannot create, write, sync or rename: the temp file is
+ * removed and path is untouched; or only the folder's fsync after the rename failed: path is
+ * the new file), TQ_ERR_NOMEM. */
 TQ_API tq_status tq_kv_cache_save(const tq_kv_cache *cache, const char *path);
 
 /* Loads a cache file image of size bytes (any alignment) into a new cache *out (NULL on
@@ -563,12 +570,15 @@ TQ_API tq_status tq_kv_cache_save(const tq_kv_cache *cache, const char *path);
  * Errors, first failing check wins (doc/cachefile.md lists them all):
  *   TQ_ERR_NULL; TQ_ERR_FORMAT (not a cache file, truncated, trailing bytes, a count or field
  *   out of range, sections out of order, a scheme the shapes cannot have); TQ_ERR_VERSION (a
- *   format version other than TQ_KV_CACHE_FILE_VERSION); TQ_ERR_CHECKSUM (a section's CRC32C
+ *   format version outside 1 … TQ_KV_CACHE_FILE_VERSION); TQ_ERR_CHECKSUM (a section's CRC32C
  *   does not match); TQ_ERR_CORRUPT (a record or raw token no encoder writes: non-finite
  *   norm, scale, fp16 value or key mean); TQ_ERR_NOMEM. Never crashes on any input. */
 TQ_API tq_status tq_kv_cache_load_memory(const void *data, size_t size, tq_kv_cache **out);
-/* Reads the file at path and loads it as above; TQ_ERR_IO when it cannot be opened or read
- * (or is not a regular file). */
+/* Reads the file at path and loads it as above, with the same result as the memory form on
+ * its bytes: the header and the scheme section are read and checked first, and a file larger
+ * (or smaller) than any file with their counts and schemes is TQ_ERR_FORMAT before the rest is
+ * read or allocated for. TQ_ERR_IO when it cannot be opened or read, or is not a regular file
+ * (a FIFO, a device or a folder: opened without blocking, then refused). */
 TQ_API tq_status tq_kv_cache_load(const char *path, tq_kv_cache **out);
 /* As the two above, and the file must match *expect (when not NULL): n_layers, n_kv_heads,
  * head dims, the whole scheme (layer, edge, edges, window, batch, start, prefill_raw, seed)

@@ -6,8 +6,10 @@
  * own CRC32C. The writer streams sections through a sink (a caller buffer or a buffered file
  * descriptor) and never builds the file in memory; the reader validates every byte it uses
  * before it allocates in proportion to it, so a hostile count in a small file costs nothing.
- * Saves to a path go to "<path>.tmp", are fsync'd and renamed over <path>, so a crash at any
- * point leaves either the old file or the new one.
+ * Saves to a path go to a new temporary file "<path>.tmp.XXXXXX" (created exclusively, never an
+ * existing file or link), are fsync'd and renamed over <path>, so a crash at any point leaves
+ * either the old file or the new one. Loading a path checks the header and the scheme section
+ * against the file's size before it reads (or allocates for) the rest.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,12 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "kvcache_internal.h"
 
-#define CF_VERSION 3u
+/* The version the writer writes is the public one; the layout this file reads and writes is
+ * version 3, so moving the public macro without this code fails to compile. */
+#define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 3, "src/cachefile.c writes the version 3 layout");
 #define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */
@@ -378,7 +384,7 @@ static int sync_dir_of(const char *path) {
     } else {
         strcpy(dir, ".");
     }
-    int fd = open(dir, O_RDONLY);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     free(dir);
     if (fd < 0) return -1;
     int r = fsync(fd);
@@ -388,45 +394,84 @@ static int sync_dir_of(const char *path) {
     return r;
 }
 
+static uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+#define CF_TMP_SUFFIX ".tmp."
+#define CF_TMP_RANDOM 6
+#define CF_TMP_TRIES 100
+
+/* Creates the temporary file of a save: tmp (room for strlen(path) + 12 bytes) gets
+ * "<path>.tmp.XXXXXX", XXXXXX random in [A-Za-z0-9], created with O_CREAT | O_EXCL |
+ * O_NOFOLLOW, so it is always a new file of ours: never an existing file, never through a
+ * symbolic link (a link, even a dangling one, at the name is EEXIST and another name is
+ * tried). Mode 0666 less the umask, as for any new file (fopen's). Returns the descriptor, or
+ * -1 with nothing created. */
+static int create_temp(const char *path, size_t pn, char *tmp) {
+    static const char az[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    struct timespec ts = {0, 0};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed = mix64((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+                    mix64((uint64_t)getpid() << 20 ^ (uint64_t)(uintptr_t)&ts) ^
+                    mix64((uint64_t)(uintptr_t)path);
+    memcpy(tmp, path, pn);
+    memcpy(tmp + pn, CF_TMP_SUFFIX, sizeof CF_TMP_SUFFIX - 1);
+    char *x = tmp + pn + sizeof CF_TMP_SUFFIX - 1;
+    x[CF_TMP_RANDOM] = 0;
+    for (int k = 0; k < CF_TMP_TRIES; k++) {
+        uint64_t r = mix64(seed + (uint64_t)k);
+        for (int i = 0; i < CF_TMP_RANDOM; i++, r /= 62) x[i] = az[r % 62];
+        int fd;
+        do {
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        } while (fd < 0 && errno == EINTR);
+        if (fd >= 0) return fd;
+        if (errno != EEXIST) return -1;
+    }
+    return -1;
+}
+
 tq_status tq_kv_cache_save(const tq_kv_cache *c, const char *path) {
     if (!c || !path) return TQ_ERR_NULL;
     if (!*path) return TQ_ERR_IO;
     if (tq_kv_cache_save_bound(c) == 0) return TQ_ERR_INVALID;
     size_t pn = strlen(path);
-    char *tmp = malloc(pn + 5);
+    char *tmp = malloc(pn + sizeof CF_TMP_SUFFIX + CF_TMP_RANDOM);
     crc_tab *ct = malloc(sizeof *ct);
     uint8_t *buf = malloc(1u << 20);
     tq_status st = TQ_OK;
-    int fd = -1;
+    int fd = -1, created = 0; /* created: tmp names a file of ours to remove on failure */
     if (!tmp || !ct || !buf) {
         st = TQ_ERR_NOMEM;
         goto done;
     }
-    memcpy(tmp, path, pn);
-    memcpy(tmp + pn, ".tmp", 5);
     crc_tab_init(ct);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    fd = create_temp(path, pn, tmp);
     if (fd < 0) {
         st = TQ_ERR_IO;
         goto done;
     }
+    created = 1;
     sink s = {.buf = buf, .cap = 1u << 20, .fd = fd, .crc = ct};
     st = write_cache(c, &s);
     if (!st) sink_flush(&s), st = s.st;
     if (!st && fsync(fd) != 0) st = TQ_ERR_IO;
     if (close(fd) != 0 && !st) st = TQ_ERR_IO;
     fd = -1;
-    if (!st && rename(tmp, path) != 0) st = TQ_ERR_IO;
-    if (st) {
-        unlink(tmp);
+    if (st) goto done;
+    if (rename(tmp, path) != 0) {
+        st = TQ_ERR_IO;
         goto done;
     }
+    created = 0; /* the file is path now */
     if (sync_dir_of(path) != 0) st = TQ_ERR_IO;
 done:
-    if (fd >= 0) {
-        close(fd);
-        unlink(tmp);
-    }
+    if (fd >= 0) close(fd);
+    if (created) unlink(tmp);
     free(tmp);
     free(ct);
     free(buf);
@@ -456,11 +501,14 @@ static int get_layer_scheme(const uint8_t *p, uint32_t version, tq_kv_layer_sche
     l->key_split = p[6];
     l->key_bits = tq_load_f32(p + 8);
     l->value_bits = tq_load_f32(p + 12);
+    /* The writer stores bits as 0.0f (all bits zero) for the plain formats: the bit pattern is
+     * compared, so −0.0f (equal to 0.0f as a float, but re-saved as +0.0f) is refused. A
+     * TurboQuant width in [1, 8] is positive, so its pattern is the one it re-saves as. */
     if (l->key_format == TQ_KV_TURBO ? !(l->key_bits >= 1.0f && l->key_bits <= 8.0f)
-                                     : l->key_bits != 0.0f)
+                                     : get_u32(p + 8) != 0)
         return 0;
     if (l->value_format == TQ_KV_TURBO ? !(l->value_bits >= 1.0f && l->value_bits <= 8.0f)
-                                       : l->value_bits != 0.0f)
+                                       : get_u32(p + 12) != 0)
         return 0;
     return 1;
 }
@@ -545,13 +593,14 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     }
     const uint8_t *sq = q + (with_mean ? nm * 4 : 0);
     if (with_scale) {
-        /* Statistics are finite and ≥ 0; the scale is finite and > 0 (1 until fixed). */
+        /* Statistics are finite and ≥ +0 (a count and sums of squares from 0.0: never −0.0);
+         * the scale is finite and > 0 (1 until fixed). */
         double rows = get_f64(sq);
-        if (!(isfinite(rows) && rows >= 0.0)) return TQ_ERR_CORRUPT;
+        if (!(isfinite(rows) && !signbit(rows))) return TQ_ERR_CORRUPT;
         for (size_t j = 0; j < nm; j++) {
             double a = get_f64(sq + 8 + 8 * j);
             float sc = tq_load_f32(sq + 8 + 8 * nm + 4 * j);
-            if (!(isfinite(a) && a >= 0.0) || !(isfinite(sc) && sc > 0.0f))
+            if (!(isfinite(a) && !signbit(a)) || !(isfinite(sc) && sc > 0.0f))
                 return TQ_ERR_CORRUPT;
         }
     }
@@ -619,9 +668,25 @@ static tq_status read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     return TQ_OK;
 }
 
-static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *expect,
-                      const crc_tab *ct, tq_kv_cache **out) {
-    /* Header: magic and version first (fixed in every version), then its checksum. */
+/* What the header and the scheme section say, checked: the loader's first two stages, which
+ * read only the first front_bytes() bytes of the input (and its size). */
+typedef struct cf_front {
+    uint32_t version, n_layers, H, dk, dv, scheme_bytes;
+    uint64_t seed, n_tokens;
+    tq_kv_cache_config cfg; /* shapes and scheme (check_scheme); layer_schemes set by load */
+    tq_kv_layer_scheme *ls; /* the n_layers layer scheme records (check_scheme; owned) */
+} cf_front;
+
+/* Bytes of the header and the scheme section. */
+static size_t front_bytes(const cf_front *f) {
+    return CF_HEADER_BYTES + CF_SECTION_HEAD + (size_t)f->scheme_bytes + CF_CRC;
+}
+
+/* Stage 1: the 64-byte header, for an input of size bytes of which d holds the first
+ * min(size, 64). */
+static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_config *expect,
+                              const crc_tab *ct, cf_front *f) {
+    /* Magic and version first (fixed in every version), then the checksum. */
     if (size < CF_HEADER_BYTES || memcmp(d, cf_magic, 8) != 0) return TQ_ERR_FORMAT;
     uint32_t version = get_u32(d + 8);
     if (version < CF_VERSION_MIN || version > CF_VERSION) return TQ_ERR_VERSION;
@@ -630,7 +695,6 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     if (get_u32(d + 52) || get_u32(d + 56)) return TQ_ERR_FORMAT;
     uint32_t n_layers = get_u32(d + 16), H = get_u32(d + 20), dk = get_u32(d + 24),
              dv = get_u32(d + 28);
-    uint64_t seed = get_u64(d + 32), n_tokens = get_u64(d + 40);
     uint32_t scheme_bytes = get_u32(d + 48);
     if (n_layers < 1 || n_layers > 4096 || H < 1 || H > 1024 || dk < TQ_MIN_DIM ||
         dk > TQ_MAX_DIM || dv < TQ_MIN_DIM || dv > TQ_MAX_DIM)
@@ -639,12 +703,57 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     if (expect && (expect->n_layers != (int)n_layers || expect->n_kv_heads != (int)H ||
                    expect->head_dim_k != (int)dk || expect->head_dim_v != (int)dv))
         return TQ_ERR_MISMATCH;
-    /* The smallest file with these counts: nothing is allocated for a file shorter than it. */
-    size_t min_size = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_bytes + CF_CRC +
-                      (size_t)n_layers * (CF_LAYER_HEAD + CF_LAYER_FIXED + CF_CRC);
+    memset(f, 0, sizeof *f);
+    f->version = version;
+    f->n_layers = n_layers;
+    f->H = H;
+    f->dk = dk;
+    f->dv = dv;
+    f->scheme_bytes = scheme_bytes;
+    f->seed = get_u64(d + 32);
+    f->n_tokens = get_u64(d + 40);
+    /* The smallest file with these counts (the scheme section included, so that stage 2
+     * reads within the input): nothing more is read for a file shorter than it. */
+    size_t min_size = front_bytes(f) + (size_t)n_layers * (CF_LAYER_HEAD + CF_LAYER_FIXED + CF_CRC);
     if (size < min_size) return TQ_ERR_FORMAT;
+    return TQ_OK;
+}
 
-    /* Scheme section. */
+/* The least and the most bytes a file of these counts and layer schemes can have, saturating:
+ * the header and scheme section; per layer its section head, CRC, fixed fields, key mean
+ * (4·H·dk) and key scale block (8 + 12·H·dk, + 2·H·dk with a key split), as layer_payload and
+ * write_cache lay them out; then n_tokens tokens (Σ len = n_tokens) at the cheapest / dearest
+ * per-token cost of any layer, a token of a layer costing H·(kb + vb) compressed and
+ * H·2·(dk + dv) raw. 0 when a layer scheme has no record size for these dims (then
+ * tq_kv_cache_create refuses it too). */
+static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
+    size_t H = f->H, nm = (size_t)f->H * f->dk, raw = 2 * ((size_t)f->dk + f->dv);
+    size_t fixed = front_bytes(f), least = SIZE_MAX, most = 0;
+    for (uint32_t i = 0; i < f->n_layers; i++) {
+        const tq_kv_layer_scheme *l = &f->ls[i];
+        size_t kb = 0, vb = 0;
+        if (tq_kv_layer_scheme_bytes(l, (int)f->dk, (int)f->dv, &kb, &vb) != TQ_OK) return 0;
+        fixed = add_sat(fixed, CF_LAYER_HEAD + CF_LAYER_FIXED + CF_CRC);
+        if (l->key_mean) fixed = add_sat(fixed, 4 * nm);
+        if (l->key_scale) fixed = add_sat(fixed, 8 + (l->key_split ? 14 : 12) * nm);
+        size_t comp = add_sat(kb, vb);
+        size_t cheap = comp < raw ? comp : raw, dear = comp > raw ? comp : raw;
+        if (cheap < least) least = cheap;
+        if (dear > most) most = dear;
+    }
+    size_t n = f->n_tokens > SIZE_MAX ? SIZE_MAX : (size_t)f->n_tokens;
+    *lo = add_sat(fixed, mul_sat(n, mul_sat(H, least)));
+    *hi = add_sat(fixed, mul_sat(n, mul_sat(H, most)));
+    return 1;
+}
+
+/* Stage 2: the scheme section (d holds the first front_bytes(f) bytes of the size-byte
+ * input; check_header made sure size covers them), then the input's size against what the
+ * counts and the schemes allow. On TQ_OK, f->cfg and f->ls (to free) are set. */
+static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_config *expect,
+                              const crc_tab *ct, cf_front *f) {
+    uint32_t n_layers = f->n_layers, scheme_bytes = f->scheme_bytes, version = f->version;
+    int dk = (int)f->dk;
     const uint8_t *s = d + CF_HEADER_BYTES;
     if (memcmp(s, tag_scheme, 4) != 0 || get_u32(s + 4) != scheme_bytes) return TQ_ERR_FORMAT;
     if (crc_of(ct, s, CF_SECTION_HEAD + scheme_bytes) !=
@@ -652,7 +761,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
         return TQ_ERR_CHECKSUM;
     const uint8_t *sp = s + CF_SECTION_HEAD;
     tq_kv_cache_config cfg;
-    tq_kv_cache_config_init(&cfg, (int)n_layers, (int)H, (int)dk, (int)dv);
+    tq_kv_cache_config_init(&cfg, (int)n_layers, (int)f->H, dk, (int)f->dv);
     tq_kv_scheme *sc = &cfg.scheme;
     if (!get_layer_scheme(sp, version, &sc->layer) || !get_layer_scheme(sp + 16, version, &sc->edge))
         return TQ_ERR_FORMAT;
@@ -669,7 +778,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
     if (v32[5] > 1 || v32[3] < 1) return TQ_ERR_FORMAT;
     sc->prefill_raw = (int)v32[5];
     sc->seed = get_u64(sp + 56);
-    if (sc->seed != seed) return TQ_ERR_FORMAT;
+    if (sc->seed != f->seed) return TQ_ERR_FORMAT;
     tq_kv_layer_scheme *ls = malloc(n_layers * sizeof *ls);
     if (!ls) return TQ_ERR_NOMEM;
     for (uint32_t i = 0; i < n_layers; i++)
@@ -682,10 +791,10 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
         /* A key split flag that has no effect at these dims does not make a mismatch. */
         tq_kv_layer_scheme el = expect->scheme.layer, ee = expect->scheme.edge, fl = sc->layer,
                            fe = sc->edge;
-        el.key_split = tq_kv_key_split_applies(&el, (int)dk);
-        ee.key_split = tq_kv_key_split_applies(&ee, (int)dk);
-        fl.key_split = tq_kv_key_split_applies(&fl, (int)dk);
-        fe.key_split = tq_kv_key_split_applies(&fe, (int)dk);
+        el.key_split = tq_kv_key_split_applies(&el, dk);
+        ee.key_split = tq_kv_key_split_applies(&ee, dk);
+        fl.key_split = tq_kv_key_split_applies(&fl, dk);
+        fe.key_split = tq_kv_key_split_applies(&fe, dk);
         int ok = same_layer_scheme(&el, &fl) && same_layer_scheme(&ee, &fe) &&
                  expect->scheme.edge_first == sc->edge_first &&
                  expect->scheme.edge_last == sc->edge_last &&
@@ -697,7 +806,7 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
             if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;
-            e.key_split = tq_kv_key_split_applies(&e, (int)dk);
+            e.key_split = tq_kv_key_split_applies(&e, dk);
             ok = same_layer_scheme(&e, &ls[i]);
         }
         if (!ok) {
@@ -705,20 +814,39 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
             return TQ_ERR_MISMATCH;
         }
     }
-    cfg.layer_schemes = ls;
+    f->cfg = cfg;
+    f->ls = ls;
+    /* The size: before anything is allocated for, or read of, the layer sections. */
+    size_t lo = 0, hi = 0;
+    if (!size_range(f, &lo, &hi) || size < lo || size > hi) {
+        free(ls);
+        f->ls = NULL;
+        return TQ_ERR_FORMAT;
+    }
+    return TQ_OK;
+}
+
+/* Stage 3: creates the cache and reads the layer sections (d: the whole input); frees f->ls. */
+static tq_status load_layers(const uint8_t *d, size_t size, const crc_tab *ct, cf_front *f,
+                             tq_kv_cache **out) {
+    uint32_t n_layers = f->n_layers;
+    tq_kv_layer_scheme *ls = f->ls;
+    f->cfg.layer_schemes = ls;
     tq_kv_cache *c = NULL;
-    tq_status st = tq_kv_cache_create(&c, &cfg);
+    tq_status st = tq_kv_cache_create(&c, &f->cfg);
     /* A key split the file claims must be the one the cache makes of its scheme. */
     for (uint32_t i = 0; !st && i < n_layers; i++)
         if (c->layers[i].scheme.key_split != ls[i].key_split) st = TQ_ERR_FORMAT;
     free(ls);
+    f->ls = NULL;
+    f->cfg.layer_schemes = NULL;
     if (st) {
         tq_kv_cache_free(c);
         return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;
     }
 
     /* Layer sections, in order, ending exactly at the end of the input. */
-    size_t pos = CF_HEADER_BYTES + CF_SECTION_HEAD + scheme_bytes + CF_CRC;
+    size_t pos = front_bytes(f);
     uint64_t total = 0;
     for (uint32_t i = 0; i < n_layers && !st; i++) {
         size_t left = size - pos;
@@ -743,13 +871,22 @@ static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *e
         total += c->layers[i].len;
         pos += CF_LAYER_HEAD + (size_t)pn + CF_CRC;
     }
-    if (!st && (pos != size || total != n_tokens)) st = TQ_ERR_FORMAT;
+    if (!st && (pos != size || total != f->n_tokens)) st = TQ_ERR_FORMAT;
     if (st) {
         tq_kv_cache_free(c);
         return st;
     }
     *out = c;
     return TQ_OK;
+}
+
+static tq_status load(const uint8_t *d, size_t size, const tq_kv_cache_config *expect,
+                      const crc_tab *ct, tq_kv_cache **out) {
+    cf_front f;
+    tq_status st = check_header(d, size, expect, ct, &f);
+    if (!st) st = check_scheme(d, size, expect, ct, &f);
+    if (!st) st = load_layers(d, size, ct, &f, out);
+    return st;
 }
 
 tq_status tq_kv_cache_load_memory_expect(const void *data, size_t size,
@@ -769,40 +906,95 @@ tq_status tq_kv_cache_load_memory(const void *data, size_t size, tq_kv_cache **o
     return tq_kv_cache_load_memory_expect(data, size, NULL, out);
 }
 
+/* Reads up to n bytes at buf; the count read (short at end of file), or -1 on an error. */
+static ssize_t read_full(int fd, uint8_t *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* Opens path for reading without blocking (a FIFO with no writer, a device) and keeps only a
+ * regular file, in blocking mode again. -1 when it is not one or cannot be opened. */
+static int open_regular(const char *path, struct stat *sb) {
+    int fd;
+    do {
+        fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return -1;
+    int fl;
+    if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode) || (fl = fcntl(fd, F_GETFL)) < 0 ||
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Grows *buf to want bytes and reads bytes [*got, want) of the file into it; *got ends short
+ * at the end of the file. TQ_ERR_NOMEM or TQ_ERR_IO (then *buf is still the caller's). */
+static tq_status read_more(int fd, uint8_t **buf, size_t *got, size_t want) {
+    if (want <= *got) return TQ_OK;
+    uint8_t *nb = realloc(*buf, want);
+    if (!nb) return TQ_ERR_NOMEM;
+    *buf = nb;
+    ssize_t r = read_full(fd, nb + *got, want - *got);
+    if (r < 0) return TQ_ERR_IO;
+    *got += (size_t)r;
+    return TQ_OK;
+}
+
 tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_config *expect,
                                   tq_kv_cache **out) {
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
     if (!path) return TQ_ERR_NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return TQ_ERR_IO;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 0 ||
-        (uint64_t)sb.st_size > SIZE_MAX) {
+    int fd = open_regular(path, &sb);
+    if (fd < 0) return TQ_ERR_IO;
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > SIZE_MAX) {
         close(fd);
         return TQ_ERR_IO;
     }
-    size_t size = (size_t)sb.st_size;
-    uint8_t *buf = malloc(size ? size : 1);
-    if (!buf) {
-        close(fd);
-        return TQ_ERR_NOMEM;
-    }
-    size_t got = 0;
+    size_t size = (size_t)sb.st_size, got = 0;
     tq_status st = TQ_OK;
-    while (got < size) {
-        ssize_t r = read(fd, buf + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            st = TQ_ERR_IO;
-            break;
-        }
-        if (r == 0) break; /* shrank while reading: parse what is there */
-        got += (size_t)r;
+    crc_tab *ct = malloc(sizeof *ct);
+    uint8_t *buf = malloc(CF_HEADER_BYTES);
+    cf_front f;
+    if (!ct || !buf) {
+        st = TQ_ERR_NOMEM;
+        goto done;
     }
+    crc_tab_init(ct);
+    /* The header, then the scheme section, checked against the file's size exactly as the
+     * memory loader checks them, before the rest is read or allocated for. A file that shrinks
+     * while being read is parsed as far as it goes (the memory loader below decides). */
+    size_t want = size < CF_HEADER_BYTES ? size : CF_HEADER_BYTES;
+    st = read_more(fd, &buf, &got, want);
+    if (!st && got == want) {
+        st = check_header(buf, size, expect, ct, &f);
+        if (st) goto done;
+        want = front_bytes(&f); /* ≤ size: check_header checked */
+        st = read_more(fd, &buf, &got, want);
+        if (!st && got == want) {
+            st = check_scheme(buf, size, expect, ct, &f);
+            if (st) goto done;
+            free(f.ls); /* checked again below, on the same bytes */
+        }
+    }
+    /* Within the bound the header and the scheme give: the rest. */
+    if (!st && got == want && size > got) st = read_more(fd, &buf, &got, size);
+    if (st) goto done;
+    st = load(buf, got, expect, ct, out);
+done:
     close(fd);
-    if (!st) st = tq_kv_cache_load_memory_expect(buf, got, expect, out);
     free(buf);
+    free(ct);
     return st;
 }
 

@@ -4,15 +4,29 @@
  * per-layer edges; the golden file pins the format; every truncation, every single-bit flip,
  * wrong magic, other versions, mismatched shapes, hostile counts and bad values are rejected
  * with their code; a crash mid-save leaves the previous file; unwritable paths give TQ_ERR_IO.
+ * Issue 14: a save never opens, follows or removes what is at "<path>.tmp" (a symlink, a stale
+ * file) and leaves no temp file after a success or a failure; loading a FIFO, a folder or a
+ * device is TQ_ERR_IO without blocking; a file far larger than its header and scheme allow is
+ * TQ_ERR_FORMAT before it is read (a terabyte sparse file, in a child process); loading a path
+ * gives what loading its bytes gives; −0.0 in a plain format's bits field is TQ_ERR_FORMAT;
+ * TQ_KV_CACHE_FILE_VERSION is the version the writer writes.
  *
  * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v3.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin and cache_v2.bin,
  * written by versions 1 (before the key scale) and 2 (before the key split), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kvcache_internal.h"
@@ -35,6 +49,184 @@ static const char *scratch(const char *name) {
              name);
     return b;
 }
+
+/* ---- File-system helpers for the save / load tests below ---------------------------------- */
+
+/* A fresh private folder under $TMPDIR (or /tmp); the caller frees the name. */
+static char *scratch_dir(const char *name) {
+    const char *dir = getenv("TMPDIR");
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s/tq_cf_%s_XXXXXX", dir && *dir ? dir : "/tmp", name);
+    char *d = mkdtemp(buf);
+    if (!d) return NULL;
+    char *r = malloc(strlen(d) + 1);
+    if (r) strcpy(r, d);
+    return r;
+}
+
+/* Entries of a folder, "." and ".." apart; -1 if it cannot be read. */
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+/* Entries of dir whose name starts with prefix (e.g. "x.tqkv.tmp"). */
+static int count_prefixed(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Removes every entry of dir (files, links, empty folders), then dir itself. */
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) != 0) rmdir(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 0;
+    int ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+/* 1 if the file at path (followed if a link) holds exactly data[0, n). */
+static int file_is(const char *path, const void *data, size_t n) {
+    size_t got = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    uint8_t *b = malloc(n + 1);
+    got = fread(b, 1, n + 1, f);
+    fclose(f);
+    int ok = got == n && memcmp(b, data, n) == 0;
+    free(b);
+    return ok;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Runs fn(arg), which returns a tq_status, in a child process; returns that status, or -1
+ * when it did not finish within secs seconds (it is then killed: a hang fails the test instead
+ * of hanging the suite), -2 when it died of a signal, -3 when it exited otherwise (a
+ * sanitizer's report: exit code 1) or could not be started. *elapsed gets its time. */
+#define CHILD_STATUS_BASE 100 /* exit code of a child that returned status s: BASE + s */
+typedef int (*child_fn)(const void *arg);
+static int run_in_child(child_fn fn, const void *arg, double secs, double *elapsed) {
+    fflush(stdout);
+    fflush(stderr);
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid < 0) return -3;
+    if (pid == 0) _exit(CHILD_STATUS_BASE + fn(arg));
+    int status = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) return -3;
+        if (now_s() - t0 > secs) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            if (elapsed) *elapsed = now_s() - t0;
+            return -1;
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (elapsed) *elapsed = now_s() - t0;
+    if (!WIFEXITED(status)) return -2;
+    return WEXITSTATUS(status) >= CHILD_STATUS_BASE ? WEXITSTATUS(status) - CHILD_STATUS_BASE : -3;
+}
+
+static const char *child_result(int code) {
+    return code >= 0 ? tq_error_name((tq_status)code)
+           : code == -1 ? "still blocked (killed)"
+           : code == -2 ? "died of a signal"
+                        : "exited without a status (a sanitizer report?)";
+}
+
+static int child_load(const void *path) {
+    tq_kv_cache *c = NULL;
+    tq_status st = tq_kv_cache_load(path, &c);
+    tq_kv_cache_free(c);
+    return (int)st;
+}
+
+/* AddressSanitizer reserves terabytes of address space: no RLIMIT_AS under it (its allocator
+ * refuses any single allocation over 1 TiB instead). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifndef TEST_ASAN
+#define TEST_ASAN 0
+#endif
+
+typedef struct load_args {
+    const char *path;
+    const tq_kv_cache_config *expect;
+} load_args;
+
+/* tq_kv_cache_load_expect with at most 8 GiB of address space: a loader that allocates the
+ * size of a terabyte file gets TQ_ERR_NOMEM instead of taking the machine's memory. */
+static int child_load_capped(const void *arg) {
+    const load_args *a = arg;
+    if (!TEST_ASAN) {
+        struct rlimit rl = {(rlim_t)8 << 30, (rlim_t)8 << 30};
+        setrlimit(RLIMIT_AS, &rl);
+    }
+    tq_kv_cache *c = NULL;
+    tq_status st = tq_kv_cache_load_expect(a->path, a->expect, &c);
+    tq_kv_cache_free(c);
+    return (int)st;
+}
+
+typedef struct save_args {
+    const tq_kv_cache *cache;
+    const char *path;
+    rlim_t fsize;
+} save_args;
+
+/* tq_kv_cache_save with files limited to a->fsize bytes (writes past it fail with EFBIG). */
+static int child_save_fsize(const void *arg) {
+    const save_args *a = arg;
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {a->fsize, a->fsize};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0) return 99;
+    return (int)tq_kv_cache_save(a->cache, a->path);
+}
+
+/* Reports a part of a test that cannot run here (the harness's test_skip where it has one). */
+#ifdef TEST_SKIP_CODE
+#define PART_SKIPPED(...) test_skip(__VA_ARGS__)
+#else
+#define PART_SKIPPED(...) (printf("skip: " __VA_ARGS__), putchar('\n'))
+#endif
 
 /* Exact-arithmetic inputs (multiples of 1/256), the same on every machine. */
 static uint32_t hash32(uint32_t x) {
@@ -257,10 +449,11 @@ static void test_roundtrip_file(void) {
     CHECK(tq_kv_cache_save(a, path) == TQ_OK);
     CHECK(tq_kv_cache_load(path, &b) == TQ_OK);
     CHECK(b && same_cache(a, b, 4));
-    struct stat sb;
-    char tmp[256];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    CHECK(stat(tmp, &sb) != 0); /* no temp file left behind */
+    const char *base = strrchr(path, '/');
+    char prefix[256], dir[512];
+    snprintf(prefix, sizeof prefix, "%s.tmp", base ? base + 1 : path);
+    snprintf(dir, sizeof dir, "%.*s", base ? (int)(base - path) : 1, base ? path : ".");
+    CHECK(count_prefixed(dir, prefix) == 0); /* no temp file left behind */
     tq_kv_cache_free(b);
     tq_kv_cache_free(a);
     unlink(path);
@@ -332,6 +525,7 @@ static void test_golden(void) {
         CHECK(f && fwrite(img, 1, n, f) == n);
         if (f) fclose(f);
         printf("wrote %s (%zu bytes)\n", GOLDEN, n);
+        test_skip("the comparison with %s: TQ_UPDATE_GOLDEN=1 just wrote it", GOLDEN);
     }
     uint8_t *g = read_file(GOLDEN, &gn);
     CHECK_MSG(g != NULL, "missing %s", GOLDEN);
@@ -682,12 +876,13 @@ static void test_crash_temp_file(void) {
     tq_kv_cache_free(b);
     b = NULL;
     CHECK(tq_kv_cache_load(tmp, &b) == TQ_ERR_FORMAT); /* the partial file itself */
-    /* The next save overwrites the stale temp file and replaces the previous file. */
+    /* The next save replaces the previous file through a temp file of its own: a file at
+     * "<path>.tmp" (stale or not) is never opened, so it is left exactly as it was. */
     CHECK(tq_kv_cache_save(b2, path) == TQ_OK);
     CHECK(tq_kv_cache_load(path, &b) == TQ_OK && same_cache(b2, b, 2));
     tq_kv_cache_free(b);
-    struct stat sb;
-    CHECK(stat(tmp, &sb) != 0);
+    CHECK(img && file_is(tmp, img, n / 2));
+    unlink(tmp);
     unlink(path);
     free(img);
     tq_kv_cache_free(a);
@@ -723,6 +918,399 @@ static void test_io_errors(void) {
     tq_kv_cache_free(a);
 }
 
+/* ---- Defect tests (issue 14) -------------------------------------------------------------- */
+
+/* Saving never follows or reuses a file at "<path>.tmp": a symlink there (to a file, or
+ * dangling) and a stale regular file are left exactly as they were, the save succeeds, path
+ * becomes a regular file holding the cache, and no temporary file is left behind. */
+static void test_save_temp_not_followed(void) {
+    char *dir = scratch_dir("save"), *other = scratch_dir("victim");
+    CHECK(dir && other);
+    if (!dir || !other) return;
+    char path[600], tmp[600], victim[600], absent[600];
+    snprintf(path, sizeof path, "%s/c.tqkv", dir);
+    snprintf(tmp, sizeof tmp, "%s/c.tqkv.tmp", dir);
+    snprintf(victim, sizeof victim, "%s/precious.txt", other);
+    snprintf(absent, sizeof absent, "%s/never-created", other);
+    static const char secret[] = "precious contents: must survive the save\n";
+    CHECK(write_bytes(victim, secret, sizeof secret - 1));
+    tq_kv_cache *a = build("turbo3", 1, 2, 64, 100, NULL), *b2 = build("q4_0", 2, 2, 64, 40, NULL);
+    tq_kv_cache *b = NULL;
+    CHECK(a && b2);
+    struct stat sb;
+
+    /* 1. <path>.tmp is a symlink to another file. */
+    CHECK(symlink(victim, tmp) == 0);
+    tq_status st = tq_kv_cache_save(a, path);
+    CHECK_MSG(st == TQ_OK, "save with a .tmp symlink: %s", tq_error_name(st));
+    CHECK_MSG(file_is(victim, secret, sizeof secret - 1), "the symlink's target was overwritten");
+    CHECK_MSG(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "path is not a regular file");
+    CHECK_MSG(lstat(tmp, &sb) == 0 && S_ISLNK(sb.st_mode), "the .tmp symlink was moved or removed");
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK && b && same_cache(a, b, 2));
+    tq_kv_cache_free(b);
+    b = NULL;
+    CHECK_MSG(count_entries(dir) == 2, "%d entries in the folder, want 2 (path, .tmp link)",
+              count_entries(dir));
+    CHECK(count_entries(other) == 1);
+
+    /* 2. A dangling symlink: nothing is created at its target. */
+    unlink(tmp);
+    CHECK(symlink(absent, tmp) == 0);
+    st = tq_kv_cache_save(b2, path);
+    CHECK_MSG(st == TQ_OK, "save with a dangling .tmp symlink: %s", tq_error_name(st));
+    CHECK_MSG(lstat(absent, &sb) != 0, "a file was created through the dangling symlink");
+    CHECK(lstat(tmp, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK && b && same_cache(b2, b, 2));
+    tq_kv_cache_free(b);
+    b = NULL;
+    CHECK(count_entries(dir) == 2 && count_entries(other) == 1);
+
+    /* 3. A regular file at <path>.tmp (a stale one, or someone else's): left untouched. */
+    unlink(tmp);
+    static const char stale[] = "someone else's file, not a temp file of ours";
+    CHECK(write_bytes(tmp, stale, sizeof stale - 1));
+    st = tq_kv_cache_save(a, path);
+    CHECK_MSG(st == TQ_OK, "save with a .tmp file: %s", tq_error_name(st));
+    CHECK_MSG(file_is(tmp, stale, sizeof stale - 1), "the existing .tmp file was changed");
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK && b && same_cache(a, b, 2));
+    tq_kv_cache_free(b);
+    CHECK_MSG(count_entries(dir) == 2, "%d entries in the folder, want 2", count_entries(dir));
+    CHECK(file_is(victim, secret, sizeof secret - 1));
+
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(b2);
+    remove_dir(dir);
+    remove_dir(other);
+    free(dir);
+    free(other);
+}
+
+/* Failed saves leave no temporary file and the previous file byte for byte: the folder is a
+ * regular file (creating fails), path is a folder (rename fails), a write fails (RLIMIT_FSIZE,
+ * in a child process). A successful save leaves exactly the one file. Works as root. */
+static void test_save_failures_leave_nothing(void) {
+    char *dir = scratch_dir("fail");
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char path[600], notdir[600], inside[700], sub[600], big[600];
+    snprintf(path, sizeof path, "%s/keep.tqkv", dir);
+    snprintf(notdir, sizeof notdir, "%s/plainfile", dir);
+    snprintf(inside, sizeof inside, "%s/x.tqkv", notdir);
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(big, sizeof big, "%s/big.tqkv", dir);
+    tq_kv_cache *a = build("turbo3", 1, 2, 64, 100, NULL), *big_c = build("f16", 2, 2, 64, 300, NULL);
+    CHECK(a && big_c);
+    CHECK(tq_kv_cache_save(a, path) == TQ_OK);
+    CHECK_MSG(count_entries(dir) == 1, "after a save: %d entries, want 1", count_entries(dir));
+    size_t n = 0;
+    uint8_t *img = read_file(path, &n);
+    CHECK(img && n == tq_kv_cache_save_bound(a));
+
+    CHECK(write_bytes(notdir, "x", 1));
+    CHECK(tq_kv_cache_save(a, inside) == TQ_ERR_IO);
+    CHECK(mkdir(sub, 0755) == 0);
+    CHECK(tq_kv_cache_save(a, sub) == TQ_ERR_IO);
+    struct stat sb;
+    CHECK(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode) && count_entries(sub) == 0);
+    CHECK_MSG(count_entries(dir) == 3, "after failed saves: %d entries, want 3 (no temp files)",
+              count_entries(dir));
+
+    /* A write that fails half way: the previous file at big stays as it was. */
+    CHECK(tq_kv_cache_save(a, big) == TQ_OK);
+    size_t need = tq_kv_cache_save_bound(big_c);
+    save_args sa = {big_c, big, (rlim_t)(need / 2)};
+    int code = run_in_child(child_save_fsize, &sa, 60.0, NULL);
+    CHECK_MSG(code == TQ_ERR_IO, "save past RLIMIT_FSIZE: %s", child_result(code));
+    CHECK_MSG(img && file_is(big, img, n), "the previous file changed after a failed write");
+    CHECK_MSG(count_entries(dir) == 4, "after a failed write: %d entries, want 4 (no temp file)",
+              count_entries(dir));
+    CHECK(count_prefixed(dir, "big.tqkv.tmp") == 0 && count_prefixed(dir, "keep.tqkv.tmp") == 0);
+    free(img);
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(big_c);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* Loading a FIFO with no writer, a folder or a character device returns TQ_ERR_IO at once
+ * (run in a child process with a time limit, so a loader that blocks in open() fails). */
+static void test_load_not_regular(void) {
+    char *dir = scratch_dir("fifo");
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/pipe.tqkv", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    double t = 0;
+    int code = run_in_child(child_load, fifo, 10.0, &t);
+    CHECK_MSG(code == TQ_ERR_IO, "load of a FIFO without a writer: %s after %.1f s",
+              child_result(code), t);
+    tq_kv_cache_config e;
+    tq_kv_cache_config_init(&e, 1, 2, 64, 64);
+    tq_kv_cache *b = NULL;
+    code = run_in_child(child_load, dir, 10.0, &t);
+    CHECK_MSG(code == TQ_ERR_IO, "load of a folder: %s", child_result(code));
+    CHECK(tq_kv_cache_load(dir, &b) == TQ_ERR_IO && !b);
+    CHECK(tq_kv_cache_load_expect(dir, &e, &b) == TQ_ERR_IO && !b);
+    if (access("/dev/null", R_OK) == 0) CHECK(tq_kv_cache_load("/dev/null", &b) == TQ_ERR_IO && !b);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* A valid file with a huge sparse tail is refused from its header and scheme, before the rest
+ * is read: TQ_ERR_FORMAT at once, without allocating its size (in a child process under an
+ * 8 GiB address-space limit, so a loader that allocates the file's size gets TQ_ERR_NOMEM; under
+ * ASan, whose allocator refuses anything over 1 TiB, the file is larger than that). */
+static void test_load_size_bound(void) {
+    char *dir = scratch_dir("huge");
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char path[600];
+    snprintf(path, sizeof path, "%s/huge.tqkv", dir);
+    tq_kv_cache *a = build("turbo3", 2, 2, 64, 300, NULL);
+    CHECK(a != NULL);
+    CHECK(tq_kv_cache_save(a, path) == TQ_OK);
+    size_t n = 0;
+    uint8_t *img = read_file(path, &n);
+    CHECK(img != NULL);
+    tq_kv_cache *b = NULL;
+
+    /* A small tail: rejected by the file loader and the memory loader alike. */
+    uint8_t *p = calloc(n + (1u << 16), 1);
+    memcpy(p, img, n);
+    CHECK(tq_kv_cache_load_memory(p, n + (1u << 16), &b) == TQ_ERR_FORMAT && !b);
+    CHECK(write_bytes(path, p, n + (1u << 16)));
+    CHECK(tq_kv_cache_load(path, &b) == TQ_ERR_FORMAT && !b);
+
+    /* A sparse tail of terabytes (no disk used). */
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0);
+    void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
+    off_t sizes[] = {(off_t)1 << 43, (off_t)1 << 41, (off_t)1 << 36};
+    off_t size = 0;
+    for (size_t k = 0; fd >= 0 && k < sizeof sizes / sizeof *sizes && !size; k++)
+        if ((!TEST_ASAN || sizes[k] > ((off_t)1 << 40)) && ftruncate(fd, sizes[k]) == 0)
+            size = sizes[k];
+    signal(SIGXFSZ, old);
+    if (fd >= 0) close(fd);
+    if (size) {
+        tq_kv_cache_config e = tq_kv_cache_get_config(a);
+        for (int with_expect = 0; with_expect < 2; with_expect++) {
+            double t = 0;
+            load_args la = {path, with_expect ? &e : NULL};
+            int code = run_in_child(child_load_capped, &la, 60.0, &t);
+            printf("     %.0f GiB file (a valid cache of %zu bytes, then a sparse tail)%s: %s in %.3f s\n",
+                   (double)size / (1 << 30), n, with_expect ? ", _expect" : "", child_result(code), t);
+            fflush(stdout);
+            CHECK_MSG(code == TQ_ERR_FORMAT, "huge file: %s", child_result(code));
+        }
+    } else {
+        PART_SKIPPED("the file system under %s refuses a sparse file over 1 TiB", dir);
+    }
+
+    /* A header whose token count is far below what the layers hold, and one far above: the
+     * size is outside what those counts allow. */
+    memcpy(p, img, n);
+    wr64(p + 40, 1);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    memcpy(p, img, n);
+    wr64(p + 40, 1ull << 40);
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    /* The file itself, unchanged, still loads (by path and from memory). */
+    CHECK(write_bytes(path, img, n));
+    CHECK(tq_kv_cache_load(path, &b) == TQ_OK && b && same_cache(a, b, 2));
+    tq_kv_cache_free(b);
+    free(p);
+    free(img);
+    tq_kv_cache_free(a);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* tq_kv_cache_load returns what tq_kv_cache_load_memory returns on the same bytes: the valid
+ * golden files, every truncation of the golden cache, single-bit flips, trailing bytes. */
+static void test_load_file_equals_memory(void) {
+    char *dir = scratch_dir("eq");
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char path[600];
+    snprintf(path, sizeof path, "%s/e.tqkv", dir);
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n);
+    CHECK(img != NULL);
+    tq_kv_cache_config e = tq_kv_cache_get_config(c);
+    uint8_t *p = malloc(n + 64);
+    int bad = 0, cases = 0;
+    for (size_t k = 0; img && k < n + 3 * n / 7 + 40; k++) {
+        size_t len = n;
+        memcpy(p, img, n);
+        if (k < n) {
+            len = k; /* every truncation */
+        } else if (k < n + 3 * n / 7) {
+            size_t bit = (k - n) * 7 * 8 / 3 + (k % 8); /* a spread of single-bit flips */
+            p[(bit / 8) % n] ^= (uint8_t)(1u << (bit % 8));
+        } else {
+            len = n + (k - n - 3 * n / 7) + 1; /* trailing bytes */
+            memset(p + n, (int)k, len - n);
+        }
+        tq_kv_cache *x = NULL, *y = NULL;
+        tq_status sm = tq_kv_cache_load_memory(p, len, &x);
+        unlink(path); /* a new file each time: ext4 flushes a file truncated and rewritten */
+        tq_status sf = write_bytes(path, p, len) ? tq_kv_cache_load(path, &y) : TQ_ERR_IO;
+        cases++;
+        if (sm != sf || (sm == TQ_OK) != (x != NULL) || (sf == TQ_OK) != (y != NULL)) {
+            if (bad++ < 5) fprintf(stderr, "case %zu (%zu bytes): memory %s, file %s\n", k, len,
+                                   tq_error_name(sm), tq_error_name(sf));
+        }
+        tq_kv_cache_free(x);
+        tq_kv_cache_free(y);
+        x = y = NULL;
+        tq_status sme = tq_kv_cache_load_memory_expect(p, len, &e, &x);
+        tq_status sfe = tq_kv_cache_load_expect(path, &e, &y);
+        if (sme != sfe) {
+            if (bad++ < 5) fprintf(stderr, "case %zu: expect: memory %s, file %s\n", k,
+                                   tq_error_name(sme), tq_error_name(sfe));
+        }
+        tq_kv_cache_free(x);
+        tq_kv_cache_free(y);
+    }
+    CHECK_MSG(bad == 0, "%d of %d cases differ", bad, cases);
+    const char *golden[] = {GOLDEN, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
+    for (size_t g = 0; g < 4; g++) {
+        tq_kv_cache *x = NULL;
+        CHECK_MSG(tq_kv_cache_load(golden[g], &x) == TQ_OK && x, "%s", golden[g]);
+        tq_kv_cache_free(x);
+    }
+    free(p);
+    free(img);
+    tq_kv_cache_free(c);
+    remove_dir(dir);
+    free(dir);
+}
+
+/* The bits fields of a layer scheme record are exactly what the writer writes: 0 (bit pattern
+ * 0x00000000) for the plain formats, so −0.0 there is TQ_ERR_FORMAT (it used to load and
+ * re-save as +0.0, which broke the load → save identity; fuzz/corpus/cachefile holds such a
+ * file). Query statistics of −0.0 (no encoder writes them) are TQ_ERR_CORRUPT. */
+static void test_negative_zero_fields(void) {
+    static const char *plain[] = {"f16", "q4_0", "q8_0", "turbo0v4", "turbo4v0", "kq8_0v4"};
+    for (size_t s = 0; s < sizeof plain / sizeof *plain; s++) {
+        tq_kv_cache *c = build(plain[s], 2, 2, 64, 40, NULL);
+        CHECK_MSG(c != NULL, "%s", plain[s]);
+        if (!c) continue;
+        size_t n = 0;
+        uint8_t *img = save_image(c, &n), *p = malloc(n);
+        /* The scheme's layer and edge records, then each layer's record. */
+        size_t recs[] = {64 + 8, 64 + 8 + 16, 64 + 8 + 64, 64 + 8 + 64 + 16};
+        int flipped = 0;
+        for (size_t r = 0; r < 4; r++)
+            for (int field = 8; field <= 12; field += 4) {
+                if (rd32(img + recs[r] + (size_t)field) != 0) continue; /* a TurboQuant width */
+                memcpy(p, img, n);
+                wr32(p + recs[r] + (size_t)field, 0x80000000u); /* −0.0f */
+                fix_crcs(p, n);
+                tq_kv_cache *b = NULL;
+                tq_status st = tq_kv_cache_load_memory(p, n, &b);
+                CHECK_MSG(st == TQ_ERR_FORMAT && !b, "%s: −0.0 at record %zu byte %d: %s", plain[s],
+                          r, field, tq_error_name(st));
+                tq_kv_cache_free(b);
+                flipped++;
+            }
+        CHECK(flipped >= 3);
+        free(p);
+        free(img);
+        tq_kv_cache_free(c);
+    }
+    /* The corpus files that made fuzz_cachefile abort. */
+    const char *corpus[] = {"fuzz/corpus/cachefile/f16_negzero_bits.tqkv",
+                            "fuzz/corpus/cachefile/q4_0_negzero_bits.tqkv"};
+    for (size_t k = 0; k < 2; k++) {
+        size_t gn = 0;
+        uint8_t *g = read_file(corpus[k], &gn);
+        CHECK_MSG(g != NULL, "missing %s", corpus[k]);
+        if (!g) continue;
+        uint8_t *h = malloc(gn);
+        memcpy(h, g, gn);
+        fix_crcs(h, gn);
+        CHECK_MSG(memcmp(h, g, gn) == 0, "%s: a checksum is wrong", corpus[k]); /* only the −0 */
+        tq_kv_cache *b = NULL;
+        tq_status st = tq_kv_cache_load_memory(g, gn, &b);
+        CHECK_MSG(st == TQ_ERR_FORMAT && !b, "%s: %s", corpus[k], tq_error_name(st));
+        tq_kv_cache_free(b);
+        b = NULL;
+        st = tq_kv_cache_load(corpus[k], &b);
+        CHECK_MSG(st == TQ_ERR_FORMAT && !b, "%s by path: %s", corpus[k], tq_error_name(st));
+        tq_kv_cache_free(b);
+        b = NULL;
+        /* With +0.0 there it is a valid file. */
+        for (size_t r = 72; r + 16 <= 72 + rd32(h + 48); r += 16)
+            for (size_t f = 8; f <= 12; f += 4)
+                if (rd32(h + r + f) == 0x80000000u) wr32(h + r + f, 0);
+        fix_crcs(h, gn);
+        CHECK_MSG(tq_kv_cache_load_memory(h, gn, &b) == TQ_OK && b, "%s with +0.0", corpus[k]);
+        tq_kv_cache_free(b);
+        free(h);
+        free(g);
+    }
+    /* −0.0 query statistics in the golden cache's layer 1 (see test_hostile for the layout). */
+    tq_kv_cache *c = golden_cache();
+    size_t n = 0;
+    uint8_t *img = save_image(c, &n), *p = malloc(n);
+    size_t sblk = layer_at(img, 1) + 16 + 24 + 2 * 16 * 4;
+    size_t offs[] = {sblk, sblk + 8 + 8 * 5};
+    for (size_t k = 0; k < 2; k++) {
+        memcpy(p, img, n);
+        wr64(p + offs[k], 0x8000000000000000ull);
+        fix_crcs(p, n);
+        tq_kv_cache *b = NULL;
+        tq_status st = tq_kv_cache_load_memory(p, n, &b);
+        CHECK_MSG(st == TQ_ERR_CORRUPT && !b, "−0.0 statistic %zu: %s", k, tq_error_name(st));
+        tq_kv_cache_free(b);
+    }
+    free(p);
+    free(img);
+    tq_kv_cache_free(c);
+}
+
+/* TQ_KV_CACHE_FILE_VERSION is the version the writer writes (u32 at offset 8), and the
+ * versions the loader takes are 1 … TQ_KV_CACHE_FILE_VERSION. */
+static void test_version_macro(void) {
+    const char *path = scratch("version.tqkv");
+    tq_kv_cache *c = golden_cache();
+    CHECK(tq_kv_cache_save(c, path) == TQ_OK);
+    size_t n = 0;
+    uint8_t *f = read_file(path, &n);
+    CHECK(f && n >= 64);
+    if (f && n >= 64) {
+        CHECK_MSG(rd32(f + 8) == TQ_KV_CACHE_FILE_VERSION,
+                  "the writer writes version %u, TQ_KV_CACHE_FILE_VERSION is %d", rd32(f + 8),
+                  TQ_KV_CACHE_FILE_VERSION);
+        tq_kv_cache *b = NULL;
+        for (uint32_t v = 0; v <= TQ_KV_CACHE_FILE_VERSION + 1; v++) {
+            wr32(f + 8, v);
+            fix_crcs(f, n);
+            tq_status st = tq_kv_cache_load_memory(f, n, &b);
+            tq_kv_cache_free(b);
+            b = NULL;
+            /* Older versions are read, but this cache uses a key split (version 3). */
+            tq_status want = v == 0 || v > TQ_KV_CACHE_FILE_VERSION ? TQ_ERR_VERSION
+                             : v == TQ_KV_CACHE_FILE_VERSION        ? TQ_OK
+                                                                    : TQ_ERR_FORMAT;
+            CHECK_MSG(st == want, "version %u: %s", v, tq_error_name(st));
+        }
+    }
+    size_t mn = 0;
+    uint8_t *m = save_image(c, &mn);
+    CHECK(m && rd32(m + 8) == TQ_KV_CACHE_FILE_VERSION);
+    free(m);
+    free(f);
+    unlink(path);
+    tq_kv_cache_free(c);
+}
+
 int main(void) {
     RUN_TEST(test_roundtrip_schemes);
     RUN_TEST(test_roundtrip_window_and_edges);
@@ -735,5 +1323,12 @@ int main(void) {
     RUN_TEST(test_hostile);
     RUN_TEST(test_crash_temp_file);
     RUN_TEST(test_io_errors);
+    RUN_TEST(test_save_temp_not_followed);
+    RUN_TEST(test_save_failures_leave_nothing);
+    RUN_TEST(test_load_not_regular);
+    RUN_TEST(test_load_size_bound);
+    RUN_TEST(test_load_file_equals_memory);
+    RUN_TEST(test_negative_zero_fields);
+    RUN_TEST(test_version_macro);
     return test_report();
 }
