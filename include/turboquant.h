@@ -385,6 +385,9 @@ typedef struct tq_kv_scheme {
  *   prefill_raw=0|1  seed=N  first=N  last=N  edge=FORM (the first/last layers' form, no
  *   options; default turbo8 when first or last is given). variant, norm, mean and kscale
  *   apply to both.
+ * Numbers are digits only (no sign, space, exponent or empty value; a bit width may hold one
+ * '.'), range-checked per field, never clamped: window/start/first/last [0, 2^30], batch
+ * [1, 2^30], flags 0 or 1, seed [0, 2^64 − 1] (doc/kvcache.md §2).
  * Errors: TQ_ERR_NULL (text or out), TQ_ERR_SCHEME (does not parse; when err is not NULL a
  * NUL-terminated message naming the bad part and listing the valid forms is written to err,
  * truncated to err_capacity bytes). Bit widths are checked for range only here; whether a

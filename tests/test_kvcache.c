@@ -97,8 +97,12 @@ static void test_parse(void) {
     /* Canonical form round-trips. */
     const char *forms[] = {"turbo3:kscale=0", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
                            "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0",
-                           "turbo3.5:ksplit=0"};
-    for (int i = 0; i < 6; i++) {
+                           "turbo3.5:ksplit=0",
+                           /* found by fuzz_scheme: PROD keys (norm=1 is refused beside them),
+                            * edge-only key flags, an edge form with no edge layers */
+                           "turbo3:variant=prod", "f16:first=5", "turbo0v4:first=1",
+                           "turbo3:first=2:edge=q8_0", "turbo3:edge=q8_0"};
+    for (int i = 0; i < (int)(sizeof forms / sizeof *forms); i++) {
         tq_kv_scheme a, b;
         char buf[256];
         CHECK(tq_kv_scheme_parse(forms[i], &a, NULL, 0) == TQ_OK);
@@ -122,6 +126,118 @@ static void test_parse(void) {
     CHECK(strlen(small) == 7);
     CHECK(tq_kv_scheme_parse(NULL, &s, NULL, 0) == TQ_ERR_NULL);
     CHECK(strstr(tq_kv_scheme_help(), "f16") != NULL);
+}
+
+/* Every number in a scheme string goes through one check: digits only (a '.' in bit widths),
+ * no sign, space, exponent, hex or empty value, no overflow, within the field's range; the
+ * message names the field. strtoull/strtod used to saturate an overflowing seed to 2^64 − 1
+ * and accept "+3", " 3", "-0", "0x4", "4e0" and an underflowing "1e-400" (f16) as bit widths. */
+static void test_parse_numbers(void) {
+    tq_kv_scheme s;
+    char err[2048];
+    static const struct {
+        const char *text, *field;
+    } bad[] = {
+        {"k=3:v=3:seed=99999999999999999999999", "seed: out of range"},
+        {"k=3:v=3:seed=18446744073709551616", "seed: out of range"}, /* 2^64 */
+        {"turbo3:seed=184467440737095516150", "seed: out of range"},
+        {"turbo3:window=99999999999999999999999", "window: out of range"},
+        {"turbo3:window=1073741825", "window: out of range"}, /* 2^30 + 1 */
+        {"turbo3:batch=99999999999999999999999", "batch: out of range"},
+        {"turbo3:batch=0", "batch: out of range"},
+        {"turbo3:start=99999999999999999999999", "start: out of range"},
+        {"turbo3:first=99999999999999999999999", "first: out of range"},
+        {"turbo3:last=18446744073709551617", "last: out of range"},
+        {"turbo3:first=4294967297", "first: out of range"}, /* 2^32 + 1: no wrap to 1 */
+        {"turbo3:norm=2", "norm: out of range"},
+        {"turbo3:prefill_raw=99999999999999999999999", "prefill_raw: out of range"},
+        {"turbo9", "bits: out of range"},
+        {"turbo99999999999999999999999", "bits: out of range"},
+        {"k=99999999999999999999999:v=3", "key bits: out of range"},
+        {"k=3:v=8.5", "value bits: out of range"},
+        {"k=0.5:v=3", "key bits: out of range"},
+        {"turbo3:first=1:edge=turbo99999999999999999999", "edge bits: out of range"},
+        {"turbo3:first=1:edge=k9v3", "edge key bits: out of range"},
+        /* Sign, space, exponent, hex, a bare or trailing '.', an underflow. */
+        {"turbo+3", "bits: not a number"},
+        {"turbo 3", "bits: not a number"},
+        {"turbo3 ", "bits: not a number"},
+        {"turbo4e0", "bits: not a number"},
+        {"turbo0x4", "bits: not a number"},
+        {"turbo3.", "bits: not a number"},
+        {"turbo3.5.5", "bits: not a number"},
+        {"turbo+4v2", "key bits: not a number"},
+        {"turbo4v-0", "value bits: not a number"},
+        {"k=+3:v=3", "key bits: not a number"},
+        {"k=-0:v=3", "key bits: not a number"},
+        {"k= 3:v=3", "key bits: not a number"},
+        {"k=1e-400:v=3", "key bits: not a number"},
+        {"k=3:v=0x0", "value bits: not a number"},
+        {"k=3:v=3:seed=+1", "seed: not a whole number"},
+        {"k=3:v=3:seed=-1", "seed: not a whole number"},
+        {"k=3:v=3:seed= 1", "seed: not a whole number"},
+        {"k=3:v=3:seed=1 ", "seed: not a whole number"},
+        {"k=3:v=3:seed=0x10", "seed: not a whole number"},
+        {"turbo3:window=+1", "window: not a whole number"},
+        {"turbo3:window=-1", "window: not a whole number"},
+        {"turbo3:window= 1", "window: not a whole number"},
+        {"turbo3:window=1.5", "window: not a whole number"},
+        {"turbo3:batch=-0", "batch: not a whole number"},
+        {"turbo3:start=1e3", "start: not a whole number"},
+        {"turbo3:first=+1", "first: not a whole number"},
+        {"turbo3:last=-1", "last: not a whole number"},
+        {"turbo3:mean=+1", "mean: not a whole number"},
+        {"turbo3:first=1:edge=turbo+8", "edge bits: not a number"},
+        /* Empty values. */
+        {"k=:v=3", "key bits: empty"},
+        {"k=3:v=", "value bits: empty"},
+        {"k=3:v=3:seed=", "seed: empty"},
+        {"turbo3:window=", "window: empty"},
+        {"turbo3:batch=", "batch: empty"},
+        {"turbo3:start=", "start: empty"},
+        {"turbo3:first=", "first: empty"},
+        {"turbo3:last=", "last: empty"},
+        {"turbo3:kscale=", "kscale: empty"},
+        {"turbo3:first=1:edge=k3v", "unknown edge form"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 'x';
+        CHECK_MSG(tq_kv_scheme_parse(bad[i].text, &s, err, sizeof err) == TQ_ERR_SCHEME, "%s",
+                  bad[i].text);
+        CHECK_MSG(strstr(err, bad[i].field) != NULL, "%s: wanted '%s' in: %s", bad[i].text,
+                  bad[i].field, err);
+        CHECK_MSG(strstr(err, "turboKvV") != NULL, "%s: %s", bad[i].text, err);
+    }
+    /* The ends of every range are accepted, leading zeros too. */
+    CHECK(tq_kv_scheme_parse("k=3:v=3:seed=18446744073709551615", &s, NULL, 0) == TQ_OK);
+    CHECK(s.seed == UINT64_MAX);
+    CHECK(tq_kv_scheme_parse("k=3:v=3:seed=0", &s, NULL, 0) == TQ_OK && s.seed == 0);
+    CHECK(tq_kv_scheme_parse("k=3:v=3:seed=000000000000000000000000000000000000000000042", &s, NULL,
+                             0) == TQ_OK &&
+          s.seed == 42);
+    CHECK(tq_kv_scheme_parse("turbo3:window=1073741824:batch=1073741824:start=1073741824:"
+                             "first=1073741824:last=1073741824",
+                             &s, NULL, 0) == TQ_OK);
+    CHECK(s.raw_window == 1 << 30 && s.batch == 1 << 30 && s.quantized_kv_start == 1 << 30 &&
+          s.edge_first == 1 << 30 && s.edge_last == 1 << 30);
+    CHECK(tq_kv_scheme_parse("turbo3:window=0:batch=1:start=0:first=0:last=0", &s, NULL, 0) ==
+          TQ_OK);
+    CHECK(s.raw_window == 0 && s.batch == 1);
+    CHECK(tq_kv_scheme_parse("k=8:v=1", &s, NULL, 0) == TQ_OK && s.layer.key_bits == 8 &&
+          s.layer.value_bits == 1);
+    CHECK(tq_kv_scheme_parse("k=0:v=0.000", &s, NULL, 0) == TQ_OK &&
+          s.layer.key_format == TQ_KV_F16 && s.layer.value_format == TQ_KV_F16);
+    CHECK(tq_kv_scheme_parse("turbo03.50", &s, NULL, 0) == TQ_OK && s.layer.key_bits == 3.5f);
+    CHECK(tq_kv_scheme_parse("k=8.0:v=1.0", &s, NULL, 0) == TQ_OK && s.layer.key_bits == 8);
+    /* The canonical text of an extreme scheme parses back to it. */
+    char buf[256];
+    tq_kv_scheme b;
+    CHECK(tq_kv_scheme_parse("k=3.3:v=7.99:seed=18446744073709551615:window=1073741824", &s, NULL,
+                             0) == TQ_OK);
+    CHECK(tq_kv_scheme_format(&s, buf, sizeof buf) == TQ_OK);
+    CHECK_MSG(tq_kv_scheme_parse(buf, &b, err, sizeof err) == TQ_OK, "%s: %s", buf, err);
+    CHECK(b.seed == UINT64_MAX && b.layer.key_bits == s.layer.key_bits &&
+          b.layer.value_bits == s.layer.value_bits && b.raw_window == 1 << 30);
 }
 
 static void test_bytes(void) {
@@ -564,6 +680,7 @@ int main(void) {
     setenv("TQ_INT8_SCORES", "0", 1);
     make_data();
     RUN_TEST(test_parse);
+    RUN_TEST(test_parse_numbers);
     RUN_TEST(test_bytes);
     RUN_TEST(test_two_phase);
     RUN_TEST(test_prefill_then_decode_equals_all_at_once);
