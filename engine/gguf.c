@@ -10,6 +10,7 @@
  * Every read goes through the cursor below, which checks the bytes left before touching
  * them, so a malformed file can only produce an error, never an out-of-bounds read. */
 #include "gguf.h"
+#include "regular_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -776,14 +777,20 @@ gguf_status gguf_open(const char *path, gguf_file **out, char *err, size_t err_c
         if (err && err_cap > 0) snprintf(err, err_cap, "gguf_open: NULL argument");
         return GGUF_ERR_INVALID_ARG;
     }
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Never blocks (a FIFO with no writer, a device): regular_file.h. */
+    const char *why = NULL;
+    fd = regular_file_open(path, &why);
     if (fd < 0) {
-        if (err && err_cap > 0) snprintf(err, err_cap, "%s: %s", path, strerror(errno));
+        if (err && err_cap > 0) snprintf(err, err_cap, "%s: %s", path, why);
         return GGUF_ERR_IO;
     }
-    if (fstat(fd, &stbuf) != 0 || !S_ISREG(stbuf.st_mode) || stbuf.st_size < 0 ||
-        (off_t)(size_t)stbuf.st_size != stbuf.st_size) {
-        if (err && err_cap > 0) snprintf(err, err_cap, "%s: not a readable regular file", path);
+    if (fstat(fd, &stbuf) != 0) {
+        if (err && err_cap > 0) snprintf(err, err_cap, "%s: fstat: %s", path, strerror(errno));
+        close(fd);
+        return GGUF_ERR_IO;
+    }
+    if (stbuf.st_size < 0 || (off_t)(size_t)stbuf.st_size != stbuf.st_size) {
+        if (err && err_cap > 0) snprintf(err, err_cap, "%s: file too large to map", path);
         close(fd);
         return GGUF_ERR_IO;
     }

@@ -185,6 +185,10 @@ typedef struct gguf_file gguf_file;
  * err_cap > 0, err receives a NUL-terminated message (truncated to err_cap bytes).
  * Errors: GGUF_ERR_INVALID_ARG (path or out NULL), GGUF_ERR_IO, GGUF_ERR_NOMEM, and every
  * format error listed above (GGUF_ERR_TRUNCATED .. GGUF_ERR_TENSOR_OVERLAP).
+ * GGUF_ERR_IO covers open/fstat/mmap failures and a path that is not a regular file (a
+ * directory, a FIFO, a device, a socket: the message names the path and the kind). The
+ * file is opened non-blocking and its type checked before anything is read, so a FIFO with
+ * no writer is rejected at once instead of blocking the caller.
  * If another process shrinks the file while it is mapped, accessing tensor data may raise
  * SIGBUS; that is outside what a reader can defend against. */
 gguf_status gguf_open(const char *path, gguf_file **out, char *err, size_t err_cap);

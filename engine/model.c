@@ -160,6 +160,31 @@ static model_status read_config(model *m) {
         if (gguf_find_tensor(m->file, "rope_freqs.weight") != NULL)
             return fail(m, MODEL_ERR_CONFIG, "rope_freqs (LLaMA 3 frequency factors) not supported");
     }
+    /* The vocabulary size the metadata declares: the tokenizer's token count and
+     * {arch}.vocab_size, which must agree when both are present. read_weights checks the
+     * embedding (and output) rows against it; 0 here when neither key is present, and the
+     * embedding then defines it. */
+    int64_t n_tokens = 0;
+    if (gguf_find_key(m->file, "tokenizer.ggml.tokens") >= 0) {
+        gguf_array toks;
+        if (gguf_get_arr(m->file, "tokenizer.ggml.tokens", &toks) != GGUF_OK || toks.count < 1 ||
+            toks.count > INT32_MAX)
+            return fail(m, MODEL_ERR_CONFIG, "key tokenizer.ggml.tokens: not an array of 1 to %d tokens", INT32_MAX);
+        n_tokens = (int64_t)toks.count;
+    }
+    int vocab_size = 0;
+    {
+        char name[128];
+        snprintf(name, sizeof name, "%s.vocab_size", arch);
+        if (gguf_find_key(m->file, name) >= 0) {
+            TRY(key_u32(m, arch, "vocab_size", -1, &vocab_size));
+            if (vocab_size < 1) return fail(m, MODEL_ERR_CONFIG, "key %s: 0", name);
+            if (n_tokens > 0 && vocab_size != n_tokens)
+                return fail(m, MODEL_ERR_CONFIG, "key %s = %d, but tokenizer.ggml.tokens has %lld tokens", name,
+                            vocab_size, (long long)n_tokens);
+        }
+    }
+    c->n_vocab = n_tokens > 0 ? (int)n_tokens : vocab_size;
     return MODEL_OK;
 }
 
@@ -204,14 +229,58 @@ static model_status get_vector(model *m, const char *name, int64_t n, const floa
     return MODEL_OK;
 }
 
+static int in_list(const char *s, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s, list[i]) == 0) return 1;
+    return 0;
+}
+
+/* Whether read_weights reads the tensor `name` for configuration c: the global tensors, and
+ * blk.N.* for N < n_layer with a suffix this configuration uses (N written without leading
+ * zeros, as the lookups spell it). */
+static int tensor_used(const model_config *c, const char *name, int has_output) {
+    static const char *const base[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                       "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+                                       "ffn_down.weight"};
+    static const char *const bias[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias"};
+    static const char *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
+    static const char *const post[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
+    if (strcmp(name, "token_embd.weight") == 0 || strcmp(name, "output_norm.weight") == 0) return 1;
+    if (strcmp(name, "output.weight") == 0) return has_output;
+    if (strncmp(name, "blk.", 4) != 0) return 0;
+    const char *p = name + 4;
+    long il = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 10; p++, digits++) il = il * 10 + (*p - '0');
+    if (digits == 0 || (digits > 1 && name[4] == '0') || *p != '.' || il >= c->n_layer) return 0;
+    p++;
+#define IN(list) (in_list(p, list, sizeof list / sizeof list[0]))
+    return IN(base) || (c->has_qkv_bias && IN(bias)) || (c->has_qk_norm && IN(qk_norm)) ||
+           (c->has_post_norms && IN(post));
+#undef IN
+}
+
 static model_status read_weights(model *m) {
     const model_config *c = &m->cfg;
     model_weights *w = &m->w;
     const gguf_tensor *t;
     TRY(find(m, "token_embd.weight", &t));
     if (t->n_dims != 2 || t->dims[0] != (uint64_t)c->n_embd || t->dims[1] < 1 || t->dims[1] > INT32_MAX)
-        return fail(m, MODEL_ERR_SHAPE, "token_embd.weight: shape [%llu, %llu], want [%d, n_vocab]",
-                    (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], c->n_embd);
+        return fail(m, MODEL_ERR_SHAPE, "tensor token_embd.weight: shape [%llu, %llu] (%u dims), want [%d, n_vocab]",
+                    (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], t->n_dims, c->n_embd);
+    /* One embedding row per token of the vocabulary (read_config): more rows would let the
+     * sampler pick ids the tokenizer cannot print, fewer would fail only when a large id
+     * comes up. */
+    if (c->n_vocab > 0 && t->dims[1] != (uint64_t)c->n_vocab) {
+        char src[64] = "tokenizer.ggml.tokens";
+        const char *arch;
+        size_t len;
+        if (gguf_find_key(m->file, src) < 0 && gguf_get_str(m->file, "general.architecture", &arch, &len) == GGUF_OK)
+            snprintf(src, sizeof src, "%.*s.vocab_size", (int)(len < 32 ? len : 32), arch);
+        return fail(m, MODEL_ERR_SHAPE, "tensor token_embd.weight: shape [%llu, %llu], want [%d, %d]: the vocabulary (%s) has %d tokens",
+                    (unsigned long long)t->dims[0], (unsigned long long)t->dims[1], c->n_embd, c->n_vocab, src,
+                    c->n_vocab);
+    }
     m->cfg.n_vocab = (int)t->dims[1];
     TRY(get_matrix(m, "token_embd.weight", c->n_vocab, c->n_embd, &w->token_embd));
     if (gguf_find_tensor(m->file, "output.weight") != NULL)
@@ -254,6 +323,17 @@ static model_status read_weights(model *m) {
         L->is_swa = c->sliding_window > 0 && il % c->swa_pattern < c->swa_pattern - 1;
     }
 #undef NAME
+    /* Every tensor must be one read above (as llama.cpp requires): a leftover one means the
+     * metadata describes another model than the weights (a block past block_count, a bias or
+     * norm this configuration does not apply), which would otherwise run silently wrong. */
+    const int has_output = gguf_find_tensor(m->file, "output.weight") != NULL;
+    for (int64_t i = 0; i < gguf_n_tensors(m->file); i++) {
+        const char *tn = gguf_tensor_at(m->file, i)->name;
+        if (!tensor_used(c, tn, has_output))
+            return fail(m, MODEL_ERR_TENSOR, "tensor %s: not used by this model (block_count %d%s%s%s)", tn,
+                        c->n_layer, c->has_qkv_bias ? ", q/k/v biases" : "", c->has_qk_norm ? ", q/k norms" : "",
+                        c->has_post_norms ? ", post norms" : "");
+    }
     return MODEL_OK;
 }
 

@@ -4,7 +4,8 @@
  *
  * model_load() maps the file (weights stay in the read-only mapping; nothing is copied but
  * the small norm vectors' pointers), reads the configuration from the metadata, checks every
- * tensor's presence, type and shape, and allocates every buffer the forward pass needs for
+ * tensor's presence, type and shape against it (the embedding's rows against the vocabulary
+ * size; no tensor left unread: doc/gemma3.md section 2), and allocates every buffer the forward pass needs for
  * batches of up to max_batch tokens and sequences of up to max_ctx positions. model_forward()
  * allocates nothing.
  *
@@ -48,8 +49,10 @@ typedef enum model_status {
     MODEL_ERR_FILE = 2,       /* the GGUF reader rejected the file (message says why) */
     MODEL_ERR_ARCH = 3,       /* general.architecture missing or not supported */
     MODEL_ERR_CONFIG = 4,     /* a required key missing or a value out of range */
-    MODEL_ERR_TENSOR = 5,     /* a required tensor missing */
-    MODEL_ERR_SHAPE = 6,      /* a tensor with the wrong shape */
+    MODEL_ERR_TENSOR = 5,     /* a required tensor missing, or one the forward pass would not read
+                                 (e.g. a block past block_count) */
+    MODEL_ERR_SHAPE = 6,      /* a tensor with the wrong shape (token_embd's rows against the
+                                 vocabulary size included; doc/gemma3.md section 2) */
     MODEL_ERR_TYPE = 7,       /* a tensor with a type the engine cannot use there */
     MODEL_ERR_NOMEM = 8,      /* allocation at load failed */
     MODEL_ERR_CONTEXT = 9,    /* max_ctx > the model's context_length; or pos0 + n > max_ctx */
@@ -85,7 +88,7 @@ typedef enum model_rope_layout {
 /* Hyperparameters, from the GGUF metadata (doc/gemma3.md section 1 for the keys). */
 typedef struct model_config {
     model_arch arch;
-    int n_vocab;          /* rows of token_embd */
+    int n_vocab;          /* rows of token_embd = tokens of the vocabulary (checked at load) */
     int n_embd;           /* residual width */
     int n_layer;
     int n_ff;             /* FFN hidden width */

@@ -8,11 +8,15 @@
  *   test_gguf --write-seeds DIR     write small fuzz seeds into DIR and exit
  *
  * The model path comes from $TQ_MODEL, else models/gemma3-270m-q4_k_m.gguf. */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "gguf_write.h"
@@ -516,6 +520,53 @@ static void test_open_file(void) {
     remove(path);
 }
 
+/* gguf_open on a path that is not a regular file fails at once with GGUF_ERR_IO and a
+ * message naming the path. A FIFO with no writer used to block forever in open(2); the
+ * call runs in a child process under alarm(), so a regression fails this test (the child
+ * dies of SIGALRM) instead of hanging the suite. */
+static int open_rejects(const char *path, const char *kind) {
+    gguf_file *f = (gguf_file *)1;
+    char err[256] = "";
+    gguf_status st = gguf_open(path, &f, err, sizeof err);
+    int ok = st == GGUF_ERR_IO && f == NULL && strstr(err, path) != NULL &&
+             strstr(err, "not a regular file") != NULL && strstr(err, kind) != NULL;
+    if (!ok) fprintf(stderr, "gguf_open(%s): %s: %s\n", path, gguf_status_name(st), err);
+    if (st == GGUF_OK) gguf_close(f);
+    return ok;
+}
+
+static void test_open_not_regular(void) {
+    char dir[] = "/tmp/test_gguf_XXXXXX";
+    char fifo[64];
+    pid_t pid;
+    int wst = 0;
+
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(0, "mkdtemp failed");
+        return;
+    }
+    snprintf(fifo, sizeof fifo, "%s/model.gguf", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(10); /* SIGALRM's default action ends the child if gguf_open blocks */
+        _exit(open_rejects(fifo, "FIFO") ? 0 : 1);
+    }
+    if (pid > 0) {
+        CHECK(waitpid(pid, &wst, 0) == pid);
+        CHECK_MSG(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "gguf_open on a FIFO with no writer: %s",
+                  WIFSIGNALED(wst) && WTERMSIG(wst) == SIGALRM ? "blocked (child killed after 10 s)"
+                                                               : "wrong status or message");
+    }
+    CHECK(open_rejects(dir, "directory"));
+    CHECK(open_rejects("/dev/null", "character device"));
+    unlink(fifo);
+    rmdir(dir);
+}
+
 /* Many keys and tensors: lookups through the sorted index, and a duplicate far from its
  * twin, in file order after thousands of other names. */
 static void test_many_names(void) {
@@ -942,9 +993,7 @@ static void test_real_model(void) {
 
     if (!path || !*path) path = DEFAULT_MODEL;
     if (stat(path, &st) != 0) {
-        printf("skip test_real_model: no model at %s (set TQ_MODEL or run scripts/get-model.sh)\n",
-               path);
-        return;
+        SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", path);
     }
     CHECK_MSG(gguf_open(path, &f, err, sizeof err) == GGUF_OK, "%s: %s", path, err);
     if (!f) return;
@@ -1070,6 +1119,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_version2_and_alignment);
     RUN_TEST(test_empty_and_minimal);
     RUN_TEST(test_open_file);
+    RUN_TEST(test_open_not_regular);
     RUN_TEST(test_many_names);
     RUN_TEST(test_invalid_args);
     RUN_TEST(test_truncated_everywhere);

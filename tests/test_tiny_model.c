@@ -87,7 +87,16 @@ typedef struct {
     const char *arch_name;    /* override general.architecture */
     int bad_q_rows;           /* write attn_q of blk.0 with one block of rows too few */
     int norm_as_f16;          /* write blk.0.attn_norm as F16 */
+    int n_tokens;             /* tokens in the tokenizer (0: V, one per embedding row) */
+    int no_tokenizer;         /* write no tokenizer.ggml.* keys */
+    int vocab_size;           /* write {arch}.vocab_size with this value (0: no such key) */
+    int ffn_down_transposed;  /* blk.1.ffn_down as [E, F] (F rows of E) instead of [F, E] */
+    int bad_k_rows;           /* blk.2.attn_k with H * D rows instead of HKV * D */
+    int output_rows;          /* write an output.weight of this many rows (0: tied) */
+    int extra_block;          /* add blk.L.attn_norm.weight, a block past block_count */
 } tiny_faults;
+
+enum { VMAX = V + 32 }; /* room for a tokenizer larger than the embedding */
 
 static const char *arch_str(model_arch a) {
     return a == MODEL_ARCH_GEMMA3 ? "gemma3" : a == MODEL_ARCH_LLAMA ? "llama" : a == MODEL_ARCH_QWEN2 ? "qwen2" : "qwen3";
@@ -119,39 +128,45 @@ static int write_tiny(tiny *t, const char *path, const tiny_faults *fl) {
         gguf_writer_add_u32(w, KEY("attention.sliding_window"), SWA);
         gguf_writer_add_u32(w, KEY("attention.sliding_window_pattern"), PATTERN);
     }
+    if (fl && fl->vocab_size) gguf_writer_add_u32(w, KEY("vocab_size"), (uint32_t)fl->vocab_size);
 #undef KEY
     /* a small SentencePiece vocab: <pad> <eos> <bos> <unk>, then single letters/pieces */
-    const char *texts[V];
-    char buf[V][8];
-    int32_t types[V];
-    float scores[V];
-    for (int i = 0; i < V; i++) {
+    const int nt = fl && fl->n_tokens ? fl->n_tokens : V;
+    const char *texts[VMAX];
+    char buf[VMAX][8];
+    int32_t types[VMAX];
+    float scores[VMAX];
+    for (int i = 0; i < nt; i++) {
         if (i < 4) {
             static const char *sp[4] = {"<pad>", "<eos>", "<bos>", "<unk>"};
             texts[i] = sp[i];
             types[i] = i == 3 ? 2 : 3;
         } else {
             snprintf(buf[i], sizeof buf[i], "%c", i < 30 ? 'a' + (i - 4) : 'A' + (i - 30) % 26);
-            if (i >= 56) snprintf(buf[i], sizeof buf[i], "\xe2\x96\x81%c", 'a' + (i - 56));
+            if (i >= 56) snprintf(buf[i], sizeof buf[i], "\xe2\x96\x81%c", 'a' + (i - 56) % 26);
             texts[i] = buf[i];
             types[i] = 1;
         }
         scores[i] = -(float)i;
     }
-    gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", 5);
-    gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", texts, NULL, V);
-    gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_VALUE_FLOAT32, scores, V);
-    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VALUE_INT32, types, V);
-    gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 2);
-    gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 1);
-    gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 3);
-    gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+    if (!(fl && fl->no_tokenizer)) {
+        gguf_writer_add_str(w, "tokenizer.ggml.model", "llama", 5);
+        gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", texts, NULL, (uint64_t)nt);
+        gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_VALUE_FLOAT32, scores, (uint64_t)nt);
+        gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VALUE_INT32, types, (uint64_t)nt);
+        gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 2);
+        gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 1);
+        gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+        gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+    }
 
     const double a = 0.25; /* weight scale: keeps activations O(1) through the tiny stack */
     fill(t->embd, V * E, -1, 1);
     add_matrix(w, t, "token_embd.weight", t->embd, V, E);
+    if (fl && fl->output_rows) add_matrix(w, t, "output.weight", t->embd, fl->output_rows, E);
     fill(t->out_norm, E, 0.5, 1.5);
     add_vector(w, "output_norm.weight", t->out_norm, E);
+    if (fl && fl->extra_block) add_vector(w, "blk.3.attn_norm.weight", t->out_norm, E); /* L = 3 */
     char name[64];
 #define N(s) (snprintf(name, sizeof name, "blk.%d." s, il), name)
 #define SKIP(nm) (fl && fl->skip_tensor && strcmp(fl->skip_tensor, nm) == 0)
@@ -170,7 +185,10 @@ static int write_tiny(tiny *t, const char *path, const tiny_faults *fl) {
         fill(t->wv[il], HKV * D * E, -a, a);
         fill(t->wo[il], E * H * D, -a, a);
         add_matrix(w, t, N("attn_q.weight"), t->wq[il], fl && fl->bad_q_rows && il == 0 ? H * D - 32 : H * D, E);
-        add_matrix(w, t, N("attn_k.weight"), t->wk[il], HKV * D, E);
+        if (fl && fl->bad_k_rows && il == 2)
+            add_matrix(w, t, N("attn_k.weight"), t->wq[il], H * D, E); /* the q projection's shape */
+        else
+            add_matrix(w, t, N("attn_k.weight"), t->wk[il], HKV * D, E);
         add_matrix(w, t, N("attn_v.weight"), t->wv[il], HKV * D, E);
         add_matrix(w, t, N("attn_output.weight"), t->wo[il], E, H * D);
         memset(t->bq[il], 0, sizeof t->bq[il]);
@@ -197,7 +215,10 @@ static int write_tiny(tiny *t, const char *path, const tiny_faults *fl) {
         fill(t->wd[il], E * F, -a, a);
         add_matrix(w, t, N("ffn_gate.weight"), t->wg[il], F, E);
         if (!SKIP(N("ffn_up.weight"))) add_matrix(w, t, N("ffn_up.weight"), t->wu[il], F, E);
-        add_matrix(w, t, N("ffn_down.weight"), t->wd[il], E, F);
+        if (fl && fl->ffn_down_transposed && il == 1)
+            add_matrix(w, t, N("ffn_down.weight"), t->wd[il], F, E); /* [E, F]: gate/up's shape */
+        else
+            add_matrix(w, t, N("ffn_down.weight"), t->wd[il], E, F);
         if (gemma) {
             fill(t->post_attn[il], E, 0.5, 1.5);
             fill(t->post_ffn[il], E, 0.5, 1.5);
@@ -450,23 +471,52 @@ static void test_load_errors(void) {
     model_params p = {CTX, 8, 1, 0, NULL};
     model *m = (model *)1;
     char err[256];
+    /* each case: the status, and a word the message must hold (the tensor or key at fault) */
     struct {
         tiny_faults f;
         model_status want;
+        const char *in_err;
     } cases[] = {
-        {{"blk.1.ffn_up.weight", NULL, 0, 0}, MODEL_ERR_TENSOR},
-        {{"blk.2.attn_norm.weight", NULL, 0, 0}, MODEL_ERR_TENSOR},
-        {{NULL, "mamba", 0, 0}, MODEL_ERR_ARCH},
-        {{NULL, NULL, 1, 0}, MODEL_ERR_SHAPE},
-        {{NULL, NULL, 0, 1}, MODEL_ERR_TYPE},
+        {{.skip_tensor = "blk.1.ffn_up.weight"}, MODEL_ERR_TENSOR, "blk.1.ffn_up.weight"},
+        {{.skip_tensor = "blk.2.attn_norm.weight"}, MODEL_ERR_TENSOR, "blk.2.attn_norm.weight"},
+        {{.arch_name = "mamba"}, MODEL_ERR_ARCH, "mamba"},
+        {{.bad_q_rows = 1}, MODEL_ERR_SHAPE, "blk.0.attn_q.weight"},
+        {{.norm_as_f16 = 1}, MODEL_ERR_TYPE, "blk.0.attn_norm.weight"},
+        /* the vocabulary against the embedding (issue 14, defect 6) */
+        {{.n_tokens = V - 16}, MODEL_ERR_SHAPE, "token_embd.weight"},
+        {{.n_tokens = V + 16}, MODEL_ERR_SHAPE, "token_embd.weight"},
+        {{.no_tokenizer = 1, .vocab_size = V - 32}, MODEL_ERR_SHAPE, "token_embd.weight"},
+        {{.vocab_size = V + 1}, MODEL_ERR_CONFIG, "vocab_size"},
+        /* per-layer and output shapes against the configuration */
+        {{.ffn_down_transposed = 1}, MODEL_ERR_SHAPE, "blk.1.ffn_down.weight"},
+        {{.bad_k_rows = 1}, MODEL_ERR_SHAPE, "blk.2.attn_k.weight"},
+        {{.output_rows = V - 32}, MODEL_ERR_SHAPE, "output.weight"},
+        {{.extra_block = 1}, MODEL_ERR_TENSOR, "blk.3.attn_norm.weight"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         g_tiny.arch = MODEL_ARCH_GEMMA3;
         g_tiny.q8 = 0;
         CHECK(write_tiny(&g_tiny, tmp_path, &cases[i].f));
+        err[0] = '\0';
         model_status st = model_load(tmp_path, &p, &m, err, sizeof err);
-        CHECK_MSG(st == cases[i].want && m == NULL, "case %zu: %s (%s)", i, model_status_name(st), err);
+        CHECK_MSG(st == cases[i].want && m == NULL && strstr(err, cases[i].in_err) != NULL,
+                  "case %zu: %s (%s), want %s naming %s", i, model_status_name(st), err,
+                  model_status_name(cases[i].want), cases[i].in_err);
+        if (st == MODEL_OK) model_free(m);
         printf("  case %zu: %s: %s\n", i, model_status_name(st), err);
+    }
+    /* what agrees loads: a matching vocab_size key, no tokenizer at all (the embedding then
+     * defines the vocabulary), a matching untied output */
+    static const tiny_faults good[] = {{.vocab_size = V}, {.no_tokenizer = 1}, {.no_tokenizer = 1, .vocab_size = V},
+                                       {.output_rows = V}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        CHECK(write_tiny(&g_tiny, tmp_path, &good[i]));
+        model_status st = model_load(tmp_path, &p, &m, err, sizeof err);
+        CHECK_MSG(st == MODEL_OK, "good case %zu: %s (%s)", i, model_status_name(st), err);
+        if (st == MODEL_OK) {
+            CHECK(model_get_config(m)->n_vocab == V);
+            model_free(m);
+        }
     }
     CHECK(write_tiny(&g_tiny, tmp_path, NULL));
     model_params big = {CTX + 1, 8, 1, 0, NULL};
