@@ -14,7 +14,8 @@
  * group), scores, updates each row's online softmax (running max m, sum l), decodes the V
  * tile once and accumulates (decode reads the codes in registers instead: the fused kernels).
  * Splits of one (head, query block) merge with log-sum-exp weights (flash-decoding), so one
- * KV head at long context still keeps every thread busy.
+ * KV head at long context still keeps every thread busy. Task boundaries and the merge order
+ * never depend on the thread count: any pool gives the same bytes (make_plan).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -31,6 +32,12 @@
  * registers, once per position) instead of a decoded tile shared by all positions. */
 #define FUSED_QUERIES 2
 #define QB 64 /* query positions per task */
+/* Key splits (make_plan): at least SPLIT_TASKS tasks, one split per SPLIT_KEYS keys beyond
+ * that, at most SPLIT_MAX_TASKS tasks. Sequences up to SPLIT_KEYS long split exactly as the
+ * earlier thread-count rule did with 2 threads, so figures measured that way stand. */
+#define SPLIT_TASKS 8
+#define SPLIT_KEYS 2048
+#define SPLIT_MAX_TASKS 32
 
 void tq_attn_params_init(tq_attn_params *p, int head_dim_k) {
     memset(p, 0, sizeof *p);
@@ -67,6 +74,7 @@ typedef struct plan {
     size_t qb;    /* query positions per task */
     size_t n_qb;
     int n_split;  /* key splits per (head, query block) */
+    int max_split; /* the most n_split any sequence length gives (workspace size) */
     size_t rows;  /* G·qb */
     size_t s_floats; /* score buffer: rows·KB, or G·FUSED_QUERIES·KB_FUSED if more */
     size_t row_floats;  /* partial per row: m, l, acc_c (va), acc_r (dv), rounded to 16 */
@@ -92,9 +100,18 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
     pl->vt = (int)round16((size_t)(pl->vw > pl->dv ? pl->vw : pl->dv));
     pl->qb = n_queries < QB ? (n_queries ? n_queries : 1) : QB;
     pl->n_qb = n_queries ? (n_queries + pl->qb - 1) / pl->qb : 0;
+    /* Key splits: a function of the shape and the sequence length alone, never of n_threads,
+     * so that the result is bit-identical for any number of threads (each split is summed by
+     * one task in key order, and the merge adds the splits in split order). At least
+     * SPLIT_TASKS (head, query block, split) tasks, more as the sequence grows (one split per
+     * SPLIT_KEYS keys), at most SPLIT_MAX_TASKS; the workspace holds max_split. */
+    (void)n_threads;
     size_t base = (size_t)pl->H * (pl->n_qb ? pl->n_qb : 1);
-    size_t want = n_threads > 1 ? (4 * (size_t)n_threads + base - 1) / base : 1;
-    pl->n_split = (int)(want < 1 ? 1 : want);
+    size_t lo = (SPLIT_TASKS + base - 1) / base, hi = (SPLIT_MAX_TASKS + base - 1) / base;
+    size_t by_len = (l->len + SPLIT_KEYS - 1) / SPLIT_KEYS;
+    size_t n = by_len > lo ? by_len : lo;
+    pl->max_split = (int)hi;
+    pl->n_split = (int)(n < hi ? n : hi);
     pl->rows = (size_t)pl->G * pl->qb;
     pl->row_floats = round16(2 + (size_t)pl->va + (size_t)pl->dv);
     pl->part_floats = pl->rows * pl->row_floats;
@@ -109,7 +126,7 @@ static size_t work_floats(const plan *pl, size_t n_queries, int n_threads) {
     return round16(n_queries * (size_t)pl->nqh * (size_t)pl->kw) +
            round16(n_queries * (size_t)pl->nqh * (size_t)pl->kl) +
            round16(n_queries * (size_t)pl->nqh) +
-           (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats +
+           (size_t)pl->H * pl->n_qb * (size_t)pl->max_split * pl->part_floats +
            (size_t)n_threads * pl->scratch_floats;
 }
 
