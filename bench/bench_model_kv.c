@@ -30,8 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "model.h"
+#include "regular_file.h"
 #include "sampler.h"
 #include "tokenizer.h"
 #include "vocab.h"
@@ -58,8 +60,12 @@ static double now_s(void) {
 }
 
 static int32_t *tokenize_file(const model *m, const char *path, size_t *n_out) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) return NULL;
+    int fd = regular_file_open(path, NULL); /* never blocks on a FIFO */
+    FILE *fp = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (fp == NULL) {
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
     fseek(fp, 0, SEEK_END);
     long sz = ftell(fp);
     fseek(fp, 0, SEEK_SET);

@@ -2,7 +2,10 @@
 # CLI contract of `tq`: usage errors exit 2 with a message, help exits 0, JSON has the keys.
 set -u
 tq=${1:?usage: test_cli.sh PATH_TO_TQ}
-pass=0 fail=0
+pass=0 fail=0 skipped=0
+skip() { # name, reason: a block that cannot run here, reported (never counted as passed)
+  skipped=$((skipped+1)); echo "skip $1: $2"
+}
 check() { # name, expected exit code, command...
   local name=$1 want=$2; shift 2
   "$@" >/tmp/tq_cli_out.$$ 2>/tmp/tq_cli_err.$$
@@ -67,6 +70,23 @@ has "missing text message" "cannot open '/nonexistent/text.txt'"
 check "run bad scheme" 2 "$tq" run --kv turbo99
 check "generate missing model" 1 "$tq" generate -m /nonexistent/model.gguf -p hi -n 1
 has "missing model message" "cannot open model '/nonexistent/model.gguf'"
+# A FIFO or a directory given as a file is refused at once (exit 1, a message naming the path),
+# never opened blocking: each runs under `timeout 20`, so a hang fails here (exit 124) instead
+# of hanging the suite. The model path is checked by the tools before the GGUF reader.
+fifo=/tmp/tq_cli_fifo.$$
+rm -f "$fifo"; mkfifo "$fifo"
+check "perplexity -f FIFO" 1 timeout 20 "$tq" perplexity -f "$fifo" -c 128
+has "perplexity -f FIFO message" "cannot open '$fifo': not a regular file (a FIFO)"
+check "perplexity -f directory" 1 timeout 20 "$tq" perplexity -f /tmp -c 128
+has "perplexity -f directory message" "cannot open '/tmp': not a regular file (a directory)"
+check "generate -m FIFO" 1 timeout 20 "$tq" generate -m "$fifo" -p hi -n 1
+has "generate -m FIFO message" "cannot open model '$fifo': not a regular file (a FIFO)"
+check "generate -m directory" 1 timeout 20 "$tq" generate -m /tmp -p hi -n 1
+has "generate -m directory message" "cannot open model '/tmp': not a regular file (a directory)"
+check "attn-bench -m FIFO" 1 timeout 20 "$tq" attn-bench --from-model x.txt -m "$fifo"
+has "attn-bench -m FIFO message" "not a regular file (a FIFO)"
+check "TQ_MODEL FIFO" 1 env TQ_MODEL="$fifo" timeout 20 "$tq" generate -p hi -n 1
+has "TQ_MODEL FIFO message" "(from \$TQ_MODEL): not a regular file (a FIFO)"
 
 model=${TQ_MODEL:-$(dirname "$0")/../models/gemma3-270m-q4_k_m.gguf}
 if [ -r "$model" ]; then
@@ -136,6 +156,26 @@ assert 0 < p["results"][1]["kld_mean"] < d["results"][1]["kld_mean"], (p, d)
 ' /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity --prompt below --as-decode"
   else fail=$((fail+1)); echo "FAIL perplexity --prompt"; cat /tmp/tq_cli_worst.$$ /tmp/tq_cli_out.$$; fi
   check "perplexity --prompt with --as-decode" 2 "$tq" perplexity -m "$model" -f "$text" -c 128 --as-decode --prompt
+  # The thread count changes nothing: two chunks of real text (or of the text above where the
+  # WikiText-2 file is absent), f16 and turbo3, identical results for 1, 2, 3 and 5 threads.
+  wiki=${TQ_WIKITEXT:-$(dirname "$0")/../../shared/data/wikitext-2-raw-test.txt}
+  if [ -r "$wiki" ]; then ptext=$wiki; else
+    ptext=$text; skip "perplexity thread invariance on WikiText-2" "no file at $wiki (the repeated text instead)"
+    for i in 1 2 3; do cat "$text"; done >"$text.3" && ptext=$text.3
+  fi
+  for t in 1 2 3 5; do
+    "$tq" perplexity -m "$model" -f "$ptext" -c 128 --chunks 2 --kv turbo3 --json -t $t \
+      >/tmp/tq_cli_t$t.$$ 2>/tmp/tq_cli_err.$$ || { echo "FAIL perplexity -t $t"; cat /tmp/tq_cli_err.$$; }
+  done
+  if python3 -c '
+import json, sys
+r = [json.load(open(f)) for f in sys.argv[1:]]
+assert r[0]["tokens_scored"] == 126 and [x["scheme"] for x in r[0]["results"]] == ["f16", "turbo3"], r[0]
+for x in r[1:]: assert x["results"] == r[0]["results"], (x["results"], r[0]["results"])
+' /tmp/tq_cli_t1.$$ /tmp/tq_cli_t2.$$ /tmp/tq_cli_t3.$$ /tmp/tq_cli_t5.$$; then
+    pass=$((pass+1)); echo "ok   perplexity identical for 1, 2, 3, 5 threads"
+  else fail=$((fail+1)); echo "FAIL perplexity differs with the thread count"; cat /tmp/tq_cli_t[1235].$$; fi
+  rm -f /tmp/tq_cli_t[1235].$$ "$text.3"
   rm -f "$text" /tmp/tq_cli_worst.$$
   check "passkey run" 0 "$tq" passkey -m "$model" -c 256 --trials 1 -t 2
   has "passkey depth line" "f16          depth 0.50  "
@@ -146,7 +186,7 @@ assert 0 < p["results"][1]["kld_mean"] < d["results"][1]["kld_mean"], (p, d)
   has "run compressed line" "[turbo3] "
   has "run KLD line" "turbo3 vs f16 along the f16 continuation"
 else
-  echo "skip model runs: no model at $model (scripts/get-model.sh)"
+  skip "model runs" "no model at $model (scripts/get-model.sh)"
 fi
 
 # ---- tq attn-bench (appended block: decode attention benchmark) ---------------------------------
@@ -159,6 +199,48 @@ check "attn-bench missing value" 2 "$tq" attn-bench --ctx
 check "attn-bench garbage ctx" 2 "$tq" attn-bench --ctx 12x
 check "attn-bench queries beyond ctx" 2 "$tq" attn-bench --ctx 8 --queries 9
 check "attn-bench unknown flag" 2 "$tq" attn-bench --frob
+# Scheme lists: the list and every item non-empty (a usage error, not a run of f16 alone).
+check "attn-bench empty --scheme" 2 timeout 20 "$tq" attn-bench --scheme ""
+has "attn-bench empty --scheme message" "--scheme '': an empty list"
+for list in "turbo3,,f16" ",turbo3" "turbo3," "f16," ","; do
+  check "attn-bench --scheme '$list'" 2 timeout 20 "$tq" attn-bench --scheme "$list"
+  has "attn-bench --scheme '$list' message" "--scheme '$list': an empty item"
+done
+check "attn-bench too many schemes" 2 timeout 20 "$tq" attn-bench \
+  --scheme turbo1,turbo2,turbo3,turbo4,turbo5,turbo6,turbo7,turbo8,q8_0,q4_0,turbo2.5,turbo3.5,turbo4v2,turbo4v3,turbo8v3,turbo0v4
+has "attn-bench too many schemes message" "more than 15 schemes"
+# Every number: empty, sign, space, negative, zero, beyond its range, overflow, trailing junk.
+for opt in --head-dim --q-heads --kv-heads --ctx --layers --threads --queries --reps --seed; do
+  for val in "" "-1" "+1" " 1" "1 " "1x" "0x" "99999999999999999999999" "1e3" "1.5"; do
+    check "attn-bench $opt '$val'" 2 timeout 20 "$tq" attn-bench $opt "$val"
+    has "attn-bench $opt '$val' message" "bad value for $opt: '$val'"
+  done
+done
+for bad in "--head-dim 1025" "--q-heads 1025" "--kv-heads 0" "--ctx 0" "--ctx 16777217" \
+           "--layers 4097" "--threads 257" "--queries 4097" "--reps 0" "--seed -0"; do
+  # shellcheck disable=SC2086
+  check "attn-bench $bad" 2 timeout 20 "$tq" attn-bench $bad
+done
+# A run that cannot fit in memory is refused at once with the figure (it used to allocate and
+# compute for minutes, silently): the brief's case, and the largest of every dimension.
+check "attn-bench beyond memory" 2 env -u TQ_MEM_LIMIT_GIB timeout 20 "$tq" attn-bench --head-dim 1024 --q-heads 1024 \
+  --kv-heads 1024 --ctx 100000
+has "attn-bench beyond memory figure" "this run needs about "
+has "attn-bench beyond memory physical" "GiB of physical memory here"
+check "attn-bench largest everything" 2 timeout 20 "$tq" attn-bench --head-dim 1024 --q-heads 1024 \
+  --kv-heads 1024 --ctx 16777216 --layers 4096 --queries 4096 --threads 256
+has "attn-bench largest everything figure" "this run needs about "
+check "codec-bench beyond memory" 2 timeout 20 "$tq" codec-bench --dim 1024 --n 100000000 --bits 8
+has "codec-bench beyond memory figure" "this run needs about "
+# TQ_MEM_LIMIT_GIB pins the limit (default: the physical memory), so these do not depend on
+# the machine: 1 GiB refuses what 64 GiB allows, without running either.
+check "attn-bench over TQ_MEM_LIMIT_GIB" 2 env TQ_MEM_LIMIT_GIB=1 timeout 20 "$tq" attn-bench \
+  --head-dim 1024 --q-heads 8 --kv-heads 8 --ctx 100000
+has "attn-bench over TQ_MEM_LIMIT_GIB message" "more than the 1.0 GiB limit of TQ_MEM_LIMIT_GIB"
+check "attn-bench bad TQ_MEM_LIMIT_GIB" 2 env TQ_MEM_LIMIT_GIB=lots timeout 20 "$tq" attn-bench --ctx 16
+has "attn-bench bad TQ_MEM_LIMIT_GIB message" "TQ_MEM_LIMIT_GIB"
+check "attn-bench under TQ_MEM_LIMIT_GIB" 0 env TQ_MEM_LIMIT_GIB=64 timeout 60 "$tq" attn-bench \
+  --head-dim 64 --q-heads 2 --kv-heads 1 --ctx 64 --scheme turbo3 --reps 1
 check "attn-bench json run" 0 "$tq" attn-bench --head-dim 64 --q-heads 4 --kv-heads 2 --ctx 300 \
   --scheme q8_0,turbo3 --layers 2 --threads 2 --reps 2 --json
 for key in '"ctx":300' '"results":[' '"scheme":"f16"' '"scheme":"turbo3"' '"us_per_step":' \
@@ -180,6 +262,8 @@ if [ -r "$model" ]; then
     echo "The lighthouse keeper climbed the stairs every evening to light the lamp for the ships."
   done >"$text"
   check "attn-bench --from-model missing text" 1 "$tq" attn-bench --from-model /nonexistent.txt -m "$model"
+  check "attn-bench --from-model FIFO text" 1 timeout 60 "$tq" attn-bench --from-model "$fifo" -m "$model" --ctx 128
+  has "attn-bench --from-model FIFO text message" "cannot open '$fifo': not a regular file (a FIFO)"
   check "attn-bench --from-model text too short" 2 "$tq" attn-bench --from-model "$text" -m "$model" --ctx 4096
   # Real K/V: the error of f16 is fp16 rounding only, turbo4's is far below turbo2's.
   check "attn-bench --from-model run" 0 "$tq" attn-bench --from-model "$text" -m "$model" --ctx 128 \
@@ -193,7 +277,11 @@ assert r["f16"]["rel_l2"] < 2e-3 and r["turbo4"]["rel_l2"] < r["turbo2"]["rel_l2
 ' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   attn-bench --from-model figures"
   else fail=$((fail+1)); echo "FAIL attn-bench --from-model figures"; cat /tmp/tq_cli_out.$$; fi
   rm -f "$text"
+else
+  skip "attn-bench --from-model runs" "no model at $model (scripts/get-model.sh)"
 fi
-rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$ "$fifo"
+echo "$pass passed, $fail failed, $skipped skipped"
+[ "$fail" = 0 ] || exit 1
+# Nothing ran at all: ctest's SKIP_RETURN_CODE (CMakeLists.txt).
+[ "$pass" -gt 0 ] || exit 77

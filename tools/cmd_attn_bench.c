@@ -35,22 +35,31 @@ static void usage(FILE *f) {
             "                     [--scheme S[,S...]] [--layers L] [--threads T] [--queries Q]\n"
             "                     [--reps R] [--seed S] [--json] [--from-model TEXT [-m MODEL]]\n\n"
             "  --head-dim D   head dim of keys and values, 2..1024 (default 128)\n"
-            "  --q-heads H    query heads, a multiple of --kv-heads (default 32)\n"
-            "  --kv-heads G   KV heads (default 8)\n"
-            "  --ctx N        tokens in the cache (default 4096)\n"
-            "  --scheme LIST  KV schemes, comma-separated (default f16,q8_0,q4_0,turbo3,turbo4);\n"
-            "                 f16 is always measured, as the baseline\n"
-            "  --layers L     independent caches cycled per step (default 1)\n"
-            "  --threads T    attention threads (default 1)\n"
-            "  --queries Q    query positions per call: 1 = decode (default), >1 = prefill chunk\n"
-            "  --reps R       timed repetitions (default: about 1 s of work, 3..200)\n"
-            "  --seed S       data seed (default 1)\n"
+            "  --q-heads H    query heads, 1..1024, a multiple of --kv-heads (default 32)\n"
+            "  --kv-heads G   KV heads, 1..1024 (default 8)\n"
+            "  --ctx N        tokens in the cache, 1..16777216 (default 4096)\n"
+            "  --scheme LIST  KV schemes, comma-separated, none empty (default\n"
+            "                 f16,q8_0,q4_0,turbo3,turbo4; at most %d besides f16); f16 is always\n"
+            "                 measured, as the baseline\n"
+            "  --layers L     independent caches cycled per step, 1..4096 (default 1)\n"
+            "  --threads T    attention threads, 1..256 (default 1)\n"
+            "  --queries Q    query positions per call, 1..4096: 1 = decode (default), >1 =\n"
+            "                 prefill chunk\n"
+            "  --reps R       timed repetitions, 1..100000 (default: about 1 s of work, 3..200)\n"
+            "  --seed S       data seed, 0..2^64-1 (default 1)\n"
             "  --json         one JSON object instead of a table\n"
             "  --from-model TEXT  real K/V and queries: every attention layer of the model\n"
             "                 reading the first --ctx tokens of TEXT (head dims, heads and\n"
             "                 layers come from the model; --queries last positions)\n"
             "  -m MODEL       the GGUF model for --from-model (default: $TQ_MODEL, then\n"
-            "                 " SESSION_DEFAULT_MODEL ")\n");
+            "                 " SESSION_DEFAULT_MODEL ")\n\n"
+            "Numbers are whole, in the ranges above (no sign, space or trailing characters);\n"
+            "anything else is a usage error (exit 2). The memory a run needs (the KV cache of\n"
+            "the largest scheme as it is built, fp16 staging included, queries, outputs, the\n"
+            "exact reference, the attention workspace and, with --from-model, the recorded\n"
+            "K/V) is computed first; a run that needs more than the machine's physical memory\n"
+            "(or $TQ_MEM_LIMIT_GIB GiB when set) is refused with the figure (exit 2).\n",
+            MAX_SCHEMES - 1);
 }
 
 typedef struct bench {
@@ -279,19 +288,35 @@ int cmd_attn_bench(int argc, char **argv) {
     int n_s = 1;
     strcpy(names[0], "f16");
     tq_kv_scheme_parse("f16", &schemes[0], NULL, 0);
-    for (const char *p = scheme_list; *p;) {
+    for (const char *p = scheme_list;;) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         char err[2048];
-        if (n == 0 || n >= sizeof names[0] || n_s >= MAX_SCHEMES) {
-            fprintf(stderr, "tq attn-bench: bad --scheme list '%s'\n", scheme_list);
+        if (n == 0) {
+            fprintf(stderr, "tq attn-bench: --scheme '%s': %s\n\n", scheme_list,
+                    *scheme_list ? "an empty item (two commas, or one at an end)"
+                                 : "an empty list");
+            usage(stderr);
+            return TQ_EXIT_USAGE;
+        }
+        if (n >= sizeof names[0]) {
+            fprintf(stderr, "tq attn-bench: --scheme: '%.*s' is longer than %zu characters\n",
+                    (int)n, p, sizeof names[0] - 1);
             return TQ_EXIT_USAGE;
         }
         char name[64];
         memcpy(name, p, n);
         name[n] = 0;
         p += n + (e ? 1 : 0);
-        if (!strcmp(name, "f16")) continue;
+        if (!strcmp(name, "f16")) {
+            if (!e) break;
+            continue;
+        }
+        if (n_s >= MAX_SCHEMES) {
+            fprintf(stderr, "tq attn-bench: --scheme: more than %d schemes besides f16\n",
+                    MAX_SCHEMES - 1);
+            return TQ_EXIT_USAGE;
+        }
         if (tq_kv_scheme_parse(name, &schemes[n_s], err, sizeof err)) {
             fprintf(stderr, "tq attn-bench: %s", err);
             return TQ_EXIT_USAGE;
@@ -313,6 +338,65 @@ int cmd_attn_bench(int argc, char **argv) {
             return TQ_EXIT_USAGE;
         }
         strcpy(names[n_s++], name);
+        if (!e) break;
+    }
+
+    /* What the run will hold at its peak, before any of it is allocated: one scheme's cache at
+     * a time (the largest; raw fp16 while it is filled, as prefill_raw keeps it, plus the
+     * compressed pages), queries, outputs, the exact reference, the chunk buffers, the
+     * attention workspace, and the recorded K/V with --from-model. */
+    {
+        double cache_max = 0.0, work_max = 0.0;
+        for (int s = 0; s < n_s; s++) {
+            const tq_kv_scheme *sc = &schemes[s];
+            double per_token = 0.0; /* bytes per token per KV head, the dearest layer */
+            const tq_kv_layer_scheme *ls[2] = {&sc->layer, &sc->edge};
+            for (int i = 0; i < (sc->edge_first || sc->edge_last ? 2 : 1); i++) {
+                size_t kb = 0, vb = 0;
+                tq_kv_layer_scheme_bytes(ls[i], (int)D, (int)D, &kb, &vb);
+                int plain = ls[i]->key_format == TQ_KV_F16 && ls[i]->value_format == TQ_KV_F16;
+                double t = (double)(kb + vb) + (plain ? 0.0 : 4.0 * (double)D);
+                if (t > per_token) per_token = t;
+                /* The workspace depends on the layer's scheme and the shapes, not on the
+                 * length or the layer count: ask an empty one-layer cache of this scheme. */
+                tq_kv_scheme one = *sc;
+                one.layer = one.edge = *ls[i];
+                one.edge_first = one.edge_last = 0;
+                tq_kv_cache_config cfg;
+                tq_kv_cache *c;
+                tq_kv_cache_config_init(&cfg, 1, (int)G, (int)D, (int)D);
+                cfg.scheme = one;
+                if (tq_kv_cache_create(&c, &cfg) == TQ_OK) {
+                    double w = (double)tq_kv_attention_workspace_size(c, 0, (int)H, b.Q, (int)T);
+                    if (w > work_max) work_max = w;
+                    tq_kv_cache_free(c);
+                }
+            }
+            double cache = per_token * (double)b.N * (double)G * (double)b.L;
+            if (cache > cache_max) cache_max = cache;
+        }
+        double qhd = (double)b.Q * (double)H * (double)D;
+        double io = 2.0 * sizeof(float) * qhd + sizeof(double) * qhd * (double)n_qual +
+                    2.0 * sizeof(double) * (double)b.Q * (double)H +
+                    2.0 * sizeof(float) * CHUNK * (double)G * (double)D;
+        double recorded = 0.0;
+        if (from_model)
+            recorded = sizeof(float) * (double)rec.n_layers *
+                       ((double)rec.n_tokens * (double)rec.n_kv_heads * (double)(rec.dk + rec.dv) +
+                        (double)(rec.n_queries + rec.n_first) * (double)rec.n_q_heads * (double)rec.dk);
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        char detail[256], rec_part[64] = "";
+        if (from_model) snprintf(rec_part, sizeof rec_part, ", recorded K/V %.2f GiB", recorded / gib);
+        snprintf(detail, sizeof detail,
+                 "KV cache of the largest scheme %.2f GiB, queries, outputs and reference "
+                 "%.2f GiB, workspace %.2f GiB%s",
+                 cache_max / gib, io / gib, work_max / gib, rec_part);
+        if (tool_check_memory("attn-bench", cache_max + io + work_max + recorded, detail,
+                               "lower --ctx, --layers, --kv-heads, --head-dim, --q-heads or "
+                               "--queries") != 1) {
+            attn_record_free(&rec);
+            return TQ_EXIT_USAGE;
+        }
     }
 
     size_t qn = b.Q * (size_t)H * (size_t)D;

@@ -29,7 +29,10 @@ static void usage(FILE *f) {
             "  --seed S       data and rotation seed (default 1)\n"
             "  --threads T    threads for the timed passes (default 1)\n"
             "  --no-norm-correction   store the plain norm (MSE only)\n"
-            "  --json         one JSON object instead of a table\n");
+            "  --json         one JSON object instead of a table\n\n"
+            "A run that needs more than the machine's physical memory (or $TQ_MEM_LIMIT_GIB GiB\n"
+            "when set) for its data (3 x N x D floats) and codes is refused with the figure\n"
+            "(exit 2).\n");
 }
 
 typedef struct job {
@@ -132,6 +135,27 @@ int cmd_codec_bench(int argc, char **argv) {
                     tq_error_message(st), tq_error_name(st));
             return TQ_EXIT_USAGE;
         }
+    }
+
+    /* The memory it will hold: data, reconstructions and queries in fp32, and the largest
+     * width's codes. */
+    {
+        size_t bpv_max = 0;
+        for (int b = 0; b < n_bits; b++) {
+            tq_codec_config cfg;
+            tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);
+            cfg.norm_correction = norm_corr;
+            size_t bpv = 0;
+            tq_codec_config_bytes(&cfg, &bpv);
+            if (bpv > bpv_max) bpv_max = bpv;
+        }
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        double data = 3.0 * sizeof(float) * (double)n * (double)dim, codes = (double)n * (double)bpv_max;
+        char detail[128];
+        snprintf(detail, sizeof detail, "vectors, queries and decodes %.2f GiB, codes %.2f GiB",
+                 data / gib, codes / gib);
+        if (tool_check_memory("codec-bench", data + codes, detail, "lower --n or --dim") != 1)
+            return TQ_EXIT_USAGE;
     }
 
     size_t nd = (size_t)n * (size_t)dim;

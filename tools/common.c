@@ -1,14 +1,27 @@
 #include "common.h"
 
+#include "regular_file.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+/* Strict numbers start with a digit (or '-' and a digit where negatives may be): strto*
+ * would skip leading spaces and take a '+', and strtoull a '-' (wrapping " -1" to 2^64 − 1). */
+static int starts_number(const char *s, int minus_ok) {
+    if (minus_ok && *s == '-') s++;
+    return *s >= '0' && *s <= '9';
+}
 
 int tool_parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return 0;
+    if (!s || !starts_number(s, 1)) return 0;
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -18,7 +31,7 @@ int tool_parse_int(const char *s, long lo, long hi, long *out) {
 }
 
 int tool_parse_u64(const char *s, uint64_t *out) {
-    if (!s || !*s || *s == '-') return 0;
+    if (!s || !starts_number(s, 0)) return 0;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 0);
@@ -28,7 +41,9 @@ int tool_parse_u64(const char *s, uint64_t *out) {
 }
 
 int tool_parse_double(const char *s, double lo, double hi, double *out) {
-    if (!s || !*s) return 0;
+    if (!s || !(starts_number(s, 1) || (s[0] == '.' && starts_number(s + 1, 0)) ||
+                (s[0] == '-' && s[1] == '.' && starts_number(s + 2, 0))))
+        return 0;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -54,6 +69,80 @@ int tool_parse_double_list(const char *s, double lo, double hi, double *out, int
         p = comma + 1;
     }
     return n;
+}
+
+double tool_phys_mem_bytes(void) {
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGE_SIZE)
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) return (double)pages * (double)page;
+#endif
+    return 0.0;
+}
+
+int tool_check_memory(const char *cmd, double bytes, const char *detail, const char *hint) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const char *env = getenv("TQ_MEM_LIMIT_GIB");
+    double limit = tool_phys_mem_bytes();
+    if (env && *env) {
+        double g;
+        if (!tool_parse_double(env, 0.001, 1e9, &g)) {
+            fprintf(stderr, "tq %s: bad TQ_MEM_LIMIT_GIB '%s' (GiB, 0.001 to 1e9)\n", cmd, env);
+            return -1;
+        }
+        limit = g * gib;
+    }
+    if (limit <= 0.0 || bytes <= limit) return 1;
+    fprintf(stderr, "tq %s: this run needs about %.1f GiB (%s), more than the %.1f GiB %s; %s\n",
+            cmd, bytes / gib, detail, limit / gib,
+            env && *env ? "limit of TQ_MEM_LIMIT_GIB" : "of physical memory here", hint);
+    return 0;
+}
+
+int tool_read_file(const char *cmd, const char *path, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    const char *why;
+    int fd = regular_file_open(path, &why);
+    if (fd < 0) {
+        fprintf(stderr, "tq %s: cannot open '%s': %s\n", cmd, path, why);
+        return 1;
+    }
+    struct stat st;
+    size_t cap = 1 << 16, n = 0;
+    if (fstat(fd, &st) == 0 && st.st_size > 0 && (unsigned long long)st.st_size < SIZE_MAX / 2)
+        cap = (size_t)st.st_size + 1; /* the whole file and the NUL in one read, as a rule */
+    char *buf = malloc(cap);
+    const char *err = buf ? NULL : "out of memory";
+    while (buf && !err) {
+        if (n + 1 == cap) {
+            char *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+            if (!nb) {
+                err = "out of memory";
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            err = strerror(errno);
+        } else if (r == 0) {
+            break;
+        } else {
+            n += (size_t)r;
+        }
+    }
+    close(fd);
+    if (err) {
+        fprintf(stderr, "tq %s: cannot read '%s': %s\n", cmd, path, err);
+        free(buf);
+        return 1;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
 }
 
 double tool_now(void) {

@@ -2,6 +2,8 @@
  * scheme (model_session.h). The scheme → engine path is here and nowhere else. */
 #include "model_session.h"
 
+#include "regular_file.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
@@ -55,7 +57,7 @@ void session_opts_help(FILE *f, const session_opts *o) {
 }
 
 static int add_scheme(session_opts *o, const char *text, size_t len) {
-    char err[256];
+    char err[2048]; /* the whole message: what is wrong, then the valid forms */
     if (len == 0) {
         fprintf(stderr, "tq %s: --kv: empty scheme name\n", o->cmd);
         return TQ_EXIT_USAGE;
@@ -222,10 +224,12 @@ int session_engine_supports(const session_scheme *s) {
 
 /* ---- model and tokenizer ------------------------------------------------------------------ */
 
-static int readable(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return 0;
-    fclose(f);
+/* A regular file that opens for reading (regular_file_open: a FIFO, a directory or a device
+ * is refused at once, never waited on); why: the reason when not. */
+static int readable(const char *path, const char **why) {
+    int fd = regular_file_open(path, why);
+    if (fd < 0) return 0;
+    close(fd);
     return 1;
 }
 
@@ -234,16 +238,17 @@ static int readable(const char *path) {
 static int find_model(session *s, const session_opts *o) {
     const char *env = getenv("TQ_MODEL");
     const char *given = o->model_path ? o->model_path : (env && *env ? env : NULL);
+    const char *why;
     if (given) {
-        if (!readable(given)) {
+        if (!readable(given, &why)) {
             fprintf(stderr, "tq %s: cannot open model '%s'%s: %s\n", s->cmd, given,
-                    o->model_path ? "" : " (from $TQ_MODEL)", strerror(errno));
+                    o->model_path ? "" : " (from $TQ_MODEL)", why);
             return 1;
         }
         snprintf(s->model_path, sizeof s->model_path, "%s", given);
         return 0;
     }
-    if (readable(SESSION_DEFAULT_MODEL)) {
+    if (readable(SESSION_DEFAULT_MODEL, &why)) {
         snprintf(s->model_path, sizeof s->model_path, "%s", SESSION_DEFAULT_MODEL);
         return 0;
     }
@@ -255,7 +260,7 @@ static int find_model(session *s, const session_opts *o) {
         if (slash) {
             *slash = 0;
             snprintf(s->model_path, sizeof s->model_path, "%s/../%s", exe, SESSION_DEFAULT_MODEL);
-            if (readable(s->model_path)) return 0;
+            if (readable(s->model_path, &why)) return 0;
         }
     }
     fprintf(stderr,
@@ -464,38 +469,7 @@ int session_is_stop(const session *s, int32_t id) {
 }
 
 int session_read_file(const char *cmd, const char *path, char **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "tq %s: cannot open '%s': %s\n", cmd, path, strerror(errno));
-        return 1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - 1 - n, f);
-        if (n < cap - 1) break;
-        char *nb = realloc(buf, cap * 2);
-        if (nb == NULL) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (buf == NULL || bad) {
-        fprintf(stderr, "tq %s: cannot read '%s'%s\n", cmd, path, buf ? "" : ": out of memory");
-        free(buf);
-        return 1;
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
+    return tool_read_file(cmd, path, out, len);
 }
 
 double session_logsumexp(const float *x, int n) {

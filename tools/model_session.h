@@ -141,7 +141,8 @@ size_t session_piece(const session *s, int32_t id, char *buf, size_t cap);
 /* 1 if the token ends generation (EOS, or a control token such as <end_of_turn>). */
 int session_is_stop(const session *s, int32_t id);
 
-/* Reads a whole file into a malloc'd buffer (NUL-terminated). Returns 0 or 1 (printed). */
+/* Reads a whole regular file into a malloc'd buffer (NUL-terminated; tool_read_file: a FIFO,
+ * a directory or a device is refused at once, never waited on). Returns 0 or 1 (printed). */
 int session_read_file(const char *cmd, const char *path, char **out, size_t *len);
 
 /* Writes s as a JSON string literal (quotes, escapes). */
