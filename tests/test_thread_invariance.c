@@ -144,8 +144,9 @@ static void test_attention_threads(void) {
     static const struct { tq_kernels_kind kind; const char *name; } sets[] = {
         {TQ_KERNELS_REF, "ref"}, {TQ_KERNELS_AVX2, "avx2"}, {TQ_KERNELS_AVX512, "avx512"}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
-        if (!tq_kernels_supported(sets[i].kind)) {
-            test_skip("kernel set %s: this CPU (or build) lacks it", sets[i].name);
+        char why[256];
+        if (test_kernel_skip_reason(sets[i].name, tq_kernels_supported(sets[i].kind), why, sizeof why)) {
+            test_skip("%s", why);
             continue;
         }
         CHECK(tq_set_kernels(sets[i].kind) == TQ_OK);
