@@ -13,7 +13,7 @@
 
 #include "../engine/matmul.h"
 #include "../engine/quants.h"
-#include "../engine/threadpool.h"
+#include "turboquant.h"
 
 typedef struct {
     const char *what;
@@ -46,8 +46,8 @@ int main(int argc, char **argv) {
     double min_s = argc > 1 ? atof(argv[1]) : 0.2;
     const quant_kernels *sets[8];
     int ns = quant_kernels_list(sets, 8);
-    tp_pool *pools[2] = {tp_create(1), tp_create(2)};
-    if (pools[0] == NULL || pools[1] == NULL) return 1;
+    tq_threadpool *pools[2] = {NULL, NULL};
+    if (tq_threadpool_create(&pools[0], 1) != TQ_OK || tq_threadpool_create(&pools[1], 2) != TQ_OK) return 1;
     printf("%-13s %-5s %6s %5s | %-6s %3s %3s | %9s %8s %8s %7s\n", "tensor", "type", "rows", "cols", "kernel", "thr",
            "n", "us/call", "GFLOP/s", "GB/s(W)", "vs ref");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         }
         free(wd);
     }
-    tp_free(pools[0]);
-    tp_free(pools[1]);
+    tq_threadpool_free(pools[0]);
+    tq_threadpool_free(pools[1]);
     return 0;
 }

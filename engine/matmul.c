@@ -38,18 +38,18 @@ size_t matmul_work_size(const matmul_weight *w, int n, int n_threads) {
     return s;
 }
 
-static void quantize_task(void *ctx, int task, int thread) {
+static void quantize_task(void *ctx, size_t task, int thread) {
     (void)thread;
     const mm_job *j = ctx;
-    const float *src = j->x + (size_t)task * (size_t)j->w->cols;
-    void *dst = (char *)j->xq_out + (size_t)task * j->xq_stride;
+    const float *src = j->x + task * (size_t)j->w->cols;
+    void *dst = (char *)j->xq_out + task * j->xq_stride;
     if (j->act == QUANT_ACT_Q8_A)
         j->k->quantize_q8_a(src, dst, j->w->cols);
     else
         j->k->quantize_q8_K(src, dst, j->w->cols);
 }
 
-static void rows_task(void *ctx, int task, int thread) {
+static void rows_task(void *ctx, size_t task, int thread) {
     const mm_job *j = ctx;
     const int64_t rows = j->w->rows, cols = j->w->cols;
     int64_t r0 = (int64_t)task * j->rows_per_task;
@@ -75,11 +75,11 @@ static void rows_task(void *ctx, int task, int thread) {
 }
 
 int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
-                tp_pool *pool, void *work, size_t work_size) {
+                tq_threadpool *pool, void *work, size_t work_size) {
     if (k == NULL || w == NULL || x == NULL || y == NULL || w->data == NULL || n < 1 || w->rows < 1) return QUANT_ERR_ARG;
     if (!quant_type_valid(w->type)) return QUANT_ERR_TYPE;
     if (w->cols < 1 || quant_row_bytes(w->type, w->cols) == 0) return QUANT_ERR_SIZE;
-    int n_threads = tp_n_threads(pool);
+    int n_threads = tq_threadpool_size(pool);
     size_t need = matmul_work_size(w, n, n_threads);
     if (need > WORK_ALIGN && (work == NULL || work_size < need)) return QUANT_ERR_WORK;
 
@@ -107,9 +107,9 @@ int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, 
         /* Quantizing a row costs about what one weight row's dot does; only spread it
          * when there are rows enough to keep every thread busy. */
         if (n >= 2 * n_threads)
-            tp_parallel_for(pool, n, quantize_task, &j);
+            tq_threadpool_run(pool, quantize_task, &j, (size_t)n);
         else
-            for (int i = 0; i < n; i++) quantize_task(&j, i, 0);
+            for (size_t i = 0; i < (size_t)n; i++) quantize_task(&j, i, 0);
     }
     /* About 8 chunks per thread balances rows of uneven cost without making tasks so
      * small that the shared counter dominates. */
@@ -117,10 +117,10 @@ int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, 
     if (per < 4) per = 4;
     j.rows_per_task = per;
     int64_t n_tasks = (w->rows + per - 1) / per;
-    tp_parallel_for(pool, (int)n_tasks, rows_task, &j);
+    tq_threadpool_run(pool, rows_task, &j, (size_t)n_tasks);
     return QUANT_OK;
 }
 
-int matmul(const matmul_weight *w, const float *x, float *y, int n, tp_pool *pool, void *work, size_t work_size) {
+int matmul(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work, size_t work_size) {
     return matmul_with(quant_kernels_get(), w, x, y, n, pool, work, work_size);
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "quants.h"
-#include "threadpool.h"
+#include "turboquant.h"
 
 typedef struct matmul_weight {
     int type;         /* quant_type */
@@ -26,15 +26,17 @@ typedef struct matmul_weight {
 size_t matmul_work_size(const matmul_weight *w, int n, int n_threads);
 
 /* x: (n, cols) floats, y: (n, rows) floats; y must not overlap x or work. work: caller-owned
- * scratch of at least matmul_work_size(w, n, tp_n_threads(pool)) bytes. pool may be NULL
- * (single thread). Uses quant_kernels_get(). Returns QUANT_OK, QUANT_ERR_ARG (NULL pointer,
- * n < 1, rows < 1), QUANT_ERR_TYPE, QUANT_ERR_SIZE (cols not whole blocks) or
- * QUANT_ERR_WORK; on error y is untouched. Not reentrant on the same pool. */
-int matmul(const matmul_weight *w, const float *x, float *y, int n, tp_pool *pool, void *work,
+ * scratch of at least matmul_work_size(w, n, tq_threadpool_size(pool)) bytes. pool (the
+ * library's, tq_threadpool_run) may be NULL (single thread). Each output is one dot product
+ * computed whole by one task, so y does not depend on the pool size. Uses quant_kernels_get().
+ * Returns QUANT_OK, QUANT_ERR_ARG (NULL pointer, n < 1, rows < 1), QUANT_ERR_TYPE,
+ * QUANT_ERR_SIZE (cols not whole blocks) or QUANT_ERR_WORK; on error y is untouched. Not to be
+ * called from inside a task of the same pool. */
+int matmul(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
            size_t work_size);
 
 /* As matmul with an explicit kernel set (from quant_kernels_list), for tests and benches. */
 int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
-                tp_pool *pool, void *work, size_t work_size);
+                tq_threadpool *pool, void *work, size_t work_size);
 
 #endif

@@ -365,7 +365,7 @@ static model_status build_state(model *m) {
         s->gelu_f16 = malloc(65536 * sizeof(float));
         if (s->gelu_f16 == NULL) return fail(m, MODEL_ERR_NOMEM, "out of memory (gelu table)");
         for (uint32_t h = 0; h < 65536; h++)
-            s->gelu_f16[h] = quant_f16_to_f32(quant_f32_to_f16(gelu_tanh(quant_f16_to_f32((uint16_t)h))));
+            s->gelu_f16[h] = tq_f16_to_f32(tq_f32_to_f16(gelu_tanh(tq_f16_to_f32((uint16_t)h))));
     }
     size_t ws = max_work(0, &m->w.output, m->params.max_batch, nt);
     for (int il = 0; il < c->n_layer; il++) {
@@ -436,7 +436,7 @@ static model_status build_kv(model *m, const tq_kv_scheme *scheme, const tq_kv_l
     }
     /* The workspace depends on the layer's scheme, the batch and the threads, not on the cache
      * length; the size for max_batch serves every smaller batch. */
-    const int nt = m->attn_pool != NULL ? tq_threadpool_size(m->attn_pool) : 1;
+    const int nt = tq_threadpool_size(m->pool);
     size_t ws = 0;
     for (int il = 0; il < c->n_layer; il++) {
         size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)m->params.max_batch, nt);
@@ -535,7 +535,7 @@ static float gelu_tanh(float x) {
 static float gelu_ggml(const float *table, float x) {
     if (x <= -10.0f) return 0.0f;
     if (x >= 10.0f) return x;
-    return table[quant_f32_to_f16(x)];
+    return table[tq_f32_to_f16(x)];
 }
 
 static float silu(float x) { return x / (1.0f + expf(-x)); }
@@ -583,7 +583,7 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
     qk_prepare(c, s->k, n, c->n_head_kv, L->k_norm, cs);
     if (m->params.ggml_rounding) { /* llama.cpp rounds the scaled Q to fp16 for K.q */
         const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
-        for (size_t i = 0; i < nq; i++) s->q[i] = quant_f16_to_f32(quant_f32_to_f16(s->q[i] * c->attn_scale)) / c->attn_scale;
+        for (size_t i = 0; i < nq; i++) s->q[i] = tq_f16_to_f32(tq_f32_to_f16(s->q[i] * c->attn_scale)) / c->attn_scale;
     }
     tq_attn_params ap;
     tq_attn_params_init(&ap, c->head_dim);
@@ -602,7 +602,7 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
     if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
         ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->attn_pool, m->attn_work, m->attn_work_size,
+    ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->pool, m->attn_work, m->attn_work_size,
                          s->att);
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
     TRY(mm(m, &L->wo, s->att, s->xb2, n, "attn_output"));
@@ -739,14 +739,19 @@ void model_free(model *m) {
     free_state(&m->s);
     tq_kv_cache_free(m->kv);
     free(m->attn_work);
-    tq_threadpool_free(m->attn_pool);
-    tp_free(m->pool);
+    tq_threadpool_free(m->pool);
     free(m->w.layers);
     gguf_close(m->file);
     free(m);
 }
 
 static model_status load_into(model *m, const char *path) {
+    /* The pool first: an n_threads out of range is a bad argument, whatever the file. */
+    tq_status ts = tq_threadpool_create(&m->pool, m->params.n_threads);
+    if (ts == TQ_ERR_INVALID)
+        return fail(m, MODEL_ERR_ARG, "n_threads %d: want 1 .. 256", m->params.n_threads);
+    if (ts != TQ_OK)
+        return fail(m, MODEL_ERR_NOMEM, "cannot start %d threads: %s", m->params.n_threads, tq_error_name(ts));
     char gerr[200];
     gguf_status gs = gguf_open(path, &m->file, gerr, sizeof gerr);
     if (gs != GGUF_OK) return fail(m, MODEL_ERR_FILE, "%s: %s", path, gerr);
@@ -755,13 +760,6 @@ static model_status load_into(model *m, const char *path) {
         return fail(m, MODEL_ERR_CONTEXT, "max_ctx %d > the model's context_length %d", m->params.max_ctx,
                     m->cfg.n_ctx_train);
     TRY(read_weights(m));
-    m->pool = tp_create(m->params.n_threads);
-    if (m->pool == NULL) return fail(m, MODEL_ERR_NOMEM, "cannot start %d threads", m->params.n_threads);
-    if (m->params.n_threads > 1) {
-        tq_status ts = tq_threadpool_create(&m->attn_pool, m->params.n_threads);
-        if (ts != TQ_OK) return fail(m, MODEL_ERR_NOMEM, "cannot start %d attention threads: %s", m->params.n_threads,
-                                     tq_error_name(ts));
-    }
     TRY(build_state(m));
     TRY(build_kv(m, m->params.kv_scheme, NULL));
     return MODEL_OK;

@@ -25,10 +25,10 @@
  * compressed before the attention of that call runs, so with L a multiple of the scheme's
  * batch every key every query of the call sees (its own included) is compressed.
  *
- * Thread-safety: a model is used by one thread at a time. It owns two pools of n_threads
- * (caller included): the engine's tp_pool runs the matmuls, a tq_threadpool runs attention.
- * They never run at once (a layer's attention and its matmuls alternate), and idle workers
- * sleep, so the threads do not oversubscribe the cores. The engine never prints and never
+ * Thread-safety: a model is used by one thread at a time. It owns one tq_threadpool of
+ * n_threads (caller included; the library's pool, include/turboquant.h) that runs both its
+ * matmuls (tq_threadpool_run) and attention (tq_kv_attention); idle workers sleep. Logits do
+ * not depend on n_threads (tests/test_thread_invariance.c). The engine never prints and never
  * exits: every call returns a model_status and fills the model's message (model_last_error),
  * or the caller's buffer for model_load(). */
 #ifndef TQ_ENGINE_MODEL_H
@@ -39,13 +39,13 @@
 
 #include "gguf.h"
 #include "matmul.h"
-#include "threadpool.h"
 #include "turboquant.h"
 
 /* Status codes, pinned: never renumber, only append. */
 typedef enum model_status {
     MODEL_OK = 0,
-    MODEL_ERR_ARG = 1,        /* NULL pointer, n < 1, max_batch/max_ctx/n_threads < 1 */
+    MODEL_ERR_ARG = 1,        /* NULL pointer, n < 1, max_batch/max_ctx < 1, n_threads outside
+                                 [1, 256] */
     MODEL_ERR_FILE = 2,       /* the GGUF reader rejected the file (message says why) */
     MODEL_ERR_ARCH = 3,       /* general.architecture missing or not supported */
     MODEL_ERR_CONFIG = 4,     /* a required key missing or a value out of range */
@@ -160,7 +160,7 @@ typedef struct model_state {
 typedef struct model_params {
     int max_ctx;   /* positions the sequence may reach; <= the model's context_length */
     int max_batch; /* most tokens one model_forward() call takes */
-    int n_threads; /* threads of the model's pool, caller included */
+    int n_threads; /* threads of the model's pool, caller included: 1 .. 256 */
     int ggml_rounding; /* 0: plain fp32 activations (8-bit only inside matmul); 1: also round
                           where llama.cpp's CPU backend rounds (fp16 Q and softmax weights in
                           attention, GELU through an fp16 table: doc/gemma3.md, "Numerics").
@@ -188,13 +188,12 @@ typedef struct model {
     gguf_file *file;  /* owns the mapping the weights point into */
     tq_kv_cache *kv;  /* the sequence's K/V, (n_layer, max_ctx reserved, n_head_kv, head_dim) */
     tq_kv_scheme kv_scheme;        /* the cache's scheme (params.kv_scheme points here) */
-    tq_threadpool *attn_pool;      /* n_threads for tq_kv_attention; NULL when n_threads = 1 */
+    tq_threadpool *pool;           /* n_threads: the matmuls and tq_kv_attention */
     void *attn_work;               /* attention workspace, attn_work_size bytes: the largest
                                       tq_kv_attention_workspace_size over layers, max_batch */
     size_t attn_work_size;
     model_attn_hook attn_hook; /* NULL, or called by every layer of model_forward */
     void *attn_hook_ctx;
-    tp_pool *pool;    /* matmuls */
     char err[256];    /* message of the last failing call */
 } model;
 

@@ -1,10 +1,12 @@
-/* Scalar reference for the ggml block formats: type table, fp16 conversion,
- * dequantization, activation quantization and the integer dot products every SIMD kernel
- * is tested against. Layouts: see quants.h and ggml-common.h. */
+/* Scalar reference for the ggml block formats: type table, fp16 loads (converted by the
+ * library's tq_f16_to_f32), dequantization, activation quantization and the integer dot
+ * products every SIMD kernel is tested against. Layouts: see quants.h and ggml-common.h. */
 #include "quants.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "turboquant.h"
 
 /* ---- type table ---------------------------------------------------------------------- */
 
@@ -65,41 +67,7 @@ static float f32_from_bits(uint32_t u) {
     return f;
 }
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-float quant_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1F;
-    uint32_t man = h & 0x3FF;
-    if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (man << 13)); /* inf, NaN */
-    if (exp != 0) return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
-    /* Subnormal: man * 2^-24 is exact in binary32. */
-    float v = (float)man * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-}
-
-uint16_t quant_f32_to_f16(float f) {
-    uint32_t u = f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00); /* NaN stays NaN */
-    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00); /* rounds past 65504: inf */
-    if (a < 0x38800000u) {
-        /* Result is subnormal or zero: scale by 2^24 and round half-even in float. */
-        float v = f32_from_bits(a) * 16777216.0f;
-        return (uint16_t)(sign | (uint16_t)nearbyintf(v));
-    }
-    /* Normal: drop 13 mantissa bits with round-half-even; a carry into the exponent is
-     * the correct result. */
-    uint32_t r = a + 0x0FFFu + ((a >> 13) & 1u);
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
-float quant_f16_load(const uint8_t p[2]) { return quant_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
+float quant_f16_load(const uint8_t p[2]) { return tq_f16_to_f32((uint16_t)(p[0] | (p[1] << 8))); }
 
 float quant_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
@@ -275,7 +243,7 @@ int quant_dequantize_row(int type, const void *src, float *dst, int64_t n) {
         float *y = dst + i * be;
         switch (type) {
         case QUANT_F32: memcpy(y, p, 4); break;
-        case QUANT_F16: *y = quant_f16_to_f32(load_u16(p)); break;
+        case QUANT_F16: *y = tq_f16_to_f32(load_u16(p)); break;
         case QUANT_BF16: *y = quant_bf16_to_f32(load_u16(p)); break;
         case QUANT_Q4_0: dq_q4_0((const void *)p, y); break;
         case QUANT_Q4_1: dq_q4_1((const void *)p, y); break;
@@ -372,7 +340,7 @@ static float dot1_f32(int64_t n, const uint8_t *w, const float *x) {
 
 static float dot1_f16(int64_t n, const uint8_t *w, const float *x) {
     float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += quant_f16_to_f32(load_u16(w + 2 * i)) * x[i];
+    for (int64_t i = 0; i < n; i++) s += tq_f16_to_f32(load_u16(w + 2 * i)) * x[i];
     return s;
 }
 

@@ -164,10 +164,9 @@ size_t quant_block_bytes(int type);
  * blocks (or negative). */
 size_t quant_row_bytes(int type, int64_t n);
 
-/* IEEE binary16 <-> binary32. Load reads two little-endian bytes at any address. The
- * store rounds to nearest even, overflows to inf, keeps NaN a NaN. */
-float quant_f16_to_f32(uint16_t h);
-uint16_t quant_f32_to_f16(float f);
+/* An IEEE binary16 from two little-endian bytes at any address (converted by the library's
+ * tq_f16_to_f32, the project's one fp16 converter; tq_f32_to_f16 the other way), and a
+ * bfloat16 to binary32. */
 float quant_f16_load(const uint8_t p[2]);
 float quant_bf16_to_f32(uint16_t h);
 

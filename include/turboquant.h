@@ -193,7 +193,8 @@ typedef enum tq_variant {
 
 typedef enum tq_split {
     /* Fractional bits: the first h rotated coordinates take ⌈b⌉ bits, the rest ⌊b⌋; one
-     * rotation and one norm. Needs no calibration (doc/fractional.md has the measurements). */
+     * rotation and one norm. Needs no calibration (measurements: doc/codec.md, "Fractional
+     * bits"). */
     TQ_SPLIT_FIXED = 0,
     /* Fractional bits: the h input channels of largest energy (cfg.channel_energy) form the
      * ⌈b⌉-bit group; each group has its own rotation (dims h and d − h) and its own norm. */
@@ -218,7 +219,8 @@ typedef struct tq_codec_config {
                                      need bits·dim to split into whole groups (see below) */
     tq_variant variant;
     int norm_correction;          /* MSE only: store n/‖c[idx]‖ so decoded norms equal the
-                                     input's (DESIGN §1). Default 1; must be 0 for PROD. */
+                                     input's (doc/codec.md, "Norm correction"). Default 1;
+                                     must be 0 for PROD. */
     tq_norm_format norm_format;   /* default TQ_NORM_F16 */
     tq_rotation_kind rotation;    /* default TQ_ROTATION_AUTO */
     uint64_t seed;                /* rotation (and PROD sketch) seed; default 0x5475726230 */
@@ -266,9 +268,9 @@ TQ_API tq_status tq_codec_encode(const tq_codec *codec, const float *x, size_t n
 TQ_API tq_status tq_codec_decode(const tq_codec *codec, const void *codes, size_t n, float *x,
                                  size_t x_capacity);
 
-/* Scores without decoding (paper §3; DESIGN §3). A query is prepared once — rotated, and for
- * PROD also sketched — into tq_codec_query_floats() floats; then each code costs dim codebook
- * lookups and multiply-adds. */
+/* Scores without decoding (paper §3; doc/codec.md, "Decode-free scores and sums"). A query is
+ * prepared once — rotated, and for PROD also sketched — into tq_codec_query_floats() floats;
+ * then each code costs dim codebook lookups and multiply-adds. */
 TQ_API size_t tq_codec_query_floats(const tq_codec *codec);
 /* Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY (prepared_capacity < tq_codec_query_floats),
  * TQ_ERR_NONFINITE. */
@@ -330,7 +332,8 @@ typedef struct tq_kv_layer_scheme {
                                    tq_codec_create (split TQ_SPLIT_FIXED); ignored otherwise */
     tq_variant key_variant;     /* TURBO keys: TQ_VARIANT_MSE (default) or PROD; values are
                                    always MSE (PROD only helps inner products) */
-    int norm_correction;        /* TURBO MSE keys and values: default 1 (DESIGN §1) */
+    int norm_correction;        /* TURBO MSE keys and values: default 1 (doc/codec.md,
+                                   "Norm correction") */
     int key_mean;               /* TURBO keys: subtract the per-head mean of the first 512
                                    keys held at the layer's first compression (all of them if
                                    fewer) before quantizing, add ⟨q, mean⟩ back to the scores
@@ -376,15 +379,16 @@ typedef struct tq_kv_scheme {
  *   f16 | q8_0 | q4_0                        the same format for K and V
  *   turboB                                   B-bit keys and values, B ∈ [1, 8], fractional ok
  *                                            (turbo2, turbo3, turbo3.5, turbo4 …)
- *   turboKvV                                 K-bit keys, V-bit values; 0 means fp16
- *                                            (turbo4v2, turbo0v4, turbo8v4 …)
- *   kKvV                                     the same (k3.5v3)
+ *   turboKvV                                 K-bit keys, V-bit values; 0 (or f16, q8_0,
+ *                                            q4_0) for a plain format (turbo4v2, turbo0v4,
+ *                                            turbo8v4, turboq8_0v4 …)
+ *   kKvV                                     the same (k3.5v3, kq8_0v4)
  *   k=K:v=V[:option…]                        explicit; K, V a number, f16, q8_0 or q4_0
  * followed by any of the options, each ":name=value":
- *   variant=mse|prod  norm=0|1  mean=0|1  kscale=0|1  window=N  batch=N  start=N
- *   prefill_raw=0|1  seed=N  first=N  last=N  edge=FORM (the first/last layers' form, no
- *   options; default turbo8 when first or last is given). variant, norm, mean and kscale
- *   apply to both.
+ *   variant=mse|prod  norm=0|1  mean=0|1  kscale=0|1  ksplit=0|1  window=N  batch=N
+ *   start=N  prefill_raw=0|1  seed=N  first=N  last=N  edge=FORM (the first/last layers'
+ *   form, no options; default turbo8 when first or last is given). variant, norm, mean,
+ *   kscale and ksplit apply to both; norm=1 with variant=prod is refused.
  * Numbers are digits only (no sign, space, exponent or empty value; a bit width may hold one
  * '.'), range-checked per field, never clamped: window/start/first/last [0, 2^30], batch
  * [1, 2^30], flags 0 or 1, seed [0, 2^64 − 1] (doc/kvcache.md §2).
@@ -598,14 +602,23 @@ TQ_API tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_con
 /* Attention                                                                                 */
 /* ---------------------------------------------------------------------------------------- */
 
-/* A fixed set of worker threads for the attention calls. Create once, reuse for every call.
- * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (n_threads outside [1, 256]), TQ_ERR_NOMEM (also when a
- * thread cannot be started). The caller's thread is one of the n_threads. A pool runs one call
- * at a time: concurrent calls on one pool are serialized. */
+/* A fixed set of worker threads for the attention calls and the caller's own parallel loops
+ * (tq_threadpool_run). Create once, reuse for every call. Errors: TQ_ERR_NULL, TQ_ERR_INVALID
+ * (n_threads outside [1, 256]), TQ_ERR_NOMEM (also when a thread cannot be started). The
+ * caller's thread is one of the n_threads; idle workers sleep. A pool runs one call at a time:
+ * concurrent calls on one pool are serialized; different pools are independent. */
 typedef struct tq_threadpool tq_threadpool;
 TQ_API tq_status tq_threadpool_create(tq_threadpool **out, int n_threads);
 TQ_API void tq_threadpool_free(tq_threadpool *pool);
+/* Threads including the caller; 1 for a NULL pool. */
 TQ_API int tq_threadpool_size(const tq_threadpool *pool);
+/* Parallel for: calls fn(ctx, task, thread) once for every task < n_tasks, in any order and on
+ * any thread (0 = the caller, thread < tq_threadpool_size(pool), for per-thread scratch), and
+ * returns when all calls have returned (their writes visible to the caller). Tasks are handed
+ * out one at a time, so uneven ones balance; nothing is allocated. pool NULL (or of size 1)
+ * runs every task inline on the caller as thread 0. Never call it from inside fn. */
+TQ_API void tq_threadpool_run(tq_threadpool *pool, void (*fn)(void *ctx, size_t task, int thread),
+                              void *ctx, size_t n_tasks);
 
 typedef struct tq_attn_params {
     float scale;        /* score = scale·⟨q, k⟩ (then soft-capped); typically 1/√head_dim_k */
@@ -625,7 +638,8 @@ TQ_API void tq_attn_params_init(tq_attn_params *p, int head_dim_k);
 TQ_API size_t tq_kv_attention_workspace_size(const tq_kv_cache *cache, int layer,
                                              int n_q_heads, size_t n_queries, int n_threads);
 
-/* Attention of n_queries query positions on one layer, on the compressed codes (DESIGN §3):
+/* Attention of n_queries query positions on one layer, on the compressed codes
+ * (doc/kvcache.md §4):
  * q (n_queries, n_q_heads, head_dim_k), out (n_queries, n_q_heads, head_dim_v) floats; query
  * head h reads KV head h / (n_q_heads / n_kv_heads). Scores and sums are fp32 with online
  * softmax; nothing is dequantized beyond a small tile. pool may be NULL (caller's thread only);

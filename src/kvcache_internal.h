@@ -238,10 +238,4 @@ void tq_attn_set_int8_scores(int on);
  * tests/test_cachefile.c sets that count to rebuild the caches of its older golden files. */
 void tq_kv_set_key_mean_tokens(size_t n);
 
-/* ---- the thread pool (src/threads.c) ---- */
-/* Runs fn(ctx, task, thread) for every task < n_tasks, thread < tq_threadpool_size(pool)
- * (thread 0 is the caller); pool NULL runs them all on the caller as thread 0. */
-void tq_threadpool_run(tq_threadpool *pool, void (*fn)(void *ctx, size_t task, int thread),
-                       void *ctx, size_t n_tasks);
-
 #endif

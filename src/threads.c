@@ -1,7 +1,9 @@
 /*
- * A small fixed thread pool for the attention calls: workers sleep on a condition variable,
- * a run hands out tasks through one atomic counter, and the caller works as thread 0.
- * Library-internal (tq_threadpool_run); the public API only creates and frees pools.
+ * The one thread pool of the project (include/turboquant.h): attention and the engine's
+ * matmuls run on it. Workers sleep on a condition variable until the run generation changes;
+ * a run hands out tasks through one atomic counter, and the caller works as thread 0. The
+ * run's fields are written under the lock before the broadcast and read by workers after
+ * taking it, so ThreadSanitizer sees no race.
  */
 #include <pthread.h>
 #include <stdatomic.h>

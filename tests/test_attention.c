@@ -2,12 +2,14 @@
  * Attention on compressed codes against the reference path (dequantize everything, exact
  * attention in double), for every scheme, head dims 64/80/96/128/256, GQA ratios 1/4/8, raw
  * windows 0 and 64, decode and chunked prefill, causal / sliding-window / soft-capped, one
- * thread and a pool. Also the attention kernel tables against their scalar reference.
+ * thread and a pool. Also the attention kernel tables against their scalar reference, and the
+ * pool's parallel-for (tq_threadpool_run).
  *
  * Tolerance: outputs are convex combinations of value rows of magnitude ~1; the fast path
  * sums in fp32 in a different order (and with a polynomial exp) than the double reference,
  * so |fast − ref| ≤ 2e-4 (measured ~1e-6).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,6 +199,79 @@ static void test_threads(void) {
     tq_threadpool_free(pool);
     tq_threadpool_free(NULL);
     CHECK(tq_threadpool_create(&pool, 0) == TQ_ERR_INVALID);
+}
+
+/* tq_threadpool_run: every task exactly once, thread < size, n_tasks 0 and 1, a NULL pool
+ * inline, and two caller threads sharing one pool (runs serialized). */
+typedef struct {
+    int *hits;
+    int *thread_seen;
+} run_ctx;
+
+static void count_task(void *ctx, size_t task, int thread) {
+    run_ctx *c = ctx;
+    c->hits[task]++;
+    c->thread_seen[task] = thread;
+}
+
+typedef struct {
+    tq_threadpool *pool;
+    int hits[777], seen[777];
+} caller_arg;
+
+static void *caller_main(void *argp) {
+    caller_arg *a = argp;
+    for (int round = 0; round < 50; round++) {
+        run_ctx c = {a->hits, a->seen};
+        tq_threadpool_run(a->pool, count_task, &c, 777);
+    }
+    return NULL;
+}
+
+static void test_threadpool_run(void) {
+    static int hits[1001], seen[1001];
+    for (int nt = 0; nt <= 4; nt++) {
+        tq_threadpool *pool = NULL;
+        if (nt > 0) CHECK(tq_threadpool_create(&pool, nt) == TQ_OK);
+        int size = tq_threadpool_size(pool);
+        CHECK(size == (nt > 0 ? nt : 1));
+        for (int round = 0; round < 21; round++) {
+            size_t n_tasks = (size_t)round * 50;
+            memset(hits, 0, sizeof hits);
+            memset(seen, -1, sizeof seen);
+            run_ctx c = {hits, seen};
+            tq_threadpool_run(pool, count_task, &c, n_tasks);
+            int ok = hits[n_tasks] == 0;
+            for (size_t i = 0; i < n_tasks; i++) ok &= hits[i] == 1 && seen[i] >= 0 && seen[i] < size;
+            CHECK_MSG(ok, "threads=%d tasks=%zu", nt, n_tasks);
+        }
+        tq_threadpool_free(pool);
+    }
+    tq_threadpool *pool = NULL;
+    CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
+    if (!pool) return;
+    caller_arg *a = calloc(2, sizeof *a);
+    CHECK(a != NULL);
+    if (!a) {
+        tq_threadpool_free(pool);
+        return;
+    }
+    pthread_t th[2];
+    int started[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        a[i].pool = pool;
+        started[i] = pthread_create(&th[i], NULL, caller_main, &a[i]) == 0;
+        CHECK(started[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!started[i]) continue;
+        pthread_join(th[i], NULL);
+        int ok = 1;
+        for (int t = 0; t < 777; t++) ok &= a[i].hits[t] == 50 && a[i].seen[t] >= 0 && a[i].seen[t] < 3;
+        CHECK_MSG(ok, "caller %d", i);
+    }
+    free(a);
+    tq_threadpool_free(pool);
 }
 
 /* K and V dims that differ, and the raw window crossing a page. */
@@ -857,6 +932,7 @@ int main(int argc, char **argv) {
      * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
     tq_attn_set_int8_scores(0);
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
+        RUN_TEST(test_threadpool_run);
         RUN_TEST(test_threads);
         return test_report();
     }
@@ -868,6 +944,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_asymmetric_dims);
     RUN_TEST(test_decode_vs_ref);
     RUN_TEST(test_prefill_vs_ref);
+    RUN_TEST(test_threadpool_run);
     RUN_TEST(test_threads);
     RUN_TEST(test_key_mean);
     RUN_TEST(test_key_scale);

@@ -174,12 +174,15 @@ static void test_f16(void) {
     CHECK(tq_f32_to_f16(5.9604645e-08f) == 0x0001);
     CHECK(tq_f32_to_f16(1.0f + 1.0f / 2048) == 0x3C00); /* tie to even */
     CHECK(tq_f32_to_f16(1.0f + 3.0f / 2048) == 0x3C02);
+    CHECK(tq_f32_to_f16(2.98023224e-08f) == 0x0000);    /* 2^-25: tie to even zero */
+    CHECK(tq_f32_to_f16(-2.98023224e-08f) == 0x8000);
     CHECK((tq_f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (tq_f32_to_f16(NAN) & 0x3FF));
-    /* Round trip of every finite half. */
+    /* Round trip of every finite half and of Inf; every NaN half stays a NaN. */
     int bad = 0;
     for (uint32_t h = 0; h < 0x10000; h++) {
-        if ((h & 0x7C00) == 0x7C00) continue;
-        if (tq_f32_to_f16(tq_f16_to_f32((uint16_t)h)) != h) bad++;
+        uint16_t back = tq_f32_to_f16(tq_f16_to_f32((uint16_t)h));
+        int nan = (h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0;
+        if (nan ? (back & 0x7C00) != 0x7C00 || (back & 0x3FF) == 0 : back != h) bad++;
     }
     CHECK(bad == 0);
 }

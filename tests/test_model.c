@@ -375,6 +375,13 @@ static void test_bad_files(void) {
     char err[256] = "";
     CHECK(model_load("/nonexistent/model.gguf", &p, &m, err, sizeof err) == MODEL_ERR_FILE && m == NULL);
     CHECK(model_load(NULL, &p, &m, err, sizeof err) == MODEL_ERR_ARG);
+    /* n_threads outside the pool's [1, 256]: a bad argument, checked before the file. */
+    model_params pt = p;
+    pt.n_threads = 257;
+    CHECK(model_load("/nonexistent/model.gguf", &pt, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
+    CHECK_MSG(strstr(err, "n_threads 257") != NULL, "%s", err);
+    pt.n_threads = 0;
+    CHECK(model_load("/nonexistent/model.gguf", &pt, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
     /* The checks above alone do not make this test pass: it is about the real file. */
     if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     const char *tmp = "/tmp/tq_test_model_bad.gguf";

@@ -55,8 +55,8 @@ static void q8_0_quantize(const float *x, uint8_t *dst, int n) {
     for (int b = 0; b < n / 32; b++, x += 32, dst += 34) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-        uint16_t dh = quant_f32_to_f16(amax / 127.0f);
-        float d = quant_f16_to_f32(dh);
+        uint16_t dh = tq_f32_to_f16(amax / 127.0f);
+        float d = tq_f16_to_f32(dh);
         dst[0] = (uint8_t)(dh & 0xFF);
         dst[1] = (uint8_t)(dh >> 8);
         for (int i = 0; i < 32; i++) dst[2 + i] = (uint8_t)(int8_t)(d > 0 ? lrintf(x[i] / d) : 0);
@@ -235,7 +235,7 @@ static int write_tiny(tiny *t, const char *path, const tiny_faults *fl) {
 
 /* ---- naive double forward ----------------------------------------------------------------- */
 
-static double f16_round(double x) { return quant_f16_to_f32(quant_f32_to_f16((float)x)); }
+static double f16_round(double x) { return tq_f16_to_f32(tq_f32_to_f16((float)x)); }
 
 static void ref_rmsnorm(double *out, const double *x, const float *w, int n) {
     double ss = 0;
