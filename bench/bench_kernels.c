@@ -1,7 +1,9 @@
 /*
  * Nanoseconds per call (and per coordinate) of every kernel, for each table the host supports
- * (ref, avx2, avx512), bits 1..8, n = 128 and 256; then the whole MSE encode and decode of one
- * vector (DESIGN §1: 2 rht + sumsq + quantize_pack; unpack_lookup + 2 rht) in vectors/s.
+ * (ref, avx2, avx512), bits 1..8, n = 128 and 256; then an MSE encode and decode of one vector
+ * built from them (sumsq + 2 rht + quantize_pack; unpack_lookup + 2 rht) in vectors/s. The
+ * codec (doc/codec.md, "MSE") runs TQ_HADAMARD_ROUNDS = 3 rounds (doc/rotation.md), so its
+ * encode and decode each cost one rht more than these two figures.
  *
  * Each figure is the best of several timed runs (the machine is shared: the minimum is the
  * least disturbed); the ratio column is against ref measured in the same run.
@@ -104,7 +106,8 @@ static double time_kernel(const tq_kernel_table *t, int k, int n, int bits) {
 
 static void setup_codebook(int bits) {
     int levels = 1 << bits;
-    /* Centroids spread like N(0,1) quantiles; boundaries at midpoints (DESIGN §1). */
+    /* Evenly spaced centroids on [−1.5, 1.5] (only speed is measured here); boundaries at the
+     * midpoints, as in the codec's codebooks (doc/codec.md, "Codebooks"). */
     for (int j = 0; j < levels; j++) centroids[j] = 3.0f * ((float)j + 0.5f) / (float)levels - 1.5f;
     for (int j = 0; j < levels - 1; j++) boundaries[j] = 0.5f * (centroids[j] + centroids[j + 1]);
     qsort(boundaries, (size_t)(levels - 1), sizeof(float), cmp_float);

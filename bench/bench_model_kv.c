@@ -1,6 +1,6 @@
 /* What each KV cache scheme costs on a real model: perplexity, KL divergence and top-1
- * agreement against the f16 cache (DESIGN §5, as llama-perplexity --kl-divergence reports
- * them), bytes per token, and prefill/decode speed. A benchmark, not a test: it prints.
+ * agreement against the f16 cache (doc/gemma3.md §8, as llama-perplexity --kl-divergence
+ * reports them), bytes per token, and prefill/decode speed. A benchmark, not a test: it prints.
  *
  *   bench_model_kv [-m model.gguf] [-f wikitext.txt] [-c ctx] [-w windows] [-t threads]
  *                  [-s scheme,scheme,...] [-l scheme,...] [--as-decode | --prompt] [--speed] [--no-quality]

@@ -1,5 +1,5 @@
 /*
- * Rotation and split measurements behind doc/rotation.md and doc/fractional.md:
+ * Rotation and split measurements behind doc/rotation.md and doc/codec.md ("Fractional bits"):
  *  1. for non-power-of-two dims, dense QR vs block Hadamard: 3-bit MSE on random and
  *     structured inputs (averaged over seeds) and ns per forward rotation;
  *  2. fractional bits, fixed vs energy split, on isotropic data and on data with loud channels.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The decode-attention benchmark grid of doc/kvcache.md: `tq attn-bench` for two shapes
+"""The decode-attention benchmark grid of the README ("Attention on codes"): `tq attn-bench` for two shapes
 (head_dim 128 with 32 query heads on 8 KV heads; head_dim 256 with 4 on 1, Gemma 3's global
 layers) at several contexts, one layer and --layers 32, every scheme in one run per cell (so
 each ratio is against the f16 measured in the same run). Each cell runs --runs times and keeps

@@ -1,5 +1,5 @@
 /*
- * Attention on the KV cache's compressed codes (DESIGN §3; doc/kvcache.md).
+ * Attention on the KV cache's compressed codes (doc/kvcache.md §4).
  *
  * Because the rotation R of a TurboQuant codec is orthogonal, ⟨q, k̂⟩ = ⟨R q, R k̂⟩: each query
  * head is prepared (rotated) once, and every compressed key is scored in the rotated basis.

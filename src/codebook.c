@@ -1,5 +1,5 @@
 /*
- * Lloyd-Max codebooks of the exact coordinate density (paper §3.1, DESIGN §1).
+ * Lloyd-Max codebooks of the exact coordinate density (paper §3.1; doc/codec.md, "Codebooks").
  *
  * A coordinate t of a uniformly random unit vector in R^d has density ∝ (1 − t²)^((d−3)/2) on
  * [−1, 1]. With t = sin θ the density of θ is ∝ cos^(d−2) θ on (−π/2, π/2), which has no

@@ -1,5 +1,5 @@
 /*
- * TurboQuant codecs (paper Algorithms 1 and 2; DESIGN §1, §3): MSE, PROD, fractional bits.
+ * TurboQuant codecs (paper Algorithms 1 and 2; doc/codec.md): MSE, PROD, fractional bits.
  *
  * A codec is a list of units; a unit is a set of input channels with its own rotation and
  * norm, split into one or two segments of rotated coordinates coded at one bit width each:
@@ -448,7 +448,8 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
             tq_status st = store_norm(c, rec + c->gamma_off, (float)sqrt(g2));
             if (st) return st;
         } else if (c->cfg.norm_correction && n > 0.0f && csq > 0.0f) {
-            /* DESIGN §1: E‖c[idx]‖² = 1 − D, so store n/‖ĉ‖ and decoded norms equal n. */
+            /* E‖c[idx]‖² = 1 − D, so store n/‖ĉ‖ and decoded norms equal n (doc/codec.md,
+             * "Norm correction"). */
             stored = n * u->sqrt_dim / sqrtf(csq);
         }
         tq_status st = store_norm(c, rec + u->norm_off, stored);

@@ -1,5 +1,5 @@
 /*
- * Seeded random orthogonal rotations (DESIGN §2).
+ * Seeded random orthogonal rotations (doc/rotation.md).
  *
  *  - Hadamard (power-of-two d): R = Π_r (H D_r) / d^(rounds/2), D_r seeded ±1 diagonals and H
  *    the unnormalized Walsh–Hadamard matrix (H·H = d·I). One round maps a one-hot vector to a

@@ -1,13 +1,14 @@
-/* Lloyd-Max codebooks: predicted D(b) against DESIGN.md's figures, and codebook invariants. */
+/* Lloyd-Max codebooks: predicted D(b) against the figures of doc/codec.md ("Codebooks"), and
+ * codebook invariants. */
 #include "test_util.h"
 #include "turboquant.h"
 
-/* DESIGN.md §1: the exact density at d = 128; the N(0, 1) limit (large d). */
+/* doc/codec.md, "Codebooks": the exact density at d = 128; the N(0, 1) limit (large d). */
 static const double d128[4] = {0.3609, 0.1160, 0.03397, 0.00931};
 static const double gauss[4] = {0.3634, 0.1175, 0.03455, 0.00950};
 static const double c128_b4[8] = {0.1280, 0.3867, 0.6541, 0.9377, 1.2485, 1.6051, 2.0466, 2.6895};
 
-static void test_d128_matches_design(void) {
+static void test_d128_matches_table(void) {
     for (int b = 1; b <= 4; b++) {
         const tq_codebook *cb;
         CHECK(tq_codebook_get(128, b, &cb) == TQ_OK);
@@ -31,7 +32,7 @@ static void test_large_dim_tends_to_gaussian(void) {
     }
 }
 
-static void test_other_dims_near_design(void) {
+static void test_other_dims_near_d128(void) {
     /* d = 64 and 256 lie on either side of 128; within 2% of its figure. */
     int dims[2] = {64, 256};
     for (int k = 0; k < 2; k++)
@@ -113,10 +114,10 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    RUN_TEST(test_d128_matches_design);
+    RUN_TEST(test_d128_matches_table);
     RUN_TEST(test_centroids_b4);
     RUN_TEST(test_large_dim_tends_to_gaussian);
-    RUN_TEST(test_other_dims_near_design);
+    RUN_TEST(test_other_dims_near_d128);
     RUN_TEST(test_monotone_in_dim);
     RUN_TEST(test_invariants);
     RUN_TEST(test_monotone_in_bits);

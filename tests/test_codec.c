@@ -191,7 +191,7 @@ static void test_mse_ip_is_biased(void) {
     tq_codec_free(c);
 }
 
-/* ---- structured inputs (DESIGN §2: one Hadamard round is not enough) ---- */
+/* ---- structured inputs (doc/rotation.md, "Why three Hadamard rounds") ---- */
 
 static void structured(float *x, int d, int kind, size_t v) {
     for (int i = 0; i < d; i++) x[i] = 0;

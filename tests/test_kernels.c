@@ -264,7 +264,8 @@ static void test_quantize_pack(void) {
 }
 
 /* A sorted codebook with every x in the tie-free interior: the indices are also the exact
- * count of boundaries below (the DESIGN §1 definition), checked against a linear count. */
+ * count of boundaries below (the definition in kernels.h and doc/codec.md, "MSE"), checked
+ * against a linear count. */
 static void test_quantize_definition(void) {
     float xs[256], boundaries[255], centroids[256];
     uint8_t got[256];

@@ -53,7 +53,7 @@ void session_opts_help(FILE *f, const session_opts *o) {
                "                 llama.cpp-style K / V cache types (f16, q8_0, q4_0, turboN); the\n"
                "                 other defaults to f16; together they name one more scheme\n"
                "  Schemes (doc/kvcache.md): f16, q8_0, q4_0, turboB (turbo3, turbo3.5), turboKvV\n"
-               "  (turbo4v2), kKvV, k=K:v=V[:option=value...].\n");
+               "  (turbo4v2), kKvV or k=K:v=V, each followed by any :option=value.\n");
 }
 
 static int add_scheme(session_opts *o, const char *text, size_t len) {

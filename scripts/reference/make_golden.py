@@ -12,7 +12,7 @@ Outputs (in --out, default tests/golden/):
   gemma3_ppl.json      llama-perplexity-style perplexity on WikiText-2 raw test at ctx 512,
                        first 40 chunks: per-chunk NLL sums and token counts, final PPL
 
-Set up (see doc/gemma3.md, "Regenerating the golden data"):
+Set up (see doc/gemma3.md §9, "Golden data and how to regenerate it"):
   python3 -m venv .venv-ref
   CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 19 .venv-ref/bin/pip install llama-cpp-python gguf numpy
   .venv-ref/bin/python scripts/reference/make_golden.py

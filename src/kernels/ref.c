@@ -29,7 +29,8 @@ void tq_ref_put_index(uint8_t *out, size_t i, int bits, uint32_t idx) {
 
 uint32_t tq_ref_quantize_one(float s, int bits, const float *boundaries) {
     /* Branchless binary search over the sorted boundaries: O(bits) compares, and the result
-     * equals the count of boundaries strictly below s (DESIGN §1, step 3). */
+     * equals the count of boundaries strictly below s (the quantizer's definition: kernels.h,
+     * doc/codec.md "MSE"). */
     uint32_t idx = 0;
     for (uint32_t step = 1u << (bits - 1); step > 0; step >>= 1)
         idx += (s > boundaries[idx + step - 1]) ? step : 0;
