@@ -1,5 +1,7 @@
 /*
- * KV cache internals shared by kvcache.c (storage) and attention.c (reads). Not public.
+ * KV cache internals shared by the cache's files (kvcache.c: the operations and the two-phase
+ * rule; kv_scheme.c: the scheme language; kv_records.c: record formats; kv_pages.c: page
+ * storage; kv_keys.c: key statistics), attention.c (reads) and cachefile.c. Not public.
  *
  * Per layer, tokens [0, n_comp) are compressed and [n_comp, len) are raw fp16. Both parts are
  * pages of TQ_KV_PAGE_TOKENS tokens with a head-major layout, so one KV head's records of a
@@ -20,7 +22,7 @@
 
 #define TQ_KV_P ((size_t)TQ_KV_PAGE_TOKENS)
 /* The key scale's statistics: the first this many kept keys at the first compression, the
- * queries of positions below it (kvcache.c, compute_key_scale). */
+ * queries of positions below it (kv_keys.c, compute_key_scale). */
 #define TQ_KV_KEY_SCALE_TOKENS ((size_t)512)
 
 /* One of K or V of a layer, in its compressed format. */
@@ -120,6 +122,26 @@ static inline int tq_kv_key_channel(const tq_kv_layer *l, size_t hk, int j) {
     return l->key_perm ? (int)l->key_perm[hk + (size_t)j] : j;
 }
 
+/* ---- the scheme language (kv_scheme.c) ---- */
+
+/* *s = the default scheme: f16 keys and values, batch 64, prefill_raw on, the default seed. */
+void tq_kv_scheme_defaults(tq_kv_scheme *s);
+/* 1 if l's formats and key variant are known values (what tq_kv_scheme_format can write). */
+int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l);
+
+/* ---- record formats and per-tensor layout (kv_records.c) ---- */
+
+/* Sets up tensor x for format f at dim and bits (TURBO: its codec from variant, norm, seed and,
+ * for keys with a key split, split; is_key: rows in the scoring basis of prepared queries),
+ * deriving the record layout of doc/format.md. Errors: those of the sizes and the codec;
+ * TQ_ERR_VARIANT when the codec's layout is not the spec's. x->codec is the caller's to free. */
+tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
+                            tq_variant variant, int norm, uint64_t seed, int is_key, int split);
+/* One record (x->rec_bytes at rec) of the x->dim floats v (F16 in native byte order). */
+tq_status tq_kv_tensor_encode(const tq_kv_tensor *x, const float *v, uint8_t *rec);
+/* One record → x->dim floats in the original basis (the reference path: no shortcut). */
+tq_status tq_kv_tensor_decode(const tq_kv_tensor *x, const uint8_t *rec, float *out);
+
 /* Decodes n consecutive records of tensor x (stride x->rec_bytes) into rows of x->row_floats
  * floats (stride `stride`), in the scoring basis: original coordinates for F16/Q8_0/Q4_0,
  * the codec's rotated basis for TURBO (norm/√d · c[idx], PROD signs scaled by √(π/2)/d·γ·n in
@@ -128,16 +150,47 @@ int tq_kv_decode_rows(const tq_kv_tensor *x, const uint8_t *rec, size_t n, float
                       size_t stride);
 
 /* 1 if layer scheme l splits its keys at head dim dk (tq_kv_layer_scheme.key_split: TURBO MSE
- * keys with key_scale and key_split, at bits that allow a split; kvcache.c). */
+ * keys with key_scale and key_split, at bits that allow a split). */
 int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk);
-
-/* Cache files (src/cachefile.c): shapes an empty layer for a saved state, pages allocated
- * (kvcache.c). Errors: TQ_ERR_INVALID (bad layer, n_comp > len, a non-empty layer, n_comp > 0 on
- * an f16 layer), TQ_ERR_NOMEM. */
-tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_t n_comp);
 
 /* fp16 rows → f32 (SIMD where available). */
 void tq_kv_f16_rows(const uint16_t *in, size_t n, int dim, float *out, size_t stride);
+
+/* ---- page storage (kv_pages.c) ---- */
+
+/* Compressed pages for tokens [from, n_tokens), spare pages first (slots added below from's
+ * page stay NULL: a windowed layer's dropped range). Errors: TQ_ERR_NOMEM. */
+tq_status tq_kv_ensure_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from,
+                              size_t n_tokens);
+/* Raw pages for tokens [raw_base, end) (spare pages first). Errors: TQ_ERR_NOMEM. */
+tq_status tq_kv_ensure_rpages(const tq_kv_cache *c, tq_kv_layer *l, size_t end);
+/* Raw pages wholly below position bound go to the spare list; raw_base moves past them. */
+void tq_kv_spare_raw_below(tq_kv_layer *l, size_t bound);
+/* Every raw page goes to the spare list (n_rpages = 0; raw_base is the caller's to set). */
+void tq_kv_spare_raw_all(tq_kv_layer *l);
+/* A windowed layer, before an append at position pos (its length), recycles the pages wholly
+ * below what that append's first query can see (less TQ_KV_WINDOW_SLACK); dropped, raw_base
+ * and n_comp move up to that page boundary. No-op for a layer without a window. */
+void tq_kv_drop_old(tq_kv_layer *l, size_t pos);
+/* Cache files (src/cachefile.c): shapes an empty layer for a saved state, pages allocated.
+ * Errors: TQ_ERR_INVALID (bad layer, n_comp > len, a non-empty layer, n_comp > 0 on an f16
+ * layer), TQ_ERR_NOMEM. */
+tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_t n_comp);
+
+/* ---- key statistics and transforms (kv_keys.c) ---- */
+
+/* A layer's key scale back to "not fixed": scale 1, no query statistics, identity key order.
+ * Only for a layer with a key scale (l->key_scale, l->q_sq allocated). */
+void tq_kv_key_scale_reset(const tq_kv_cache *c, tq_kv_layer *l);
+/* At a layer's first compression: fixes the key mean, then the key scale and split, from the
+ * raw tokens held (n_comp onwards) and the queries observed; each only once (mean_set,
+ * scale_set). */
+void tq_kv_keys_fix(const tq_kv_cache *c, tq_kv_layer *l);
+/* Head h's fp16 key kr (dk channels) → its dk stored coordinates: s ⊙ (k − mean) in the key
+ * split's order (each part where the layer has it). */
+void tq_kv_key_to_stored(const tq_kv_layer *l, int h, int dk, const uint16_t *kr, float *out);
+/* The inverse: dk decoded stored coordinates of head h → the key in channel order. */
+void tq_kv_key_from_stored(const tq_kv_layer *l, int h, int dk, const float *dec, float *out);
 
 /* ---- the attention kernel table (src/kernels/attn_*.c) ---- */
 typedef struct tq_attn_kernels {

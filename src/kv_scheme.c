@@ -1,0 +1,386 @@
+/*
+ * The scheme language of the KV cache (doc/kvcache.md §2): the grammar of a scheme string, its
+ * parser, the canonical format and the help text. Nothing here touches a cache.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache_internal.h"
+
+static const char scheme_help[] =
+    "valid KV cache schemes:\n"
+    "  f16 | q8_0 | q4_0            same format for keys and values\n"
+    "  turboB                       B-bit TurboQuant keys and values, B in [1, 8], fractional ok"
+    " (turbo3, turbo3.5)\n"
+    "  turboKvV | kKvV              K-bit keys, V-bit values; 0 or f16/q8_0/q4_0 for a plain"
+    " format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4)\n"
+    "  k=K:v=V                      explicit form\n"
+    "options, appended as :name=value\n"
+    "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1 window=N batch=N\n"
+    "  start=N prefill_raw=0|1 seed=N\n"
+    "  first=N last=N edge=FORM     (edge layers default to turbo8)\n"
+    "numbers are digits only, a bit width with at most one '.' (no sign, space or exponent):\n"
+    "  bits 0 (f16) or 1 to 8, N 0 to 2^30 (batch from 1), seed 0 to 2^64-1\n";
+
+const char *tq_kv_scheme_help(void) { return scheme_help; }
+
+static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, tq_kv_format vf,
+                             float vb) {
+    memset(l, 0, sizeof *l);
+    l->key_format = kf;
+    l->value_format = vf;
+    l->key_bits = kf == TQ_KV_TURBO ? kb : 0.0f;
+    l->value_bits = vf == TQ_KV_TURBO ? vb : 0.0f;
+    l->key_variant = TQ_VARIANT_MSE;
+    l->norm_correction = 1;
+    /* Measured on Gemma 3 270M (wikitext-2, ctx 2048, fully compressed cache): the per-head key
+     * mean cuts turbo4's KLD against fp16 from 0.131 to 0.090 (turbo3 at ctx 512: 0.52 to 0.30)
+     * for head_dim floats per head and layer; so it is on by default for TurboQuant keys
+     * (`:mean=0` turns it off). */
+    l->key_mean = kf == TQ_KV_TURBO;
+    /* Measured on Gemma 3 270M (wikitext-2, ctx 2048, 20 windows, every key compressed): the
+     * per-channel key scale cuts turbo4's KLD against fp16 from 0.096 to 0.036 (ΔPPL 9.0% to
+     * 2.9%) and turbo3's from 0.42 to 0.13 (52.6% to 13.6%); doc/kvcache.md §2. */
+    l->key_scale = kf == TQ_KV_TURBO;
+    /* Measured likewise (doc/kvcache.md §2): at fractional key widths, giving the extra bit
+     * to the channels ranked first by query × key energy cuts turbo3.5's KLD from 0.082 to
+     * 0.069 (ΔPPL 7.6% to 6.4%) at the same bytes. */
+    l->key_split = kf == TQ_KV_TURBO;
+}
+
+void tq_kv_scheme_defaults(tq_kv_scheme *s) {
+    memset(s, 0, sizeof *s);
+    layer_scheme_set(&s->layer, TQ_KV_F16, 0, TQ_KV_F16, 0);
+    s->edge = s->layer;
+    s->batch = 64;
+    s->prefill_raw = 1;
+    s->seed = 0x5475726230ull;
+}
+
+/* The largest window=, batch=, start=, first= and last= (2^30). */
+#define TQ_KV_SCHEME_COUNT_MAX (1ull << 30)
+
+/* The one reader of every number in a scheme string (bit widths, counts, flags, the seed).
+ * The value is p[0, n): digits only and, where `fraction` is set (bit widths), at most one '.'
+ * with digits on both sides; no sign, space, exponent, hex or empty text. The whole part is
+ * accumulated digit by digit with an overflow check (strtoull would saturate to 2^64 − 1),
+ * then the value is checked against [lo, hi]. A fraction (at most 40 characters) is read by
+ * strtod from a copy, which the syntax check makes a plain decimal. Returns 1 and sets *u (the
+ * whole part) and *d (the value); or 0 with a message naming `field` in why. */
+static int parse_number(const char *p, size_t n, const char *field, int fraction,
+                        unsigned long long lo, unsigned long long hi, const char *range,
+                        unsigned long long *u, double *d, char *why, size_t why_cap) {
+    unsigned long long v = 0;
+    size_t whole = 0, frac = 0;
+    int dot = 0, overflow = 0;
+    if (n == 0) {
+        snprintf(why, why_cap, "%s: empty value in", field);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c >= '0' && c <= '9') {
+            unsigned digit = (unsigned)(c - '0');
+            if (dot) {
+                frac++;
+            } else {
+                whole++;
+                if (v > (~0ull - digit) / 10) overflow = 1;
+                else v = v * 10 + digit;
+            }
+        } else if (c == '.' && fraction && !dot) {
+            dot = 1;
+        } else {
+            whole = 0; /* a syntax error */
+            break;
+        }
+    }
+    if (whole == 0 || (dot && frac == 0)) {
+        snprintf(why, why_cap,
+                 fraction ? "%s: not a number (digits with at most one '.'; no sign, space or "
+                            "exponent) in"
+                          : "%s: not a whole number (digits only; no sign or space) in",
+                 field);
+        return 0;
+    }
+    double x = (double)v;
+    if (!overflow && dot) {
+        char buf[41];
+        if (n >= sizeof buf) {
+            snprintf(why, why_cap, "%s: more than %zu characters in", field, sizeof buf - 1);
+            return 0;
+        }
+        memcpy(buf, p, n);
+        buf[n] = 0;
+        x = strtod(buf, NULL);
+    }
+    if (overflow || v < lo || v > hi || x > (double)hi) {
+        if (range) snprintf(why, why_cap, "%s: out of range (%s) in", field, range);
+        else snprintf(why, why_cap, "%s: out of range [%llu, %llu] in", field, lo, hi);
+        return 0;
+    }
+    *u = v;
+    *d = x;
+    return 1;
+}
+
+/* One side of a form: a bit width (0 = f16; else 1 to 8, fractional ok) or a plain format
+ * name. Returns 0 on failure, with a message naming `field` in why. */
+static int parse_side(const char *p, size_t n, const char *field, tq_kv_format *fmt, float *bits,
+                      char *why, size_t why_cap) {
+    if (n == 3 && !memcmp(p, "f16", 3)) return *fmt = TQ_KV_F16, *bits = 0, 1;
+    if (n == 4 && !memcmp(p, "q8_0", 4)) return *fmt = TQ_KV_Q8_0, *bits = 0, 1;
+    if (n == 4 && !memcmp(p, "q4_0", 4)) return *fmt = TQ_KV_Q4_0, *bits = 0, 1;
+    if (n > 0 && ((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= 'A' && p[0] <= 'Z'))) {
+        snprintf(why, why_cap, "%s: expected a bit width, f16, q8_0 or q4_0 in", field);
+        return 0;
+    }
+    unsigned long long u;
+    double v;
+    static const char range[] = "0 for f16, or 1 to 8";
+    if (!parse_number(p, n, field, 1, 0, 8, range, &u, &v, why, why_cap)) return 0;
+    if (v == 0.0) return *fmt = TQ_KV_F16, *bits = 0, 1;
+    if (v < 1.0) {
+        snprintf(why, why_cap, "%s: out of range (%s) in", field, range);
+        return 0;
+    }
+    *fmt = TQ_KV_TURBO;
+    *bits = (float)v;
+    return 1;
+}
+
+/* A base form without options; edge: it is the edge= form (named so in messages). Returns 0
+ * on failure, with a message in why. */
+static int parse_base(const char *p, size_t n, int edge, tq_kv_layer_scheme *l, char *why,
+                      size_t why_cap) {
+    tq_kv_format kf, vf;
+    float kb, vb;
+    if ((n == 3 && !memcmp(p, "f16", 3)) || (n == 4 && !memcmp(p, "q8_0", 4)) ||
+        (n == 4 && !memcmp(p, "q4_0", 4))) {
+        parse_side(p, n, "", &kf, &kb, why, why_cap);
+        layer_scheme_set(l, kf, 0, kf, 0);
+        return 1;
+    }
+    snprintf(why, why_cap, "%s", edge ? "unknown edge form" : "unknown form");
+    size_t skip = 0;
+    if (n > 5 && !memcmp(p, "turbo", 5)) skip = 5;
+    else if (n > 1 && p[0] == 'k') skip = 1;
+    else return 0;
+    const char *q = p + skip;
+    size_t m = n - skip;
+    /* A side that is empty or starts with a letter makes the whole an unknown form; one that
+     * starts otherwise is a number, and its own message says what is wrong with it. */
+#define SIDE_IS_NUMBER(s, len) ((len) > 0 && !(((s)[0] >= 'a' && (s)[0] <= 'z') || \
+                                               ((s)[0] >= 'A' && (s)[0] <= 'Z')))
+    char whyside[160];
+    const char *vpos = memchr(q, 'v', m);
+    if (!vpos) {
+        if (skip != 5) return 0; /* kB alone is not a form */
+        const char *field = edge ? "edge bits" : "bits";
+        if (!parse_side(q, m, field, &kf, &kb, whyside, sizeof whyside)) {
+            if (SIDE_IS_NUMBER(q, m)) snprintf(why, why_cap, "%s", whyside);
+            return 0;
+        }
+        if (kf != TQ_KV_TURBO) {
+            snprintf(why, why_cap, "%s: turboB needs B from 1 to 8 in", field);
+            return 0;
+        }
+        layer_scheme_set(l, kf, kb, kf, kb);
+        return 1;
+    }
+    size_t kn = (size_t)(vpos - q), vn = m - kn - 1;
+    if (!parse_side(q, kn, edge ? "edge key bits" : "key bits", &kf, &kb, whyside,
+                    sizeof whyside)) {
+        if (SIDE_IS_NUMBER(q, kn)) snprintf(why, why_cap, "%s", whyside);
+        return 0;
+    }
+    if (!parse_side(vpos + 1, vn, edge ? "edge value bits" : "value bits", &vf, &vb, whyside,
+                    sizeof whyside)) {
+        if (SIDE_IS_NUMBER(vpos + 1, vn)) snprintf(why, why_cap, "%s", whyside);
+        return 0;
+    }
+#undef SIDE_IS_NUMBER
+    layer_scheme_set(l, kf, kb, vf, vb);
+    return 1;
+}
+
+static tq_status scheme_error(char *err, size_t cap, const char *text, const char *why,
+                              const char *part, size_t part_len) {
+    if (err && cap) {
+        int pl = part_len > 64 ? 64 : (int)part_len;
+        snprintf(err, cap, "bad KV cache scheme \"%.*s\": %s \"%.*s\"\n%s", 80, text, why, pl,
+                 part ? part : "", scheme_help);
+    }
+    return TQ_ERR_SCHEME;
+}
+
+tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, size_t cap) {
+    if (!text || !out) return TQ_ERR_NULL;
+    if (err && cap) err[0] = 0;
+    tq_kv_scheme s;
+    tq_kv_scheme_defaults(&s);
+    int have_k = 0, have_v = 0, explicit_form = 0, have_edge = 0;
+    int variant = -1, norm = -1, mean = -1, kscale = -1, ksplit = -1;
+    tq_kv_format kf = TQ_KV_F16, vf = TQ_KV_F16;
+    float kb = 0, vb = 0;
+    const char *p = text;
+    int first_tok = 1;
+    char why[160];
+    if (!*p) return scheme_error(err, cap, text, "empty", "", 0);
+    for (;;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *eq = memchr(p, '=', n);
+        if (first_tok && !eq) {
+            if (!parse_base(p, n, 0, &s.layer, why, sizeof why))
+                return scheme_error(err, cap, text, why, p, n);
+        } else {
+            if (!eq) return scheme_error(err, cap, text, "option without '='", p, n);
+            size_t kn = (size_t)(eq - p);
+            const char *val = eq + 1;
+            size_t vn = n - kn - 1;
+            unsigned long long u;
+            double d;
+#define KEY(str) (kn == sizeof(str) - 1 && !memcmp(p, str, kn))
+            if (first_tok && !KEY("k"))
+                return scheme_error(err, cap, text, "explicit form must start with k=", p, n);
+            if (KEY("k") || KEY("v")) {
+                if (!first_tok && !explicit_form)
+                    return scheme_error(err, cap, text, "k=/v= only in the explicit form", p, n);
+                explicit_form = 1;
+                if (KEY("k")) {
+                    if (!parse_side(val, vn, "key bits", &kf, &kb, why, sizeof why))
+                        return scheme_error(err, cap, text, why, p, n);
+                    have_k = 1;
+                } else {
+                    if (!parse_side(val, vn, "value bits", &vf, &vb, why, sizeof why))
+                        return scheme_error(err, cap, text, why, p, n);
+                    have_v = 1;
+                }
+            } else if (KEY("variant")) {
+                if (vn == 3 && !memcmp(val, "mse", 3)) variant = TQ_VARIANT_MSE;
+                else if (vn == 4 && !memcmp(val, "prod", 4)) variant = TQ_VARIANT_PROD;
+                else return scheme_error(err, cap, text, "variant is mse or prod", p, n);
+            } else if (KEY("norm") || KEY("mean") || KEY("kscale") || KEY("ksplit") ||
+                       KEY("prefill_raw")) {
+                char field[16];
+                snprintf(field, sizeof field, "%.*s", (int)kn, p);
+                if (!parse_number(val, vn, field, 0, 0, 1, NULL, &u, &d, why, sizeof why))
+                    return scheme_error(err, cap, text, why, p, n);
+                if (KEY("norm")) norm = (int)u;
+                else if (KEY("mean")) mean = (int)u;
+                else if (KEY("kscale")) kscale = (int)u;
+                else if (KEY("ksplit")) ksplit = (int)u;
+                else s.prefill_raw = (int)u;
+            } else if (KEY("window") || KEY("batch") || KEY("start") || KEY("first") ||
+                       KEY("last")) {
+                char field[16];
+                snprintf(field, sizeof field, "%.*s", (int)kn, p);
+                if (!parse_number(val, vn, field, 0, KEY("batch") ? 1 : 0, TQ_KV_SCHEME_COUNT_MAX,
+                                  NULL, &u, &d, why, sizeof why))
+                    return scheme_error(err, cap, text, why, p, n);
+                if (KEY("window")) s.raw_window = (int)u;
+                else if (KEY("batch")) s.batch = (int)u;
+                else if (KEY("start")) s.quantized_kv_start = (int)u;
+                else if (KEY("first")) s.edge_first = (int)u;
+                else s.edge_last = (int)u;
+            } else if (KEY("seed")) {
+                if (!parse_number(val, vn, "seed", 0, 0, ~0ull, NULL, &u, &d, why, sizeof why))
+                    return scheme_error(err, cap, text, why, p, n);
+                s.seed = u;
+            } else if (KEY("edge")) {
+                if (!parse_base(val, vn, 1, &s.edge, why, sizeof why))
+                    return scheme_error(err, cap, text, why, p, n);
+                have_edge = 1;
+            } else {
+                return scheme_error(err, cap, text, "unknown option", p, n);
+            }
+#undef KEY
+        }
+        first_tok = 0;
+        if (!e) break;
+        p = e + 1;
+    }
+    if (explicit_form) {
+        if (!have_k || !have_v)
+            return scheme_error(err, cap, text, "explicit form needs k= and v=", "", 0);
+        layer_scheme_set(&s.layer, kf, kb, vf, vb);
+    }
+    if (!have_edge) {
+        if (s.edge_first || s.edge_last) layer_scheme_set(&s.edge, TQ_KV_TURBO, 8, TQ_KV_TURBO, 8);
+        else s.edge = s.layer;
+    }
+    tq_kv_layer_scheme *ls[2] = {&s.layer, &s.edge};
+    for (int i = 0; i < 2; i++) {
+        if (variant >= 0) ls[i]->key_variant = (tq_variant)variant;
+        if (norm >= 0) ls[i]->norm_correction = norm;
+        if (mean >= 0) ls[i]->key_mean = mean;
+        if (kscale >= 0) ls[i]->key_scale = kscale;
+        if (ksplit >= 0) ls[i]->key_split = ksplit;
+        if (ls[i]->key_variant == TQ_VARIANT_PROD && ls[i]->key_format == TQ_KV_TURBO &&
+            norm > 0)
+            return scheme_error(err, cap, text, "norm correction is MSE only", "", 0);
+    }
+    *out = s;
+    return TQ_OK;
+}
+
+static int format_side(char *buf, size_t cap, tq_kv_format f, float bits) {
+    switch (f) {
+    case TQ_KV_F16: return snprintf(buf, cap, "f16");
+    case TQ_KV_Q8_0: return snprintf(buf, cap, "q8_0");
+    case TQ_KV_Q4_0: return snprintf(buf, cap, "q4_0");
+    case TQ_KV_TURBO: return snprintf(buf, cap, "%.9g", (double)bits);
+    }
+    return -1;
+}
+
+int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l) {
+    if ((unsigned)l->key_format > TQ_KV_TURBO || (unsigned)l->value_format > TQ_KV_TURBO) return 0;
+    if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD) return 0;
+    return 1;
+}
+
+/* One of the key options mean / kscale / ksplit in the canonical text. The parser applies an
+ * option to the layer and the edge alike, and without it gives each side its form's default
+ * (on for TurboQuant keys): a value both sides share is written, sides that differ (each at
+ * its default) leave it out. */
+static void format_flag(char *buf, size_t cap, const char *name, int layer, int edge) {
+    if ((layer != 0) == (edge != 0)) snprintf(buf, cap, ":%s=%d", name, layer ? 1 : 0);
+    else buf[0] = 0;
+}
+
+tq_status tq_kv_scheme_format(const tq_kv_scheme *s, char *buf, size_t cap) {
+    if (!s || !buf) return TQ_ERR_NULL;
+    if (!tq_kv_layer_scheme_valid(&s->layer) || !tq_kv_layer_scheme_valid(&s->edge)) return TQ_ERR_INVALID;
+    const tq_kv_layer_scheme *l = &s->layer, *e = &s->edge;
+    char k[24], v[24], ek[24], ev[24], edge[64] = "", mean[16], kscale[16], ksplit[16];
+    char norm[16] = "";
+    format_side(k, sizeof k, l->key_format, l->key_bits);
+    format_side(v, sizeof v, l->value_format, l->value_bits);
+    /* The edge form whenever it is not the layer's: with first = last = 0 it has no effect,
+     * but the scheme holds it (and a cache file records it). */
+    format_side(ek, sizeof ek, e->key_format, e->key_bits);
+    format_side(ev, sizeof ev, e->value_format, e->value_bits);
+    if (s->edge_first || s->edge_last || strcmp(k, ek) || strcmp(v, ev))
+        snprintf(edge, sizeof edge, ":edge=k%sv%s", ek, ev);
+    /* norm=1 is the default and may not be written beside PROD TurboQuant keys (the parser
+     * refuses it there: the values keep it), so only norm=0 is written. */
+    if (!l->norm_correction || !e->norm_correction) snprintf(norm, sizeof norm, ":norm=0");
+    format_flag(mean, sizeof mean, "mean", l->key_mean, e->key_mean);
+    format_flag(kscale, sizeof kscale, "kscale", l->key_scale, e->key_scale);
+    format_flag(ksplit, sizeof ksplit, "ksplit", l->key_split, e->key_split);
+    int n = snprintf(buf, cap,
+                     "k=%s:v=%s:variant=%s%s%s%s%s:window=%d:batch=%d:start=%d:prefill_raw=%d:"
+                     "seed=%llu:first=%d:last=%d%s",
+                     k, v, l->key_variant == TQ_VARIANT_PROD ? "prod" : "mse", norm, mean, kscale,
+                     ksplit, s->raw_window, s->batch, s->quantized_kv_start,
+                     s->prefill_raw ? 1 : 0, (unsigned long long)s->seed, s->edge_first,
+                     s->edge_last, edge);
+    if (n < 0 || (size_t)n >= cap) {
+        if (cap) buf[0] = 0;
+        return TQ_ERR_CAPACITY;
+    }
+    return TQ_OK;
+}
