@@ -51,11 +51,11 @@ int attn_record_from_model(const char *cmd, const char *model_path, const char *
                            size_t n_tokens, size_t n_queries, int n_threads, attn_record *out) {
     memset(out, 0, sizeof *out);
     session_opts o;
-    session_opts_init(&o, cmd, (long)n_tokens, 0);
+    session_opts_init(&o, cmd, (long)n_tokens, SESSION_KV_ONE); /* the list: f16 */
     o.model_path = model_path;
     o.n_ctx = (long)n_tokens;
     o.n_threads = n_threads;
-    int rc = session_opts_finish(&o, 1);
+    int rc = session_opts_finish(&o);
     if (rc) return rc;
     session s;
     memset(&s, 0, sizeof s);

@@ -24,43 +24,11 @@
 #include "commands.h"
 #include "common.h"
 #include "model_session.h"
+#include "options.h"
 #include "turboquant.h"
 
 #define MAX_SCHEMES 16
 #define CHUNK 256
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tq attn-bench [--head-dim D] [--q-heads H] [--kv-heads G] [--ctx N]\n"
-            "                     [--scheme S[,S...]] [--layers L] [--threads T] [--queries Q]\n"
-            "                     [--reps R] [--seed S] [--json] [--from-model TEXT [-m MODEL]]\n\n"
-            "  --head-dim D   head dim of keys and values, 2..1024 (default 128)\n"
-            "  --q-heads H    query heads, 1..1024, a multiple of --kv-heads (default 32)\n"
-            "  --kv-heads G   KV heads, 1..1024 (default 8)\n"
-            "  --ctx N        tokens in the cache, 1..16777216 (default 4096)\n"
-            "  --scheme LIST  KV schemes, comma-separated, none empty (default\n"
-            "                 f16,q8_0,q4_0,turbo3,turbo4; at most %d besides f16); f16 is always\n"
-            "                 measured, as the baseline\n"
-            "  --layers L     independent caches cycled per step, 1..4096 (default 1)\n"
-            "  --threads T    attention threads, 1..256 (default 1)\n"
-            "  --queries Q    query positions per call, 1..4096: 1 = decode (default), >1 =\n"
-            "                 prefill chunk\n"
-            "  --reps R       timed repetitions, 1..100000 (default: about 1 s of work, 3..200)\n"
-            "  --seed S       data seed, 0..2^64-1 (default 1)\n"
-            "  --json         one JSON object instead of a table\n"
-            "  --from-model TEXT  real K/V and queries: every attention layer of the model\n"
-            "                 reading the first --ctx tokens of TEXT (head dims, heads and\n"
-            "                 layers come from the model; --queries last positions)\n"
-            "  -m MODEL       the GGUF model for --from-model (default: $TQ_MODEL, then\n"
-            "                 " SESSION_DEFAULT_MODEL ")\n\n"
-            "Numbers are whole, in the ranges above (no sign, space or trailing characters);\n"
-            "anything else is a usage error (exit 2). The memory a run needs (the KV cache of\n"
-            "the largest scheme as it is built, fp16 staging included, queries, outputs, the\n"
-            "exact reference, the attention workspace and, with --from-model, the recorded\n"
-            "K/V) is computed first; a run that needs more than the machine's physical memory\n"
-            "(or $TQ_MEM_LIMIT_GIB GiB when set) is refused with the figure (exit 2).\n",
-            MAX_SCHEMES - 1);
-}
 
 typedef struct bench {
     int D, H, G, L, T;
@@ -193,63 +161,70 @@ typedef struct result {
 } result;
 
 int cmd_attn_bench(int argc, char **argv) {
-    long D = 128, H = 32, G = 8, N = 4096, L = 1, T = 1, Q = 1, reps = 0;
+    /* 0 for --head-dim, --q-heads, --kv-heads and --layers: not given (the ranges start at 1
+     * or more); --from-model takes them from the model, else the defaults below. */
+    long D = 0, H = 0, G = 0, N = 4096, L = 0, T = 1, Q = 1, reps = 0;
     uint64_t seed = 1;
-    int json = 0, layers_given = 0, dims_given = 0;
+    int json = 0;
     const char *scheme_list = "f16,q8_0,q4_0,turbo3,turbo4";
     const char *from_model = NULL, *model_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long *target = NULL, lo = 1, hi = 1;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        } else if (!strcmp(a, "--scheme") && v) {
-            scheme_list = v;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--from-model") && v) {
-            from_model = v;
-            i++;
-            continue;
-        } else if (!strcmp(a, "-m") && v) {
-            model_path = v;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--seed") && v) {
-            if (!tool_parse_u64(v, &seed)) goto bad_value;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--head-dim") && v) target = &D, lo = TQ_MIN_DIM, hi = TQ_MAX_DIM;
-        else if (!strcmp(a, "--q-heads") && v) target = &H, hi = 1024;
-        else if (!strcmp(a, "--kv-heads") && v) target = &G, hi = 1024;
-        else if (!strcmp(a, "--ctx") && v) target = &N, hi = 1L << 24;
-        else if (!strcmp(a, "--layers") && v) target = &L, hi = 4096;
-        else if (!strcmp(a, "--threads") && v) target = &T, hi = 256;
-        else if (!strcmp(a, "--queries") && v) target = &Q, hi = 4096;
-        else if (!strcmp(a, "--reps") && v) target = &reps, hi = 100000;
-        if (!target) {
-            fprintf(stderr, "tq attn-bench: unknown option or missing value: %s\n\n", a);
-            usage(stderr);
-            return TQ_EXIT_USAGE;
-        }
-        if (!tool_parse_int(v, lo, hi, target)) goto bad_value;
-        if (target == &L) layers_given = 1;
-        if (target == &D || target == &H || target == &G) dims_given = 1;
-        i++;
-        continue;
-    bad_value:
-        fprintf(stderr, "tq attn-bench: bad value for %s: '%s'\n\n", a, v);
-        usage(stderr);
+    _Static_assert(MAX_SCHEMES == 16, "the --scheme help says at most 15 besides f16");
+    const tool_opt opts[] = {
+        {OPT_INT("--head-dim", "D", &D, TQ_MIN_DIM, TQ_MAX_DIM,
+                 "head dim of keys and values, 2..1024 (default 128)")},
+        {OPT_INT("--q-heads", "H", &H, 1, 1024,
+                 "query heads, 1..1024, a multiple of --kv-heads (default 32)")},
+        {OPT_INT("--kv-heads", "G", &G, 1, 1024, "KV heads, 1..1024 (default 8)")},
+        {OPT_INT("--ctx", "N", &N, 1, 1L << 24, "tokens in the cache, 1..16777216 (default 4096)")},
+        {OPT_STRING("--scheme", "LIST", &scheme_list,
+                    "KV schemes, comma-separated, none empty (default\n"
+                    "f16,q8_0,q4_0,turbo3,turbo4; at most 15 besides f16); f16 is always\n"
+                    "measured, as the baseline")},
+        {OPT_INT("--layers", "L", &L, 1, 4096,
+                 "independent caches cycled per step, 1..4096 (default 1)")},
+        {OPT_INT("--threads", "T", &T, 1, 256, "attention threads, 1..256 (default 1)")},
+        {OPT_INT("--queries", "Q", &Q, 1, 4096,
+                 "query positions per call, 1..4096: 1 = decode (default), >1 =\nprefill chunk")},
+        {OPT_INT("--reps", "R", &reps, 1, 100000,
+                 "timed repetitions, 1..100000 (default: about 1 s of work, 3..200)")},
+        {OPT_U64("--seed", "S", &seed, "data seed, 0..2^64-1 (default 1)")},
+        {OPT_FLAG("--json", &json, "one JSON object instead of a table")},
+        {OPT_STRING("--from-model", "TEXT", &from_model,
+                    "real K/V and queries: every attention layer of the model\n"
+                    "reading the first --ctx tokens of TEXT (head dims, heads and\n"
+                    "layers come from the model; --queries last positions)")},
+        {OPT_STRING("-m", "MODEL", &model_path,
+                    "the GGUF model for --from-model (default: $TQ_MODEL, then\n"
+                    SESSION_DEFAULT_MODEL ")")},
+    };
+    const tool_cmd cmd = {
+        .name = "attn-bench",
+        .synopsis =
+            "usage: tq attn-bench [--head-dim D] [--q-heads H] [--kv-heads G] [--ctx N]\n"
+            "                     [--scheme S[,S...]] [--layers L] [--threads T] [--queries Q]\n"
+            "                     [--reps R] [--seed S] [--json] [--from-model TEXT [-m MODEL]]\n",
+        .opts = opts, .n_opts = OPT_COUNT(opts),
+        .epilogue =
+            "\nNumbers are whole, in the ranges above (no sign, space or trailing characters);\n"
+            "anything else is a usage error (exit 2). The memory a run needs (the KV cache of\n"
+            "the largest scheme as it is built, fp16 staging included, queries, outputs, the\n"
+            "exact reference, the attention workspace and, with --from-model, the recorded\n"
+            "K/V) is computed first; a run that needs more than the machine's physical memory\n"
+            "(or $TQ_MEM_LIMIT_GIB GiB when set) is refused with the figure (exit 2).\n",
+    };
+    int rc;
+    if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
+    if (from_model && (D || H || G || L)) {
+        fprintf(stderr, "tq attn-bench: --from-model takes the head dims, heads and layers from "
+                        "the model: drop --head-dim, --q-heads, --kv-heads and --layers\n");
         return TQ_EXIT_USAGE;
     }
-    if (H % G) {
-        fprintf(stderr, "tq attn-bench: --q-heads %ld is not a multiple of --kv-heads %ld\n", H, G);
-        return TQ_EXIT_USAGE;
+    if (!from_model) {
+        D = D ? D : 128, H = H ? H : 32, G = G ? G : 8, L = L ? L : 1;
+        if (H % G) {
+            fprintf(stderr, "tq attn-bench: --q-heads %ld is not a multiple of --kv-heads %ld\n", H, G);
+            return TQ_EXIT_USAGE;
+        }
     }
     if (Q > N) {
         fprintf(stderr, "tq attn-bench: --queries %ld exceeds --ctx %ld\n", Q, N);
@@ -262,13 +237,8 @@ int cmd_attn_bench(int argc, char **argv) {
     attn_record rec;
     memset(&rec, 0, sizeof rec);
     if (from_model) {
-        if (layers_given || dims_given) {
-            fprintf(stderr, "tq attn-bench: --from-model takes the head dims, heads and layers from "
-                            "the model: drop --head-dim, --q-heads, --kv-heads and --layers\n");
-            return TQ_EXIT_USAGE;
-        }
-        int rc = attn_record_from_model("attn-bench", model_path, from_model, (size_t)N, (size_t)Q,
-                                        (int)T, &rec);
+        rc = attn_record_from_model("attn-bench", model_path, from_model, (size_t)N, (size_t)Q,
+                                    (int)T, &rec);
         if (rc) return rc;
         if (rec.dk != rec.dv) {
             fprintf(stderr, "tq attn-bench: the model's K and V head dims differ (%d, %d)\n",
@@ -292,13 +262,10 @@ int cmd_attn_bench(int argc, char **argv) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         char err[2048];
-        if (n == 0) {
-            fprintf(stderr, "tq attn-bench: --scheme '%s': %s\n\n", scheme_list,
-                    *scheme_list ? "an empty item (two commas, or one at an end)"
-                                 : "an empty list");
-            usage(stderr);
-            return TQ_EXIT_USAGE;
-        }
+        if (n == 0)
+            return tool_opts_usage_error(&cmd, "--scheme '%s': %s", scheme_list,
+                                         *scheme_list ? "an empty item (two commas, or one at an end)"
+                                                      : "an empty list");
         if (n >= sizeof names[0]) {
             fprintf(stderr, "tq attn-bench: --scheme: '%.*s' is longer than %zu characters\n",
                     (int)n, p, sizeof names[0] - 1);
@@ -425,7 +392,7 @@ int cmd_attn_bench(int argc, char **argv) {
         fprintf(stderr, "tq attn-bench: cannot start %ld threads\n", T);
         return 1;
     }
-    int rc = 0;
+    rc = 0;
     double f16_gflops = 0.0;
     for (int s = 0; s < n_s && !rc; s++) {
         tq_kv_cache *c = NULL;

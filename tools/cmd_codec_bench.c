@@ -14,26 +14,10 @@
 
 #include "commands.h"
 #include "common.h"
+#include "options.h"
 #include "turboquant.h"
 
 #define MAX_BITS_LIST 16
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tq codec-bench [--dim D] [--bits B[,B...]] [--variant mse|prod] [--n N]\n"
-            "                      [--seed S] [--threads T] [--no-norm-correction] [--json]\n\n"
-            "  --dim D        vector length, 2..1024 (default 128)\n"
-            "  --bits LIST    bit widths, 1..8, fractions like 3.5 allowed (default 1,2,3,4,8)\n"
-            "  --variant V    mse (default) or prod\n"
-            "  --n N          vectors (default 100000)\n"
-            "  --seed S       data and rotation seed (default 1)\n"
-            "  --threads T    threads for the timed passes (default 1)\n"
-            "  --no-norm-correction   store the plain norm (MSE only)\n"
-            "  --json         one JSON object instead of a table\n\n"
-            "A run that needs more than the machine's physical memory (or $TQ_MEM_LIMIT_GIB GiB\n"
-            "when set) for its data (3 x N x D floats) and codes is refused with the figure\n"
-            "(exit 2).\n");
-}
 
 typedef struct job {
     const tq_codec *codec;
@@ -76,52 +60,33 @@ static double timed(job *j, int mode) {
 int cmd_codec_bench(int argc, char **argv) {
     long dim = 128, n = 100000, threads = 1;
     double bits[MAX_BITS_LIST] = {1, 2, 3, 4, 8};
-    int n_bits = 5, json = 0, norm_corr = 1;
+    int n_bits = 5, json = 0, plain_norm = 0, variant_index = 0;
     uint64_t seed = 1;
-    tq_variant variant = TQ_VARIANT_MSE;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--no-norm-correction")) {
-            norm_corr = 0;
-        } else if (!strcmp(a, "--dim") && v) {
-            if (!tool_parse_int(v, TQ_MIN_DIM, TQ_MAX_DIM, &dim)) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--n") && v) {
-            if (!tool_parse_int(v, 1, 100000000, &n)) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--threads") && v) {
-            if (!tool_parse_int(v, 1, 256, &threads)) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--seed") && v) {
-            if (!tool_parse_u64(v, &seed)) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--bits") && v) {
-            n_bits = tool_parse_double_list(v, 1, 8, bits, MAX_BITS_LIST);
-            if (n_bits < 1) goto bad_value;
-            i++;
-        } else if (!strcmp(a, "--variant") && v) {
-            if (!strcmp(v, "mse")) variant = TQ_VARIANT_MSE;
-            else if (!strcmp(v, "prod")) variant = TQ_VARIANT_PROD;
-            else goto bad_value;
-            i++;
-        } else {
-            fprintf(stderr, "tq codec-bench: unknown option or missing value: %s\n\n", a);
-            usage(stderr);
-            return TQ_EXIT_USAGE;
-        }
-        continue;
-    bad_value:
-        fprintf(stderr, "tq codec-bench: bad value for %s: '%s'\n\n", a, v);
-        usage(stderr);
-        return TQ_EXIT_USAGE;
-    }
-    if (variant == TQ_VARIANT_PROD) norm_corr = 0;
+    static const char *const variants[] = {"mse", "prod", NULL};
+    const tool_opt opts[] = {
+        {OPT_INT("--dim", "D", &dim, TQ_MIN_DIM, TQ_MAX_DIM, "vector length, 2..1024 (default 128)")},
+        {OPT_DOUBLES("--bits", "LIST", bits, &n_bits, MAX_BITS_LIST, 1, 8,
+                     "bit widths, 1..8, fractions like 3.5 allowed (default 1,2,3,4,8)")},
+        {OPT_CHOICE("--variant", "V", &variant_index, variants, "mse (default) or prod")},
+        {OPT_INT("--n", "N", &n, 1, 100000000, "vectors (default 100000)")},
+        {OPT_U64("--seed", "S", &seed, "data and rotation seed (default 1)")},
+        {OPT_INT("--threads", "T", &threads, 1, 256, "threads for the timed passes (default 1)")},
+        {OPT_FLAG("--no-norm-correction", &plain_norm, "store the plain norm (MSE only)")},
+        {OPT_FLAG("--json", &json, "one JSON object instead of a table")},
+    };
+    const tool_cmd cmd = {
+        .name = "codec-bench",
+        .synopsis = "usage: tq codec-bench [--dim D] [--bits B[,B...]] [--variant mse|prod] [--n N]\n"
+                    "                      [--seed S] [--threads T] [--no-norm-correction] [--json]\n",
+        .opts = opts, .n_opts = OPT_COUNT(opts),
+        .epilogue = "\nA run that needs more than the machine's physical memory (or $TQ_MEM_LIMIT_GIB GiB\n"
+                    "when set) for its data (3 x N x D floats) and codes is refused with the figure\n"
+                    "(exit 2).\n",
+    };
+    int rc = 0;
+    if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
+    const tq_variant variant = variant_index ? TQ_VARIANT_PROD : TQ_VARIANT_MSE;
+    const int norm_corr = !plain_norm && variant == TQ_VARIANT_MSE; /* PROD: plain always */
 
     /* Validate every configuration before doing any work. */
     for (int b = 0; b < n_bits; b++) {
@@ -183,7 +148,6 @@ int cmd_codec_bench(int argc, char **argv) {
                dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", n, threads, tq_kernels_name(),
                norm_corr ? "on" : "off", "bits", "mse", "ip_bias", "ip_var", "bytes", "ratio",
                "encode/s", "decode/s", "memcpy/s", "enc/mcp");
-    int rc = 0;
     for (int b = 0; b < n_bits; b++) {
         tq_codec_config cfg;
         tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);

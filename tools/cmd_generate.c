@@ -9,6 +9,7 @@
  * library's count: compressed tokens at their code size, the still-raw newest ones at fp16)
  * against what fp16 K and V would take.
  */
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +21,6 @@
 
 #define GEN_MAX_BATCH 512
 
-static void usage(FILE *f, const session_opts *o) {
-    fprintf(f,
-            "usage: tq generate -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-            "                   [-m MODEL] [-c CTX] [-t THREADS] [--kv SCHEME]\n\n"
-            "  -p PROMPT      text to continue (required)\n"
-            "  -n N           tokens to generate (default 64)\n"
-            "  --temp T       temperature; 0 = greedy (default 0.8)\n"
-            "  --top-k K      sample among the K most likely; 0 = all (default 40)\n"
-            "  --top-p P      and within cumulative probability P; 1 = all (default 0.95)\n"
-            "  --seed S       sampling seed (default 1): the same seed repeats a run\n");
-    session_opts_help(f, o);
-    fprintf(f, "\nThe text goes to stdout; speed and KV memory go to stderr.\n");
-}
-
 static void print_bytes(FILE *f, size_t b) {
     if (b >= (size_t)1 << 20) fprintf(f, "%.2f MiB", (double)b / (1 << 20));
     else fprintf(f, "%.1f KiB", (double)b / 1024);
@@ -41,46 +28,32 @@ static void print_bytes(FILE *f, size_t b) {
 
 int cmd_generate(int argc, char **argv) {
     session_opts o;
-    session_opts_init(&o, "generate", 4096, 0);
+    session_opts_init(&o, "generate", 4096, SESSION_KV_ONE);
     const char *prompt = NULL;
     long n_gen = 64, top_k = 40;
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout, &o);
-            return 0;
-        }
-        int rc = session_opts_flag(&o, argc, argv, &i);
-        if (rc == 1) continue;
-        if (rc) return rc;
-        if (!strcmp(a, "-p") && v) {
-            prompt = v;
-        } else if (!strcmp(a, "-n") && v) {
-            if (!tool_parse_int(v, 1, 1L << 24, &n_gen)) goto bad_value;
-        } else if (!strcmp(a, "--temp") && v) {
-            if (!tool_parse_double(v, 0, 100, &temp)) goto bad_value;
-        } else if (!strcmp(a, "--top-k") && v) {
-            if (!tool_parse_int(v, 0, 1L << 30, &top_k)) goto bad_value;
-        } else if (!strcmp(a, "--top-p") && v) {
-            if (!tool_parse_double(v, 0, 1, &top_p) || top_p <= 0) goto bad_value;
-        } else if (!strcmp(a, "--seed") && v) {
-            if (!tool_parse_u64(v, &seed)) goto bad_value;
-        } else {
-            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
-        }
-        i++;
-        continue;
-    bad_value:
-        return session_usage_error(&o, usage, "bad value for %s: '%s'", a, v);
-    }
-    if (prompt == NULL) {
-        return session_usage_error(&o, usage, "-p PROMPT is required");
-    }
-    int rc = session_opts_finish(&o, 0);
-    if (rc) return rc;
+    const tool_opt opts[] = {
+        {OPT_STRING("-p", "PROMPT", &prompt, "text to continue (required)"), .required = 1},
+        {OPT_INT("-n", "N", &n_gen, 1, 1L << 24, "tokens to generate (default 64)")},
+        {OPT_DOUBLE("--temp", "T", &temp, 0, 100, "temperature; 0 = greedy (default 0.8)")},
+        {OPT_INT("--top-k", "K", &top_k, 0, 1L << 30,
+                 "sample among the K most likely; 0 = all (default 40)")},
+        {OPT_DOUBLE("--top-p", "P", &top_p, DBL_TRUE_MIN, 1, /* (0, 1] */
+                    "and within cumulative probability P; 1 = all (default 0.95)")},
+        {OPT_U64("--seed", "S", &seed, "sampling seed (default 1): the same seed repeats a run")},
+    };
+    const tool_cmd cmd = {
+        .name = "generate",
+        .synopsis =
+            "usage: tq generate -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
+            "                   [-m MODEL] [-c CTX] [-t THREADS] [--kv SCHEME]\n",
+        .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
+        .epilogue = "\nThe text goes to stdout; speed and KV memory go to stderr.\n",
+    };
+    int rc;
+    if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
+    if ((rc = session_opts_finish(&o)) != 0) return rc;
 
     session s;
     session_seq q;

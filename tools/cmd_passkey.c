@@ -38,18 +38,6 @@ static const char *const intro =
     "Find it and memorize it. I will quiz you about it.";
 static const char *const question = " What is the pass key? The pass key is";
 
-static void usage(FILE *f, const session_opts *o) {
-    fprintf(f,
-            "usage: tq passkey [-c CTX] [--kv S[,S...]] [--trials N] [--depths D1,D2,...]\n"
-            "                  [--seed S] [-m MODEL] [-t THREADS] [--json] [-v]\n\n"
-            "  --trials N     prompts per scheme and depth, each with its own key (default 3)\n"
-            "  --depths LIST  needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)\n"
-            "  --seed S       seed of the keys (default 1)\n"
-            "  --json         one JSON object on stdout instead of the table\n"
-            "  -v             each answer's text on stderr\n");
-    session_opts_help(f, o);
-}
-
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -107,45 +95,29 @@ static void first_digits(const char *s, char *out, size_t cap) {
 
 int cmd_passkey(int argc, char **argv) {
     session_opts o;
-    session_opts_init(&o, "passkey", 1024, 1);
-    o.no_reference = 1; /* retrieval is scored per scheme: no f16 run is added */
+    session_opts_init(&o, "passkey", 1024, SESSION_KV_EACH); /* no f16 run is added */
     long trials = 3;
     double depths[MAX_DEPTHS] = {0, 0.25, 0.5, 0.75, 1};
     int n_depths = 5, json = 0, verbose = 0;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout, &o);
-            return 0;
-        }
-        int rc = session_opts_flag(&o, argc, argv, &i);
-        if (rc == 1) continue;
-        if (rc) return rc;
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            verbose = 1;
-            continue;
-        } else if (!strcmp(a, "--trials") && v) {
-            if (!tool_parse_int(v, 1, 100000, &trials)) goto bad_value;
-        } else if (!strcmp(a, "--depths") && v) {
-            n_depths = tool_parse_double_list(v, 0, 1, depths, MAX_DEPTHS);
-            if (n_depths < 1) goto bad_value;
-        } else if (!strcmp(a, "--seed") && v) {
-            if (!tool_parse_u64(v, &seed)) goto bad_value;
-        } else {
-            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
-        }
-        i++;
-        continue;
-    bad_value:
-        return session_usage_error(&o, usage, "bad value for %s: '%s'", a, v);
-    }
-    int rc = session_opts_finish(&o, 0);
-    if (rc) return rc;
+    const tool_opt opts[] = {
+        {OPT_INT("--trials", "N", &trials, 1, 100000,
+                 "prompts per scheme and depth, each with its own key (default 3)")},
+        {OPT_DOUBLES("--depths", "LIST", depths, &n_depths, MAX_DEPTHS, 0, 1,
+                     "needle depths in [0, 1] (default 0,0.25,0.5,0.75,1)")},
+        {OPT_U64("--seed", "S", &seed, "seed of the keys (default 1)")},
+        {OPT_FLAG("--json", &json, "one JSON object on stdout instead of the table")},
+        {OPT_FLAG("-v", &verbose, "each answer's text on stderr"), .alias = "--verbose"},
+    };
+    const tool_cmd cmd = {
+        .name = "passkey",
+        .synopsis = "usage: tq passkey [-c CTX] [--kv S[,S...]] [--trials N] [--depths D1,D2,...]\n"
+                    "                  [--seed S] [-m MODEL] [-t THREADS] [--json] [-v]\n",
+        .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
+    };
+    int rc;
+    if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
+    if ((rc = session_opts_finish(&o)) != 0) return rc;
     if (o.n_ctx < 128) {
         fprintf(stderr, "tq passkey: -c %ld is too small for the prompt (at least 128)\n", o.n_ctx);
         return TQ_EXIT_USAGE;

@@ -55,27 +55,6 @@
  * calls end at multiples of it, so every key a scored query sees is compressed. */
 #define SUB 64
 
-static void usage(FILE *f, const session_opts *o) {
-    fprintf(f,
-            "usage: tq perplexity -f TEXT [-c CTX] [--chunks N] [--kv S[,S...]] [-m MODEL]\n"
-            "                     [-t THREADS] [--as-decode | --prompt] [--json]\n\n"
-            "  -f TEXT        text file, e.g. ../shared/data/wikitext-2-raw-test.txt (required)\n"
-            "  --chunks N     score the first N chunks of CTX tokens (default: all)\n"
-            "  --as-decode    score each position with the cache as token-by-token decode\n"
-            "                 leaves it (its newest tokens still fp16, the scheme's two-phase\n"
-            "                 rule); default: every key a scored position sees is compressed\n"
-            "  --prompt       the same after each chunk's first half went in as a raw prompt\n"
-            "                 (prefill_raw=1), compressed at the first scored position: what\n"
-            "                 generation after a prompt sees\n"
-            "  --json         one JSON object on stdout instead of the table\n");
-    session_opts_help(f, o);
-    fprintf(f,
-            "\nllama.cpp's method: BOS-tokenized text, non-overlapping chunks of CTX whose first\n"
-            "token becomes BOS, positions CTX/2..CTX-2 scored. Schemes other than f16 also get\n"
-            "KL divergence to the f16 run (mean, median, p99), top-1 agreement and delta PPL.\n"
-            "Progress goes to stderr.\n");
-}
-
 typedef struct scheme_result {
     double nll;      /* Σ NLL over scored positions */
     double *kld;     /* (n_positions) per-position KLD against f16 */
@@ -109,43 +88,42 @@ static double kl_row(const float *x, double lse_x, const float *y, double lse_y,
 
 int cmd_perplexity(int argc, char **argv) {
     session_opts o;
-    session_opts_init(&o, "perplexity", 512, 1);
+    session_opts_init(&o, "perplexity", 512, SESSION_KV_WITH_F16);
     const char *text_path = NULL;
     long want_chunks = -1;
-    int json = 0, as_decode = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout, &o);
-            return 0;
-        }
-        int rc = session_opts_flag(&o, argc, argv, &i);
-        if (rc == 1) continue;
-        if (rc) return rc;
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        } else if (!strcmp(a, "--as-decode") || !strcmp(a, "--prompt")) {
-            if (as_decode) return session_usage_error(&o, usage, "--as-decode and --prompt exclude each other");
-            as_decode = a[2] == 'p' ? 2 : 1;
-            continue;
-        } else if (!strcmp(a, "-f") && v) {
-            text_path = v;
-        } else if (!strcmp(a, "--chunks") && v) {
-            if (!tool_parse_int(v, 1, 1L << 30, &want_chunks)) {
-                return session_usage_error(&o, usage, "bad value for %s: '%s'", a, v);
-            }
-        } else {
-            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
-        }
-        i++;
-    }
-    if (text_path == NULL) {
-        return session_usage_error(&o, usage, "-f TEXT is required");
-    }
-    int rc = session_opts_finish(&o, 1);
-    if (rc) return rc;
+    int json = 0, decode_flag = 0, prompt_flag = 0;
+    const tool_opt opts[] = {
+        {OPT_STRING("-f", "TEXT", &text_path,
+                    "text file, e.g. ../shared/data/wikitext-2-raw-test.txt (required)"),
+         .required = 1},
+        {OPT_INT("--chunks", "N", &want_chunks, 1, 1L << 30,
+                 "score the first N chunks of CTX tokens (default: all)")},
+        {OPT_FLAG("--as-decode", &decode_flag,
+                  "score each position with the cache as token-by-token decode\n"
+                  "leaves it (its newest tokens still fp16, the scheme's two-phase\n"
+                  "rule); default: every key a scored position sees is compressed")},
+        {OPT_FLAG("--prompt", &prompt_flag,
+                  "the same after each chunk's first half went in as a raw prompt\n"
+                  "(prefill_raw=1), compressed at the first scored position: what\n"
+                  "generation after a prompt sees")},
+        {OPT_FLAG("--json", &json, "one JSON object on stdout instead of the table")},
+    };
+    const tool_cmd cmd = {
+        .name = "perplexity",
+        .synopsis = "usage: tq perplexity -f TEXT [-c CTX] [--chunks N] [--kv S[,S...]] [-m MODEL]\n"
+                    "                     [-t THREADS] [--as-decode | --prompt] [--json]\n",
+        .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
+        .epilogue = "\nllama.cpp's method: BOS-tokenized text, non-overlapping chunks of CTX whose first\n"
+                    "token becomes BOS, positions CTX/2..CTX-2 scored. Schemes other than f16 also get\n"
+                    "KL divergence to the f16 run (mean, median, p99), top-1 agreement and delta PPL.\n"
+                    "Progress goes to stderr.\n",
+    };
+    int rc;
+    if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
+    if (decode_flag && prompt_flag)
+        return tool_opts_usage_error(&cmd, "--as-decode and --prompt exclude each other");
+    const int as_decode = prompt_flag ? 2 : decode_flag; /* 0, 1 --as-decode, 2 --prompt */
+    if ((rc = session_opts_finish(&o)) != 0) return rc;
 
     char *text = NULL;
     size_t text_len = 0;

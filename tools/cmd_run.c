@@ -32,14 +32,6 @@ static const char *const default_prompt =
     "used to make wine. The result was a machine that could print hundreds of pages a day. "
     "Within fifty years, printing shops had opened in more than two hundred European towns, and";
 
-static void usage(FILE *f, const session_opts *o) {
-    fprintf(f,
-            "usage: tq run [-p PROMPT] [-n N] [--kv SCHEME] [-m MODEL] [-c CTX] [-t THREADS]\n\n"
-            "  -p PROMPT      prompt (default: a paragraph on the history of printing)\n"
-            "  -n N           tokens to decode greedily (default 48)\n");
-    session_opts_help(f, o);
-}
-
 typedef struct run_stats {
     double t_prefill, t_decode;
     int n_prompt, n_decoded, n_out;
@@ -106,38 +98,25 @@ static void print_run(session *s, const session_seq *q, const int32_t *toks, con
 
 int cmd_run(int argc, char **argv) {
     session_opts o;
-    session_opts_init(&o, "run", 512, 0);
-    o.kv_help = "  --kv SCHEME    the compressed scheme compared with f16 (default turbo3)\n";
+    session_opts_init(&o, "run", 512, SESSION_KV_VS_F16);
     const char *prompt = default_prompt;
     long n_gen = 48;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout, &o);
-            return 0;
-        }
-        int rc = session_opts_flag(&o, argc, argv, &i);
-        if (rc == 1) continue;
-        if (rc) return rc;
-        if (!strcmp(a, "-p") && v) {
-            prompt = v;
-        } else if (!strcmp(a, "-n") && v) {
-            if (!tool_parse_int(v, 1, 4096, &n_gen)) {
-                return session_usage_error(&o, usage, "bad value for -n: '%s'", v);
-            }
-        } else {
-            return session_usage_error(&o, usage, "unknown option or missing value: %s", a);
-        }
-        i++;
-    }
+    const tool_opt opts[] = {
+        {OPT_STRING("-p", "PROMPT", &prompt, "prompt (default: a paragraph on the history of printing)")},
+        {OPT_INT("-n", "N", &n_gen, 1, 4096, "tokens to decode greedily (default 48)")},
+    };
+    const tool_cmd cmd = {
+        .name = "run",
+        .synopsis = "usage: tq run [-p PROMPT] [-n N] [--kv SCHEME] [-m MODEL] [-c CTX] [-t THREADS]\n",
+        .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
+    };
+    int rc;
+    if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
     /* The compared scheme: --kv or turbo3; it may be one the engine cannot run yet. */
     session_scheme f16, cmp;
     char err[256];
-    if (o.cache_type_k || o.cache_type_v) {
-        int rc = session_opts_finish(&o, 0); /* builds and checks the scheme from the types */
-        if (rc) return rc;
-    }
+    if ((o.cache_type_k || o.cache_type_v) && (rc = session_opts_finish(&o)) != 0)
+        return rc; /* builds and checks the scheme from the types */
     if (session_scheme_parse(o.n_schemes ? o.schemes[0].name : "turbo3", &cmp, err, sizeof err) ||
         session_scheme_parse("f16", &f16, err, sizeof err)) {
         fprintf(stderr, "tq run: --kv: %s\n", err);
@@ -148,7 +127,6 @@ int cmd_run(int argc, char **argv) {
     session s;
     session_seq q;
     memset(&q, 0, sizeof q);
-    int rc;
     int32_t *ids = NULL, *toks16 = NULL, *toksc = NULL, *agree = NULL;
     float *logits = NULL, *rows = NULL;
     double *kld = NULL;

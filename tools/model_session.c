@@ -1,11 +1,10 @@
-/* Shared plumbing of the model commands: flags, model lookup, tokenizer, one sequence per KV
- * scheme (model_session.h). The scheme → engine path is here and nowhere else. */
+/* The session of the model commands (model_session.h): schemes, model lookup and load,
+ * tokenizer, one sequence per KV scheme, forward passes. The scheme → engine path is here and
+ * nowhere else; the flags that configure a session are parsed in session_opts.c. */
 #include "model_session.h"
 
 #include "regular_file.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,194 +12,6 @@
 
 #include "common.h"
 #include "vocab.h"
-
-/* ---- flags ------------------------------------------------------------------------------ */
-
-static long online_cpus(void) {
-#ifdef _SC_NPROCESSORS_ONLN
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n >= 1) return n > 256 ? 256 : n;
-#endif
-    return 1;
-}
-
-void session_opts_init(session_opts *o, const char *cmd, long default_ctx, int multi_scheme) {
-    memset(o, 0, sizeof *o);
-    o->cmd = cmd;
-    o->n_ctx = default_ctx;
-    o->n_threads = online_cpus();
-    o->multi_scheme = multi_scheme;
-}
-
-void session_opts_help(FILE *f, const session_opts *o) {
-    fprintf(f,
-            "  -m PATH        model file (default: $TQ_MODEL, else %s\n"
-            "                 in the current directory, else next to the tq binary's ../models)\n"
-            "  -c CTX         context: positions a sequence may reach (default %ld); more than the\n"
-            "                 model's context length is a usage error (exit 2)\n"
-            "  -t THREADS     threads (default: online CPUs, %ld here)\n",
-            SESSION_DEFAULT_MODEL, o->n_ctx, online_cpus());
-    if (o->kv_help)
-        fputs(o->kv_help, f);
-    else if (o->multi_scheme && o->no_reference)
-        fprintf(f, "  --kv S[,S...]  KV-cache schemes to run, each on its own (default f16)\n");
-    else if (o->multi_scheme)
-        fprintf(f, "  --kv S[,S...]  KV-cache schemes to run (default f16; f16 is always run first as\n"
-                   "                 the reference)\n");
-    else
-        fprintf(f, "  --kv S         KV-cache scheme (default f16)\n");
-    fprintf(f, "  --cache-type-k T, --cache-type-v T\n"
-               "                 llama.cpp-style K / V cache types (f16, q8_0, q4_0, turboN); the\n"
-               "                 other defaults to f16; together they name one more scheme\n"
-               "  Schemes (doc/kvcache.md): f16, q8_0, q4_0, turboB (turbo3, turbo3.5), turboKvV\n"
-               "  (turbo4v2), kKvV or k=K:v=V, each followed by any :option=value.\n");
-}
-
-static int add_scheme(session_opts *o, const char *text, size_t len) {
-    char err[2048]; /* the whole message: what is wrong, then the valid forms */
-    if (len == 0) {
-        fprintf(stderr, "tq %s: --kv: empty scheme name\n", o->cmd);
-        return TQ_EXIT_USAGE;
-    }
-    if (o->n_schemes >= SESSION_MAX_SCHEMES) {
-        fprintf(stderr, "tq %s: --kv: at most %d schemes\n", o->cmd, SESSION_MAX_SCHEMES);
-        return TQ_EXIT_USAGE;
-    }
-    if (len >= sizeof o->schemes[0].name) {
-        fprintf(stderr, "tq %s: --kv: scheme name too long\n", o->cmd);
-        return TQ_EXIT_USAGE;
-    }
-    char name[sizeof o->schemes[0].name];
-    memcpy(name, text, len);
-    name[len] = 0;
-    if (session_scheme_parse(name, &o->schemes[o->n_schemes], err, sizeof err)) {
-        fprintf(stderr, "tq %s: --kv %s: %s\n", o->cmd, name, err);
-        return TQ_EXIT_USAGE;
-    }
-    o->n_schemes++;
-    return 0;
-}
-
-int session_opts_flag(session_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    int takes_value = !strcmp(a, "-m") || !strcmp(a, "-c") || !strcmp(a, "-t") ||
-                      !strcmp(a, "--kv") || !strcmp(a, "--cache-type-k") ||
-                      !strcmp(a, "--cache-type-v") || !strcmp(a, "--ctx-size") ||
-                      !strcmp(a, "--threads") || !strcmp(a, "--model");
-    if (!takes_value) return 0;
-    if (v == NULL) {
-        fprintf(stderr, "tq %s: %s needs a value (tq %s --help)\n", o->cmd, a, o->cmd);
-        return TQ_EXIT_USAGE;
-    }
-    (*i)++;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-        o->model_path = v;
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-        if (!tool_parse_int(v, 8, 1L << 24, &o->n_ctx)) goto bad_value;
-    } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-        if (!tool_parse_int(v, 1, 256, &o->n_threads)) goto bad_value;
-    } else if (!strcmp(a, "--cache-type-k")) {
-        o->cache_type_k = v;
-    } else if (!strcmp(a, "--cache-type-v")) {
-        o->cache_type_v = v;
-    } else { /* --kv */
-        const char *p = v;
-        for (;;) {
-            const char *comma = strchr(p, ',');
-            size_t len = comma ? (size_t)(comma - p) : strlen(p);
-            int rc = add_scheme(o, p, len);
-            if (rc) return rc;
-            if (!comma) break;
-            if (!o->multi_scheme) {
-                fprintf(stderr, "tq %s: --kv takes one scheme here, not a list\n", o->cmd);
-                return TQ_EXIT_USAGE;
-            }
-            p = comma + 1;
-        }
-    }
-    return 1;
-bad_value:
-    fprintf(stderr, "tq %s: bad value for %s: '%s' (tq %s --help)\n", o->cmd, a, v, o->cmd);
-    return TQ_EXIT_USAGE;
-}
-
-/* A llama.cpp cache type as one side of an explicit k=K:v=V scheme: f16 / q8_0 / q4_0 stay,
- * turboN becomes N (the bits). NULL for anything else. */
-static const char *cache_type_side(const char *t, char *buf, size_t cap) {
-    if (t == NULL) return "f16";
-    if (!strcmp(t, "f16") || !strcmp(t, "q8_0") || !strcmp(t, "q4_0")) return t;
-    if (!strncmp(t, "turbo", 5) && t[5] && strlen(t + 5) < cap) {
-        char *end;
-        errno = 0;
-        double b = strtod(t + 5, &end);
-        if (errno || *end || !(b >= 1 && b <= 8)) return NULL;
-        snprintf(buf, cap, "%s", t + 5);
-        return buf;
-    }
-    return NULL;
-}
-
-int session_opts_finish(session_opts *o, int with_f16_first) {
-    if (o->cache_type_k || o->cache_type_v) {
-        char kb[32], vb[32], text[96];
-        const char *k = cache_type_side(o->cache_type_k, kb, sizeof kb);
-        const char *v = cache_type_side(o->cache_type_v, vb, sizeof vb);
-        if (k == NULL || v == NULL) {
-            fprintf(stderr, "tq %s: bad --cache-type-%s '%s' (f16, q8_0, q4_0 or turboN)\n",
-                    o->cmd, k == NULL ? "k" : "v", k == NULL ? o->cache_type_k : o->cache_type_v);
-            return TQ_EXIT_USAGE;
-        }
-        if (!strcmp(k, v)) snprintf(text, sizeof text, "%s%s", (k[0] >= '0' && k[0] <= '9') ? "turbo" : "", k);
-        else snprintf(text, sizeof text, "k=%s:v=%s", k, v);
-        if (!o->multi_scheme && o->n_schemes > 0) {
-            fprintf(stderr, "tq %s: give either --kv or --cache-type-k/-v, not both\n", o->cmd);
-            return TQ_EXIT_USAGE;
-        }
-        int rc = add_scheme(o, text, strlen(text));
-        if (rc) return rc;
-    }
-    if (o->n_schemes == 0) {
-        int rc = add_scheme(o, "f16", 3);
-        if (rc) return rc;
-    }
-    if (with_f16_first) {
-        int f = -1;
-        for (int i = 0; i < o->n_schemes && f < 0; i++)
-            if (o->schemes[i].is_f16) f = i;
-        if (f < 0) {
-            if (o->n_schemes >= SESSION_MAX_SCHEMES) {
-                fprintf(stderr, "tq %s: --kv: at most %d schemes besides f16\n", o->cmd,
-                        SESSION_MAX_SCHEMES - 1);
-                return TQ_EXIT_USAGE;
-            }
-            memmove(&o->schemes[1], &o->schemes[0], (size_t)o->n_schemes * sizeof o->schemes[0]);
-            o->n_schemes++;
-            char err[128];
-            if (session_scheme_parse("f16", &o->schemes[0], err, sizeof err)) return 1;
-        } else if (f > 0) {
-            session_scheme t = o->schemes[f];
-            memmove(&o->schemes[1], &o->schemes[0], (size_t)f * sizeof o->schemes[0]);
-            o->schemes[0] = t;
-        }
-        /* f16 named twice would only be run twice */
-        for (int i = 1; i < o->n_schemes; i++)
-            if (o->schemes[i].is_f16) {
-                memmove(&o->schemes[i], &o->schemes[i + 1],
-                        (size_t)(o->n_schemes - i - 1) * sizeof o->schemes[0]);
-                o->n_schemes--;
-                i--;
-            }
-    }
-    for (int i = 0; i < o->n_schemes; i++)
-        if (!session_engine_supports(&o->schemes[i])) {
-            fprintf(stderr,
-                    "tq %s: KV scheme '%s' is not yet supported by the engine\n",
-                    o->cmd, o->schemes[i].name);
-            return 1;
-        }
-    return 0;
-}
 
 /* ---- schemes ------------------------------------------------------------------------------ */
 
@@ -490,15 +301,4 @@ void session_json_str(FILE *f, const char *s) {
         else fputc(c, f);
     }
     fputc('"', f);
-}
-
-int session_usage_error(const session_opts *o, session_usage_fn usage, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tq %s: ", o->cmd);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n");
-    usage(stderr, o);
-    return TQ_EXIT_USAGE;
 }

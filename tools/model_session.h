@@ -1,6 +1,7 @@
 /* What the model commands of tq (generate, perplexity, passkey, run) share: the common flags
- * (-m, -c, -t, --kv, --cache-type-k/-v), finding the model file, loading the tokenizer, and
- * opening one sequence per KV scheme.
+ * (-m, -c, -t, --kv, --cache-type-k/-v: session_opts, parsed in session_opts.c through the
+ * option table of tools/options.h), finding the model file, loading the tokenizer, and opening
+ * one sequence per KV scheme (the session, model_session.c).
  *
  * This file is the only place that knows how a KV scheme reaches the engine: schemes are
  * parsed and validated by libturboquant (tq_kv_scheme_parse), handed to the model at load
@@ -24,6 +25,7 @@
 #include <stdio.h>
 
 #include "model.h"
+#include "options.h"
 #include "tokenizer.h"
 #include "turboquant.h"
 
@@ -37,41 +39,41 @@ typedef struct session_scheme {
     tq_kv_scheme scheme; /* parsed by tq_kv_scheme_parse */
 } session_scheme;
 
-/* The flags every model command takes. Fill with session_opts_init, feed each argument to
- * session_opts_flag, then call session_opts_finish. */
+/* How a command takes --kv. */
+typedef enum session_kv_mode {
+    SESSION_KV_ONE,      /* --kv S: the one scheme run (generate) */
+    SESSION_KV_VS_F16,   /* --kv SCHEME: the one scheme compared with f16 (run; its default,
+                            turbo3, is the command's) */
+    SESSION_KV_EACH,     /* --kv S[,S...]: each scheme scored on its own (passkey) */
+    SESSION_KV_WITH_F16, /* --kv S[,S...]: f16 run first as the reference of the others, added
+                            when absent, named twice run once (perplexity) */
+} session_kv_mode;
+
+#define SESSION_N_FLAGS 8
+
+/* The flags every model command takes. session_opts_init sets the defaults and the option
+ * table (flags, pointing into this struct: do not copy it), which the command passes to
+ * tool_opts_parse as its shared table; session_opts_finish then builds the scheme list. */
 typedef struct session_opts {
     const char *cmd;        /* "generate", ...: prefixes messages */
     const char *model_path; /* -m; NULL: $TQ_MODEL, then SESSION_DEFAULT_MODEL (see .c) */
     long n_ctx;             /* -c: positions a sequence may reach */
     long n_threads;         /* -t: threads per sequence (default: online CPUs) */
-    int multi_scheme;       /* the command takes a list --kv S1,S2,... */
-    int no_reference;       /* the list has no f16 reference run added (passkey: each scheme
-                               is scored on its own); for the help text */
-    const char *kv_help;    /* the help line(s) for --kv, when the command's differ (tq run:
-                               the scheme compared with f16); NULL: the shared one */
+    session_kv_mode kv_mode;
     session_scheme schemes[SESSION_MAX_SCHEMES];
-    int n_schemes;          /* after finish: >= 1; schemes[0] is f16 when with_f16_first */
+    int n_schemes;          /* after finish: >= 1; schemes[0] is f16 with SESSION_KV_WITH_F16 */
     const char *cache_type_k, *cache_type_v;
+    tool_opt flags[SESSION_N_FLAGS]; /* the shared option table */
+    size_t n_flags;
+    char ctx_help[160], threads_help[64]; /* help lines that carry the defaults */
 } session_opts;
 
-void session_opts_init(session_opts *o, const char *cmd, long default_ctx, int multi_scheme);
+void session_opts_init(session_opts *o, const char *cmd, long default_ctx, session_kv_mode kv_mode);
 
-/* Help lines for the shared flags. */
-void session_opts_help(FILE *f, const session_opts *o);
-/* A command's usage text printer, and a usage error: prints "tq CMD: MESSAGE" (printf-style),
- * a blank line and the usage to stderr; returns TQ_EXIT_USAGE. */
-typedef void (*session_usage_fn)(FILE *f, const session_opts *o);
-int session_usage_error(const session_opts *o, session_usage_fn usage, const char *fmt, ...);
-
-/* Consumes argv[*i] (and its value, advancing *i) if it is a shared flag. Returns 1 when
- * consumed, 0 when the flag is not a shared one, or TQ_EXIT_USAGE after printing why a value
- * is bad or missing. */
-int session_opts_flag(session_opts *o, int argc, char **argv, int *i);
-
-/* Resolves --cache-type-k/-v into a scheme, defaults the list to f16, puts f16 first when
- * with_f16_first (the reference of comparisons; added if absent; named twice, run once), and
- * refuses schemes the engine cannot run. Returns 0, or an exit code after printing why. */
-int session_opts_finish(session_opts *o, int with_f16_first);
+/* Resolves --cache-type-k/-v into a scheme, defaults the list to f16, puts f16 first with
+ * SESSION_KV_WITH_F16, and refuses schemes the engine cannot run. Returns 0, or an exit code
+ * after printing why. */
+int session_opts_finish(session_opts *o);
 
 /* Parses one scheme text into *out. Returns 0, or TQ_EXIT_USAGE with a message in err. */
 int session_scheme_parse(const char *text, session_scheme *out, char *err, size_t err_cap);
