@@ -173,7 +173,10 @@ void tq_kv_from_lanes(const tq_kv_tensor *x, const float *in, float *out) {
 
 enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
 
-/* Which fused kernel reads tensor x (NULL: the raw fp16 part); FUSED_NONE: use the tile. */
+/* Which fused kernel reads tensor x (NULL: the raw fp16 part); FUSED_NONE: use the tile. A
+ * TURBO tensor needs score_turbo / accum_turbo (the scalar table) or a lane layout and the
+ * lane kernels (the SIMD tables, which have no others): on AVX2 and AVX-512 a tensor with a
+ * segment count not a multiple of 8 takes the tile. */
 static int fused_kind(const tq_attn_kernels *ak, const tq_kv_tensor *x, int is_key) {
     if (!x || x->format == TQ_KV_F16)
         return (is_key ? ak->score_f16 != NULL : ak->accum_f16 != NULL) ? FUSED_F16 : FUSED_NONE;

@@ -220,7 +220,9 @@ typedef struct tq_attn_kernels {
                          float *out);
     /* Fused decode paths: the records are read in registers, no tile is written. Each returns
      * what the tile path computes from tq_kv_decode_rows rows (within float rounding).
-     * score_turbo / accum_turbo take a TURBO tensor with tq_attn_fused_turbo(x) true:
+     * score_turbo / accum_turbo take a TURBO tensor with tq_attn_fused_turbo(x) true (only
+     * the scalar table has them; the SIMD tables leave them NULL and read TURBO records with
+     * the lane kernels below, so a tensor without a lane layout takes the tile there):
      *   score: S[j·s_stride + t] = ⟨q_j, row_t⟩, q_j = q + j·q_stride, t < nk, j < nq;
      *   accum: acc_j[i] += Σ_t p_j[t]·row_t[i], p_j = p + j·p_stride, acc_j = acc + j·acc_stride;
      * with row_t the decoded row of record t (stride x->rec_bytes). A record with a corrupt norm
@@ -243,8 +245,9 @@ typedef struct tq_attn_kernels {
                              size_t p_stride, int nq, float *acc, size_t acc_stride);
 } tq_attn_kernels;
 
-/* 1 if score_turbo / accum_turbo handle tensor x: TURBO, MSE (no PROD sketch), every segment
- * of ≤ 4 bits (≤ 16 centroids: one vpermps register). */
+/* 1 if the fused TURBO kernels (score_turbo / accum_turbo, and the lane kernels where
+ * tq_kv_lanes(x) > 0) handle tensor x: TURBO, MSE (no PROD sketch), every segment of ≤ 4 bits
+ * (≤ 16 centroids: one vpermps register). */
 static inline int tq_attn_fused_turbo(const tq_kv_tensor *x) {
     if (x->format != TQ_KV_TURBO || x->prod || x->n_seg < 1) return 0;
     for (int s = 0; s < x->n_seg; s++)

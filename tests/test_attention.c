@@ -141,6 +141,43 @@ static void test_decode_vs_ref(void) {
     printf("     decode: worst |fast - ref| = %.3g\n", worst);
 }
 
+/* Decode of TURBO tensors without a lane layout (a segment count not a multiple of 8: head dims
+ * that are not a multiple of 8, fractions whose split is not): the SIMD tables have no fused
+ * kernel for them and read them through the decoded tile (attention.c, fused_kind), also when
+ * the other tensor of the pair has a lane layout (k3.25v3, k3v3.25). */
+static void test_decode_no_lanes(void) {
+    static const struct { const char *scheme; int d; } cases[] = {
+        {"turbo3.25", 80}, {"turbo3.5", 72}, {"turbo3", 100}, {"turbo4", 100},
+        {"turbo2.5", 120}, {"k3.25v3", 80}, {"k3v3.25", 80}};
+    static const int gqa[] = {1, 4, 8};
+    double worst = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int wi = 0; wi < 2; wi++) {
+                int H = 2, d = cases[ci].d;
+                tq_kv_cache *c = make_cache(cases[ci].scheme, wi ? 64 : 0, H, d, d);
+                CHECK_MSG(c != NULL, "%s d %d", cases[ci].scheme, d);
+                if (!c) continue;
+                CHECK(append_random(c, H, d, d, 300, 0));
+                CHECK(append_random(c, H, d, d, 5, 1)); /* history compressed */
+                const tq_kv_layer *l = &c->layers[0];
+                CHECK_MSG(l->n_comp > 0 && tq_attn_fused_turbo(&l->k) && tq_attn_fused_turbo(&l->v) &&
+                              (tq_kv_lanes(&l->k) == 0 || tq_kv_lanes(&l->v) == 0),
+                          "%s d %d: not a case without a lane layout", cases[ci].scheme, d);
+                tq_attn_params p;
+                tq_attn_params_init(&p, d);
+                for (size_t nq = 1; nq <= 2; nq++) {
+                    double e = compare(c, H * gqa[gi], nq, &p, NULL);
+                    CHECK_MSG(e >= 0 && e <= TOL, "%s d %d gqa %d window %d nq %zu: err %g",
+                              cases[ci].scheme, d, gqa[gi], wi ? 64 : 0, nq, e);
+                    if (e > worst) worst = e;
+                }
+                tq_kv_cache_free(c);
+            }
+    printf("     decode without a lane layout (%s table): worst |fast - ref| = %.3g\n",
+           tq_attn_kernels_name(), worst);
+}
+
 static void test_prefill_vs_ref(void) {
     static const int dims[] = {64, 80, 128, 256};
     double worst = 0;
@@ -617,7 +654,10 @@ static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, 
 /* The fused decode kernels (codes read in registers) of every table the host supports against
  * the scalar reference: TURBO MSE records of 1..4 bits (fractional splits, tails of odd dims),
  * f16 rows; 1..9 queries; a corrupt norm zeroes its row and is reported. Tolerance 1e-4
- * relative to the sum of |terms| (fp32 in another order against double). */
+ * relative to the sum of |terms| (fp32 in another order against double). A kernel a table
+ * leaves NULL is skipped: the SIMD tables read TURBO records only in the lane layout, so for
+ * the shapes without one (here d 18; decode of more: test_decode_no_lanes) they test only their
+ * f16 kernels. */
 static void test_fused_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
@@ -659,9 +699,10 @@ static void test_fused_kernels(void) {
             for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++) {
                 int nq = nqs[ni];
                 for (int pass = 0; pass < 3; pass++) {
-                    /* pass 0: TURBO records (K scoring basis, V accumulation); 1: f16 rows;
-                     * 2: TURBO records through the lane-layout kernels, where the table has
-                     * them and the tensors have a lane layout */
+                    /* pass 0: TURBO records through score_turbo / accum_turbo (K scoring
+                     * basis, V accumulation), where the table has them (no SIMD table does);
+                     * 1: f16 rows; 2: TURBO records through the lane-layout kernels, where the
+                     * table has them and the tensors have a lane layout */
                     int kl = tq_kv_lanes(kx), vl = tq_kv_lanes(vx);
                     if (pass == 2 && (!t->score_turbo_lanes || !t->accum_turbo_lanes || !kl || !vl))
                         continue;
@@ -943,6 +984,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);
     RUN_TEST(test_decode_vs_ref);
+    RUN_TEST(test_decode_no_lanes);
     RUN_TEST(test_prefill_vs_ref);
     RUN_TEST(test_threadpool_run);
     RUN_TEST(test_threads);
