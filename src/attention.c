@@ -85,7 +85,7 @@ typedef struct plan {
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
-                      size_t n_queries, int n_threads, plan *pl) {
+                      size_t n_queries, plan *pl) {
     pl->H = c->cfg.n_kv_heads;
     pl->G = n_q_heads / pl->H;
     pl->nqh = n_q_heads;
@@ -105,7 +105,6 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
      * one task in key order, and the merge adds the splits in split order). At least
      * SPLIT_TASKS (head, query block, split) tasks, more as the sequence grows (one split per
      * SPLIT_KEYS keys), at most SPLIT_MAX_TASKS; the workspace holds max_split. */
-    (void)n_threads;
     size_t base = (size_t)pl->H * (pl->n_qb ? pl->n_qb : 1);
     size_t lo = (SPLIT_TASKS + base - 1) / base, hi = (SPLIT_MAX_TASKS + base - 1) / base;
     size_t by_len = (l->len + SPLIT_KEYS - 1) / SPLIT_KEYS;
@@ -141,7 +140,7 @@ size_t tq_kv_attention_workspace_size(const tq_kv_cache *c, int layer, int n_q_h
     size_t best = 0;
     for (size_t n = 1; n <= n_queries; n++) {
         plan pl;
-        make_plan(c, &c->layers[layer], n_q_heads, n, n_threads, &pl);
+        make_plan(c, &c->layers[layer], n_q_heads, n, &pl);
         size_t w = work_floats(&pl, n, n_threads);
         if (w > best) best = w;
     }
@@ -448,7 +447,7 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
     const tq_kv_layer *l = &c->layers[layer];
     attn_ctx x;
     memset(&x, 0, sizeof x);
-    make_plan(c, l, n_q_heads, n_queries, T, &x.pl);
+    make_plan(c, l, n_q_heads, n_queries, &x.pl);
     if (work_bytes < work_floats(&x.pl, n_queries, T) * sizeof(float) + 64) return TQ_ERR_CAPACITY;
     const plan *pl = &x.pl;
     float *w = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
