@@ -8,7 +8,7 @@
  * Build and run (seeds: fuzz/corpus/gguf/, or `test_gguf --write-seeds DIR`):
  *   clang-14 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
  *       -Iengine fuzz/fuzz_gguf.c \
- *       engine/gguf.c -o /tmp/fuzz_gguf
+ *       engine/gguf*.c engine/regular_file.c -o /tmp/fuzz_gguf
  *   rm -rf /tmp/gguf-corpus && cp -r fuzz/corpus/gguf /tmp/gguf-corpus
  *   /tmp/fuzz_gguf -max_total_time=60 /tmp/gguf-corpus */
 #include <stddef.h>
