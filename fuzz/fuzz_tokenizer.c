@@ -1,8 +1,8 @@
-/* libFuzzer target for engine/tokenizer.c.
+/* libFuzzer target for the tokenizer (engine/tokenizer*.c).
  *
  * Build and run (60 s):
  *   clang-14 -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_POSIX_C_SOURCE=200809L \
- *       engine/tokenizer.c fuzz/fuzz_tokenizer.c -o /tmp/fuzz_tokenizer
+ *       engine/tokenizer*.c fuzz/fuzz_tokenizer.c -o /tmp/fuzz_tokenizer
  *   mkdir -p /tmp/corpus-tokenizer && /tmp/fuzz_tokenizer -max_total_time=60 /tmp/corpus-tokenizer
  *
  * Input: byte 0 picks the mode and flags, the rest is text (and, in vocab mode, a vocab).
