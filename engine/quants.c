@@ -175,38 +175,33 @@ static void dq_q3_K(const quant_block_q3_K *b, float *y) {
     }
 }
 
-static void dq_q4_K(const quant_block_q4_K *b, float *y) {
-    float d = quant_f16_load(b->d), dmin = quant_f16_load(b->dmin);
+/* Q4_K and Q5_K: one layout but for Q5_K's fifth bits, qh (NULL for Q4_K). The fifth bit of
+ * element l of sub-block j is bit j of qh[l]. */
+static int k4_high(const uint8_t *qh, int l, int j) { return qh ? ((qh[l] >> j) & 1) << 4 : 0; }
+
+static void dq_k4(const uint8_t d_[2], const uint8_t dmin_[2], const uint8_t scales[12],
+                  const uint8_t *qs, const uint8_t *qh, float *y) {
+    float d = quant_f16_load(d_), dmin = quant_f16_load(dmin_);
     uint8_t sc[8], mn[8];
-    quant_k4_scales(b->scales, sc, mn);
+    quant_k4_scales(scales, sc, mn);
     for (int c = 0; c < 4; c++) {
-        const uint8_t *q = b->qs + 32 * c;
+        const uint8_t *q = qs + 32 * c;
         float d1 = d * (float)sc[2 * c], m1 = dmin * (float)mn[2 * c];
         float d2 = d * (float)sc[2 * c + 1], m2 = dmin * (float)mn[2 * c + 1];
-        for (int l = 0; l < 32; l++) y[l] = d1 * (float)(q[l] & 0xF) - m1;
-        for (int l = 0; l < 32; l++) y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
+        for (int l = 0; l < 32; l++)
+            y[l] = d1 * (float)((q[l] & 0xF) | k4_high(qh, l, 2 * c)) - m1;
+        for (int l = 0; l < 32; l++)
+            y[32 + l] = d2 * (float)((q[l] >> 4) | k4_high(qh, l, 2 * c + 1)) - m2;
         y += 64;
     }
 }
 
+static void dq_q4_K(const quant_block_q4_K *b, float *y) {
+    dq_k4(b->d, b->dmin, b->scales, b->qs, NULL, y);
+}
+
 static void dq_q5_K(const quant_block_q5_K *b, float *y) {
-    float d = quant_f16_load(b->d), dmin = quant_f16_load(b->dmin);
-    uint8_t sc[8], mn[8];
-    quant_k4_scales(b->scales, sc, mn);
-    for (int c = 0; c < 4; c++) {
-        const uint8_t *q = b->qs + 32 * c;
-        float d1 = d * (float)sc[2 * c], m1 = dmin * (float)mn[2 * c];
-        float d2 = d * (float)sc[2 * c + 1], m2 = dmin * (float)mn[2 * c + 1];
-        for (int l = 0; l < 32; l++) {
-            int v = (q[l] & 0xF) | (((b->qh[l] >> (2 * c)) & 1) << 4);
-            y[l] = d1 * (float)v - m1;
-        }
-        for (int l = 0; l < 32; l++) {
-            int v = (q[l] >> 4) | (((b->qh[l] >> (2 * c + 1)) & 1) << 4);
-            y[32 + l] = d2 * (float)v - m2;
-        }
-        y += 64;
-    }
+    dq_k4(b->d, b->dmin, b->scales, b->qs, b->qh, y);
 }
 
 /* Q6_K element i of half h (i < 128): 4 low bits from ql[64h + i%64] (low nibble for
@@ -389,48 +384,38 @@ static float dot1_q8_0(int64_t n, const quant_block_q8_0 *w, const quant_block_q
 }
 
 /* Q4_K/Q5_K: sum_j (d*sc_j*q - dmin*m_j) * dx*y = dx*(d*sum_j sc_j*<q,y>_j
- * - dmin*sum_j m_j*sum(y)_j); the per-sub-block sums of y are the Q8_K bsums. */
+ * - dmin*sum_j m_j*sum(y)_j); the per-sub-block sums of y are the Q8_K bsums. One block;
+ * qh: Q5_K's fifth bits, NULL for Q4_K. */
+static float dot1_k4_block(const uint8_t d[2], const uint8_t dmin[2], const uint8_t scales[12],
+                           const uint8_t *qs, const uint8_t *qh, const quant_block_q8_K *x) {
+    uint8_t sc[8], mn[8];
+    quant_k4_scales(scales, sc, mn);
+    int isum = 0, msum = 0;
+    for (int c = 0; c < 4; c++) {
+        const uint8_t *q = qs + 32 * c;
+        const int8_t *y = x->qs + 64 * c;
+        int d1 = 0, d2 = 0;
+        for (int l = 0; l < 32; l++) {
+            d1 += ((q[l] & 0xF) | k4_high(qh, l, 2 * c)) * y[l];
+            d2 += ((q[l] >> 4) | k4_high(qh, l, 2 * c + 1)) * y[32 + l];
+        }
+        isum += sc[2 * c] * d1 + sc[2 * c + 1] * d2;
+    }
+    for (int j = 0; j < 8; j++) msum += mn[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    return x->d * (quant_f16_load(d) * (float)isum - quant_f16_load(dmin) * (float)msum);
+}
+
 static float dot1_q4_K(int64_t n, const quant_block_q4_K *w, const quant_block_q8_K *x) {
     float s = 0.0f;
-    for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        quant_k4_scales(w[i].scales, sc, mn);
-        int isum = 0, msum = 0;
-        for (int c = 0; c < 4; c++) {
-            const uint8_t *q = w[i].qs + 32 * c;
-            const int8_t *y = x[i].qs + 64 * c;
-            int d1 = 0, d2 = 0;
-            for (int l = 0; l < 32; l++) {
-                d1 += (q[l] & 0xF) * y[l];
-                d2 += (q[l] >> 4) * y[32 + l];
-            }
-            isum += sc[2 * c] * d1 + sc[2 * c + 1] * d2;
-        }
-        for (int j = 0; j < 8; j++) msum += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        s += x[i].d * (quant_f16_load(w[i].d) * (float)isum - quant_f16_load(w[i].dmin) * (float)msum);
-    }
+    for (int64_t i = 0; i < n / QUANT_QK_K; i++)
+        s += dot1_k4_block(w[i].d, w[i].dmin, w[i].scales, w[i].qs, NULL, &x[i]);
     return s;
 }
 
 static float dot1_q5_K(int64_t n, const quant_block_q5_K *w, const quant_block_q8_K *x) {
     float s = 0.0f;
-    for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
-        uint8_t sc[8], mn[8];
-        quant_k4_scales(w[i].scales, sc, mn);
-        int isum = 0, msum = 0;
-        for (int c = 0; c < 4; c++) {
-            const uint8_t *q = w[i].qs + 32 * c;
-            const int8_t *y = x[i].qs + 64 * c;
-            int d1 = 0, d2 = 0;
-            for (int l = 0; l < 32; l++) {
-                d1 += ((q[l] & 0xF) | (((w[i].qh[l] >> (2 * c)) & 1) << 4)) * y[l];
-                d2 += ((q[l] >> 4) | (((w[i].qh[l] >> (2 * c + 1)) & 1) << 4)) * y[32 + l];
-            }
-            isum += sc[2 * c] * d1 + sc[2 * c + 1] * d2;
-        }
-        for (int j = 0; j < 8; j++) msum += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        s += x[i].d * (quant_f16_load(w[i].d) * (float)isum - quant_f16_load(w[i].dmin) * (float)msum);
-    }
+    for (int64_t i = 0; i < n / QUANT_QK_K; i++)
+        s += dot1_k4_block(w[i].d, w[i].dmin, w[i].scales, w[i].qs, w[i].qh, &x[i]);
     return s;
 }
 

@@ -8,42 +8,13 @@
  *
  * Each kernel decodes a weight block once and applies it to NX activation rows; NX is a
  * compile-time constant in every inlined instance so the accumulators stay in registers. */
-#include "quants.h"
-
-#include <immintrin.h>
-#include <string.h>
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#include "quants_simd.h"
 
 ALWAYS_INLINE float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-ALWAYS_INLINE float f16_load(const uint8_t p[2]) {
-    uint16_t h;
-    memcpy(&h, p, 2); /* x86 is little-endian, as the file format */
-    return _cvtsh_ss(h);
-}
-
-ALWAYS_INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-/* 32 bytes: byte k is 0xFF where bit k of m is set (Q5_0 high bits, ggml qh order). */
-ALWAYS_INLINE __m256i bits_to_bytes(uint32_t m) {
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-}
-
-/* 16 packed nibbles -> 32 bytes: low nibbles are elements 0..15, high 16..31. */
-ALWAYS_INLINE __m256i nibbles_32(const uint8_t *qs) {
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
 /* ---- activation quantization ----------------------------------------------------------- */
@@ -115,8 +86,6 @@ static float dot_f32_avx2(const float *a, const float *b, int64_t n) {
     return s;
 }
 
-enum { W_F32, W_F16, W_BF16 };
-
 ALWAYS_INLINE __m256 load_w8(const uint8_t *w, int64_t i, int kind) {
     if (kind == W_F32) return _mm256_loadu_ps((const float *)(const void *)(w + 4 * i));
     __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * i));
@@ -154,29 +123,6 @@ ALWAYS_INLINE void dot_float_nx(int64_t n, const uint8_t *w, const char *x, size
 }
 
 /* ---- 32-element blocks against q8_a -------------------------------------------------------- */
-
-enum { W_Q4_0, W_Q5_0, W_Q8_0 };
-
-/* Signed int8 weights of block i (row of kind `kind`) and its fp16 scale. */
-ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d) {
-    if (kind == W_Q8_0) {
-        const quant_block_q8_0 *b = (const quant_block_q8_0 *)(const void *)w + i;
-        *d = f16_load(b->d);
-        return load256(b->qs);
-    }
-    if (kind == W_Q4_0) {
-        const quant_block_q4_0 *b = (const quant_block_q4_0 *)(const void *)w + i;
-        *d = f16_load(b->d);
-        return _mm256_sub_epi8(nibbles_32(b->qs), _mm256_set1_epi8(8));
-    }
-    const quant_block_q5_0 *b = (const quant_block_q5_0 *)(const void *)w + i;
-    uint32_t qh;
-    memcpy(&qh, b->qh, 4);
-    *d = f16_load(b->d);
-    /* q - 16 as int8: where the 5th bit is clear the value is nibble - 16, i.e. the nibble
-     * with the top four bits set; where it is set, the plain nibble. */
-    return _mm256_or_si256(nibbles_32(b->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
-}
 
 ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx,
                              float *out, int kind) {
@@ -277,50 +223,12 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
     for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]);
 }
 
-/* ---- entry points: one instance per constant nx ----------------------------------------- */
-
-#define NX_SWITCH(call)                                                                           \
-    switch (nx) {                                                                                 \
-    case 1: call(1); break;                                                                       \
-    case 2: call(2); break;                                                                       \
-    case 3: call(3); break;                                                                       \
-    default: call(4); break;                                                                      \
-    }
-
-#define CALL_FLOAT_W_F32(k) dot_float_nx(n, w, x, xs, k, out, W_F32)
-#define CALL_FLOAT_W_F16(k) dot_float_nx(n, w, x, xs, k, out, W_F16)
-#define CALL_FLOAT_W_BF16(k) dot_float_nx(n, w, x, xs, k, out, W_BF16)
-
-#define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
-#define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
-#define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
-#define CALL_Q4_K(k) dot_q4_K_nx(n, w, x, xs, k, out)
-#define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
-#define DEFINE_QUANT(name, call)                                                                  \
-    static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
-        NX_SWITCH(call)                                                                           \
-    }
-_Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
-DEFINE_QUANT(dot_f32_row_avx2, CALL_FLOAT_W_F32)
-DEFINE_QUANT(dot_f16_row_avx2, CALL_FLOAT_W_F16)
-DEFINE_QUANT(dot_bf16_row_avx2, CALL_FLOAT_W_BF16)
-DEFINE_QUANT(dot_q4_0_avx2, CALL_Q4_0)
-DEFINE_QUANT(dot_q5_0_avx2, CALL_Q5_0)
-DEFINE_QUANT(dot_q8_0_avx2, CALL_Q8_0)
-DEFINE_QUANT(dot_q4_K_avx2, CALL_Q4_K)
-DEFINE_QUANT(dot_q6_K_avx2, CALL_Q6_K)
+DEFINE_QUANT_ENTRIES(avx2)
 
 void quant_fill_avx2(quant_kernels *k) {
     k->name = "avx2";
     k->quantize_q8_a = quantize_q8_a_avx2;
     k->quantize_q8_K = quantize_q8_K_avx2;
     k->dot_f32 = dot_f32_avx2;
-    k->dot[QUANT_F32] = dot_f32_row_avx2;
-    k->dot[QUANT_F16] = dot_f16_row_avx2;
-    k->dot[QUANT_BF16] = dot_bf16_row_avx2;
-    k->dot[QUANT_Q4_0] = dot_q4_0_avx2;
-    k->dot[QUANT_Q5_0] = dot_q5_0_avx2;
-    k->dot[QUANT_Q8_0] = dot_q8_0_avx2;
-    k->dot[QUANT_Q4_K] = dot_q4_K_avx2;
-    k->dot[QUANT_Q6_K] = dot_q6_K_avx2;
+    FILL_QUANT_ENTRIES(k, avx2);
 }

@@ -6,40 +6,14 @@
  * the k-quants. AVX-512 has no sign_epi8, so the sign trick uses a mask from the weight's
  * sign bits: |w| x (w < 0 ? -y : y). VNNI is deliberately not required. Entries left
  * unset here (activation quantization) keep the AVX2 version. */
-#include "quants.h"
+#include "quants_simd.h"
 
-#include <immintrin.h>
-#include <string.h>
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-ALWAYS_INLINE float f16_load(const uint8_t p[2]) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-ALWAYS_INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 ALWAYS_INLINE __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
 ALWAYS_INLINE __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 ALWAYS_INLINE __m512 join_ps(float lo, float hi) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
-}
-
-ALWAYS_INLINE __m256i bits_to_bytes(uint32_t m) {
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-}
-
-ALWAYS_INLINE __m256i nibbles_32(const uint8_t *qs) {
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
 /* ---- float weights ---------------------------------------------------------------------- */
@@ -58,8 +32,6 @@ static float dot_f32_avx512(const float *a, const float *b, int64_t n) {
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
-
-enum { W_F32, W_F16, W_BF16 };
 
 ALWAYS_INLINE __m512 load_w16(const uint8_t *w, int64_t i, __mmask16 m, int kind) {
     if (kind == W_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)(w + 4 * i));
@@ -82,26 +54,6 @@ ALWAYS_INLINE void dot_float_nx(int64_t n, const uint8_t *w, const char *x, size
 }
 
 /* ---- 32-element blocks against q8_a -------------------------------------------------------- */
-
-enum { W_Q4_0, W_Q5_0, W_Q8_0 };
-
-ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d) {
-    if (kind == W_Q8_0) {
-        const quant_block_q8_0 *b = (const quant_block_q8_0 *)(const void *)w + i;
-        *d = f16_load(b->d);
-        return load256(b->qs);
-    }
-    if (kind == W_Q4_0) {
-        const quant_block_q4_0 *b = (const quant_block_q4_0 *)(const void *)w + i;
-        *d = f16_load(b->d);
-        return _mm256_sub_epi8(nibbles_32(b->qs), _mm256_set1_epi8(8));
-    }
-    const quant_block_q5_0 *b = (const quant_block_q5_0 *)(const void *)w + i;
-    uint32_t qh;
-    memcpy(&qh, b->qh, 4);
-    *d = f16_load(b->d);
-    return _mm256_or_si256(nibbles_32(b->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
-}
 
 ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx,
                              float *out, int kind) {
@@ -223,47 +175,10 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
     for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-/* ---- entry points ---------------------------------------------------------------------- */
-
-#define NX_SWITCH(call)                                                                           \
-    switch (nx) {                                                                                 \
-    case 1: call(1); break;                                                                       \
-    case 2: call(2); break;                                                                       \
-    case 3: call(3); break;                                                                       \
-    default: call(4); break;                                                                      \
-    }
-#define DEFINE_QUANT(name, call)                                                                  \
-    static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
-        NX_SWITCH(call)                                                                           \
-    }
-_Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
-
-#define CALL_F32(k) dot_float_nx(n, w, x, xs, k, out, W_F32)
-#define CALL_F16(k) dot_float_nx(n, w, x, xs, k, out, W_F16)
-#define CALL_BF16(k) dot_float_nx(n, w, x, xs, k, out, W_BF16)
-#define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
-#define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
-#define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
-#define CALL_Q4_K(k) dot_q4_K_nx(n, w, x, xs, k, out)
-#define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
-DEFINE_QUANT(dot_f32_row_avx512, CALL_F32)
-DEFINE_QUANT(dot_f16_row_avx512, CALL_F16)
-DEFINE_QUANT(dot_bf16_row_avx512, CALL_BF16)
-DEFINE_QUANT(dot_q4_0_avx512, CALL_Q4_0)
-DEFINE_QUANT(dot_q5_0_avx512, CALL_Q5_0)
-DEFINE_QUANT(dot_q8_0_avx512, CALL_Q8_0)
-DEFINE_QUANT(dot_q4_K_avx512, CALL_Q4_K)
-DEFINE_QUANT(dot_q6_K_avx512, CALL_Q6_K)
+DEFINE_QUANT_ENTRIES(avx512)
 
 void quant_fill_avx512(quant_kernels *k) {
     k->name = "avx512";
     k->dot_f32 = dot_f32_avx512;
-    k->dot[QUANT_F32] = dot_f32_row_avx512;
-    k->dot[QUANT_F16] = dot_f16_row_avx512;
-    k->dot[QUANT_BF16] = dot_bf16_row_avx512;
-    k->dot[QUANT_Q4_0] = dot_q4_0_avx512;
-    k->dot[QUANT_Q5_0] = dot_q5_0_avx512;
-    k->dot[QUANT_Q8_0] = dot_q8_0_avx512;
-    k->dot[QUANT_Q4_K] = dot_q4_K_avx512;
-    k->dot[QUANT_Q6_K] = dot_q6_K_avx512;
+    FILL_QUANT_ENTRIES(k, avx512);
 }

@@ -1,0 +1,110 @@
+/* What the x86 weight kernels (quants_avx2.c, quants_avx512.c) share: fp16 and 256-bit
+ * loads, the decode of a 32-element block to signed bytes (AVX2 width in both files), and the
+ * entry points, one instance per constant nx over the kernels each file defines
+ * (dot_float_nx, dot_32_nx, dot_q4_K_nx, dot_q6_K_nx). Included only from files compiled with
+ * at least -mavx2 -mfma -mf16c; everything is inlined, so each file keeps its own ISA. */
+#ifndef TQ_ENGINE_QUANTS_SIMD_H
+#define TQ_ENGINE_QUANTS_SIMD_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "quants.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE float f16_load(const uint8_t p[2]) {
+    uint16_t h;
+    memcpy(&h, p, 2); /* x86 is little-endian, as the file format */
+    return _cvtsh_ss(h);
+}
+
+ALWAYS_INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* 32 bytes: byte k is 0xFF where bit k of m is set (Q5_0 high bits, ggml qh order). */
+ALWAYS_INLINE __m256i bits_to_bytes(uint32_t m) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* 16 packed nibbles -> 32 bytes: low nibbles are elements 0..15, high 16..31. */
+ALWAYS_INLINE __m256i nibbles_32(const uint8_t *qs) {
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+enum { W_F32, W_F16, W_BF16 };
+enum { W_Q4_0, W_Q5_0, W_Q8_0 };
+
+/* Signed int8 weights of block i (row of kind `kind`) and its fp16 scale. */
+ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d) {
+    if (kind == W_Q8_0) {
+        const quant_block_q8_0 *b = (const quant_block_q8_0 *)(const void *)w + i;
+        *d = f16_load(b->d);
+        return load256(b->qs);
+    }
+    if (kind == W_Q4_0) {
+        const quant_block_q4_0 *b = (const quant_block_q4_0 *)(const void *)w + i;
+        *d = f16_load(b->d);
+        return _mm256_sub_epi8(nibbles_32(b->qs), _mm256_set1_epi8(8));
+    }
+    const quant_block_q5_0 *b = (const quant_block_q5_0 *)(const void *)w + i;
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    *d = f16_load(b->d);
+    /* q - 16 as int8: where the 5th bit is clear the value is nibble - 16, i.e. the nibble
+     * with the top four bits set; where it is set, the plain nibble. */
+    return _mm256_or_si256(nibbles_32(b->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
+}
+
+/* ---- entry points: one instance per constant nx ----------------------------------------- */
+
+#define NX_SWITCH(call)                                                                           \
+    switch (nx) {                                                                                 \
+    case 1: call(1); break;                                                                       \
+    case 2: call(2); break;                                                                       \
+    case 3: call(3); break;                                                                       \
+    default: call(4); break;                                                                      \
+    }
+#define DEFINE_QUANT(name, call)                                                                  \
+    static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
+        NX_SWITCH(call)                                                                           \
+    }
+_Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
+
+#define CALL_F32(k) dot_float_nx(n, w, x, xs, k, out, W_F32)
+#define CALL_F16(k) dot_float_nx(n, w, x, xs, k, out, W_F16)
+#define CALL_BF16(k) dot_float_nx(n, w, x, xs, k, out, W_BF16)
+#define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
+#define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
+#define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
+#define CALL_Q4_K(k) dot_q4_K_nx(n, w, x, xs, k, out)
+#define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
+
+/* The entry points dot_<type>_<isa> and the fill of their table entries. */
+#define DEFINE_QUANT_ENTRIES(isa)                                                                 \
+    DEFINE_QUANT(dot_f32_row_##isa, CALL_F32)                                                     \
+    DEFINE_QUANT(dot_f16_row_##isa, CALL_F16)                                                     \
+    DEFINE_QUANT(dot_bf16_row_##isa, CALL_BF16)                                                   \
+    DEFINE_QUANT(dot_q4_0_##isa, CALL_Q4_0)                                                       \
+    DEFINE_QUANT(dot_q5_0_##isa, CALL_Q5_0)                                                       \
+    DEFINE_QUANT(dot_q8_0_##isa, CALL_Q8_0)                                                       \
+    DEFINE_QUANT(dot_q4_K_##isa, CALL_Q4_K)                                                       \
+    DEFINE_QUANT(dot_q6_K_##isa, CALL_Q6_K)
+#define FILL_QUANT_ENTRIES(k, isa)                                                                \
+    do {                                                                                          \
+        (k)->dot[QUANT_F32] = dot_f32_row_##isa;                                                  \
+        (k)->dot[QUANT_F16] = dot_f16_row_##isa;                                                  \
+        (k)->dot[QUANT_BF16] = dot_bf16_row_##isa;                                                \
+        (k)->dot[QUANT_Q4_0] = dot_q4_0_##isa;                                                    \
+        (k)->dot[QUANT_Q5_0] = dot_q5_0_##isa;                                                    \
+        (k)->dot[QUANT_Q8_0] = dot_q8_0_##isa;                                                    \
+        (k)->dot[QUANT_Q4_K] = dot_q4_K_##isa;                                                    \
+        (k)->dot[QUANT_Q6_K] = dot_q6_K_##isa;                                                    \
+    } while (0)
+
+#endif
