@@ -83,6 +83,40 @@ static double load_f64(const uint8_t *v) {
     return x;
 }
 
+/* Each value getter in one place, for a value of `type` at v wherever it is stored (a key's
+ * value or an array element): the type rules of gguf.h, then the load. */
+static gguf_status conv_u32(const uint8_t *v, gguf_value_type type, uint32_t *out) {
+    return get_int(v, type, K_U32, out);
+}
+static gguf_status conv_i32(const uint8_t *v, gguf_value_type type, int32_t *out) {
+    return get_int(v, type, K_I32, out);
+}
+static gguf_status conv_u64(const uint8_t *v, gguf_value_type type, uint64_t *out) {
+    return get_int(v, type, K_U64, out);
+}
+static gguf_status conv_i64(const uint8_t *v, gguf_value_type type, int64_t *out) {
+    return get_int(v, type, K_I64, out);
+}
+
+static gguf_status conv_f32(const uint8_t *v, gguf_value_type type, float *out) {
+    if (type != GGUF_VALUE_FLOAT32) return GGUF_ERR_TYPE_MISMATCH;
+    *out = load_f32(v);
+    return GGUF_OK;
+}
+
+static gguf_status conv_f64(const uint8_t *v, gguf_value_type type, double *out) {
+    if (type == GGUF_VALUE_FLOAT32) *out = load_f32(v);
+    else if (type == GGUF_VALUE_FLOAT64) *out = load_f64(v);
+    else return GGUF_ERR_TYPE_MISMATCH;
+    return GGUF_OK;
+}
+
+static gguf_status conv_bool(const uint8_t *v, gguf_value_type type, int *out) {
+    if (type != GGUF_VALUE_BOOL) return GGUF_ERR_TYPE_MISMATCH;
+    *out = v[0] != 0;
+    return GGUF_OK;
+}
+
 static gguf_status find_scalar(const gguf_file *f, const char *key, const void *out,
                                const gguf_kv **kv) {
     int64_t i;
@@ -93,45 +127,34 @@ static gguf_status find_scalar(const gguf_file *f, const char *key, const void *
     return GGUF_OK;
 }
 
-#define DEFINE_INT_GETTER(fn, ctype, kind)                                                   \
-    gguf_status fn(const gguf_file *f, const char *key, ctype *out) {                        \
+/* Element i's bytes, or NULL if the arguments are bad. */
+static const uint8_t *array_elem(const gguf_array *a, uint64_t i, const void *out) {
+    if (!a || !out || i >= a->count || !a->data) return NULL;
+    if (a->type == GGUF_VALUE_STRING)
+        return a->str_offs_ ? (const uint8_t *)a->data + a->str_offs_[i] : NULL;
+    return (const uint8_t *)a->data + (size_t)i * gguf_value_type_size(a->type);
+}
+
+/* gguf_get_<name> (by key) and gguf_array_get_<name> (by element) through conv_<name>. */
+#define DEFINE_GETTERS(name, ctype)                                                          \
+    gguf_status gguf_get_##name(const gguf_file *f, const char *key, ctype *out) {           \
         const gguf_kv *kv;                                                                   \
         gguf_status st = find_scalar(f, key, out, &kv);                                      \
         if (st != GGUF_OK) return st;                                                        \
-        return get_int(kv->val, kv->type, kind, out);                                        \
+        return conv_##name(kv->val, kv->type, out);                                          \
+    }                                                                                        \
+    gguf_status gguf_array_get_##name(const gguf_array *a, uint64_t i, ctype *out) {         \
+        const uint8_t *v = array_elem(a, i, out);                                            \
+        if (!v) return GGUF_ERR_INVALID_ARG;                                                 \
+        return conv_##name(v, a->type, out);                                                 \
     }
-DEFINE_INT_GETTER(gguf_get_u32, uint32_t, K_U32)
-DEFINE_INT_GETTER(gguf_get_i32, int32_t, K_I32)
-DEFINE_INT_GETTER(gguf_get_u64, uint64_t, K_U64)
-DEFINE_INT_GETTER(gguf_get_i64, int64_t, K_I64)
-
-gguf_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
-    const gguf_kv *kv;
-    gguf_status st = find_scalar(f, key, out, &kv);
-    if (st != GGUF_OK) return st;
-    if (kv->type != GGUF_VALUE_FLOAT32) return GGUF_ERR_TYPE_MISMATCH;
-    *out = load_f32(kv->val);
-    return GGUF_OK;
-}
-
-gguf_status gguf_get_f64(const gguf_file *f, const char *key, double *out) {
-    const gguf_kv *kv;
-    gguf_status st = find_scalar(f, key, out, &kv);
-    if (st != GGUF_OK) return st;
-    if (kv->type == GGUF_VALUE_FLOAT32) *out = load_f32(kv->val);
-    else if (kv->type == GGUF_VALUE_FLOAT64) *out = load_f64(kv->val);
-    else return GGUF_ERR_TYPE_MISMATCH;
-    return GGUF_OK;
-}
-
-gguf_status gguf_get_bool(const gguf_file *f, const char *key, int *out) {
-    const gguf_kv *kv;
-    gguf_status st = find_scalar(f, key, out, &kv);
-    if (st != GGUF_OK) return st;
-    if (kv->type != GGUF_VALUE_BOOL) return GGUF_ERR_TYPE_MISMATCH;
-    *out = kv->val[0] != 0;
-    return GGUF_OK;
-}
+DEFINE_GETTERS(u32, uint32_t)
+DEFINE_GETTERS(i32, int32_t)
+DEFINE_GETTERS(u64, uint64_t)
+DEFINE_GETTERS(i64, int64_t)
+DEFINE_GETTERS(f32, float)
+DEFINE_GETTERS(f64, double)
+DEFINE_GETTERS(bool, int)
 
 gguf_status gguf_get_str(const gguf_file *f, const char *key, const char **str, size_t *len) {
     const gguf_kv *kv;
@@ -153,50 +176,6 @@ gguf_status gguf_get_arr(const gguf_file *f, const char *key, gguf_array *out) {
     out->count = kv->len;
     out->data = kv->val;
     out->str_offs_ = kv->str_offs;
-    return GGUF_OK;
-}
-
-/* Element i's bytes, or NULL if the arguments are bad. */
-static const uint8_t *array_elem(const gguf_array *a, uint64_t i, const void *out) {
-    if (!a || !out || i >= a->count || !a->data) return NULL;
-    if (a->type == GGUF_VALUE_STRING)
-        return a->str_offs_ ? (const uint8_t *)a->data + a->str_offs_[i] : NULL;
-    return (const uint8_t *)a->data + (size_t)i * gguf_value_type_size(a->type);
-}
-
-#define DEFINE_ARRAY_INT_GETTER(fn, ctype, kind)                                             \
-    gguf_status fn(const gguf_array *a, uint64_t i, ctype *out) {                            \
-        const uint8_t *v = array_elem(a, i, out);                                            \
-        if (!v) return GGUF_ERR_INVALID_ARG;                                                 \
-        return get_int(v, a->type, kind, out);                                               \
-    }
-DEFINE_ARRAY_INT_GETTER(gguf_array_get_u32, uint32_t, K_U32)
-DEFINE_ARRAY_INT_GETTER(gguf_array_get_i32, int32_t, K_I32)
-DEFINE_ARRAY_INT_GETTER(gguf_array_get_u64, uint64_t, K_U64)
-DEFINE_ARRAY_INT_GETTER(gguf_array_get_i64, int64_t, K_I64)
-
-gguf_status gguf_array_get_f32(const gguf_array *a, uint64_t i, float *out) {
-    const uint8_t *v = array_elem(a, i, out);
-    if (!v) return GGUF_ERR_INVALID_ARG;
-    if (a->type != GGUF_VALUE_FLOAT32) return GGUF_ERR_TYPE_MISMATCH;
-    *out = load_f32(v);
-    return GGUF_OK;
-}
-
-gguf_status gguf_array_get_f64(const gguf_array *a, uint64_t i, double *out) {
-    const uint8_t *v = array_elem(a, i, out);
-    if (!v) return GGUF_ERR_INVALID_ARG;
-    if (a->type == GGUF_VALUE_FLOAT32) *out = load_f32(v);
-    else if (a->type == GGUF_VALUE_FLOAT64) *out = load_f64(v);
-    else return GGUF_ERR_TYPE_MISMATCH;
-    return GGUF_OK;
-}
-
-gguf_status gguf_array_get_bool(const gguf_array *a, uint64_t i, int *out) {
-    const uint8_t *v = array_elem(a, i, out);
-    if (!v) return GGUF_ERR_INVALID_ARG;
-    if (a->type != GGUF_VALUE_BOOL) return GGUF_ERR_TYPE_MISMATCH;
-    *out = v[0] != 0;
     return GGUF_OK;
 }
 

@@ -120,30 +120,20 @@ gguf_status gguf_writer_set_alignment(gguf_writer *w, uint32_t alignment) {
 }
 
 /* Integer conversions through unsigned types keep two's complement bits without UB. */
-gguf_status gguf_writer_add_u8(gguf_writer *w, const char *key, uint8_t v) {
-    return add_scalar(w, key, GGUF_VALUE_UINT8, v);
-}
-gguf_status gguf_writer_add_i8(gguf_writer *w, const char *key, int8_t v) {
-    return add_scalar(w, key, GGUF_VALUE_INT8, (uint8_t)v);
-}
-gguf_status gguf_writer_add_u16(gguf_writer *w, const char *key, uint16_t v) {
-    return add_scalar(w, key, GGUF_VALUE_UINT16, v);
-}
-gguf_status gguf_writer_add_i16(gguf_writer *w, const char *key, int16_t v) {
-    return add_scalar(w, key, GGUF_VALUE_INT16, (uint16_t)v);
-}
-gguf_status gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t v) {
-    return add_scalar(w, key, GGUF_VALUE_UINT32, v);
-}
-gguf_status gguf_writer_add_i32(gguf_writer *w, const char *key, int32_t v) {
-    return add_scalar(w, key, GGUF_VALUE_INT32, (uint32_t)v);
-}
-gguf_status gguf_writer_add_u64(gguf_writer *w, const char *key, uint64_t v) {
-    return add_scalar(w, key, GGUF_VALUE_UINT64, v);
-}
-gguf_status gguf_writer_add_i64(gguf_writer *w, const char *key, int64_t v) {
-    return add_scalar(w, key, GGUF_VALUE_INT64, (uint64_t)v);
-}
+#define DEFINE_ADD_INT(fn, ctype, utype, vtype)                                              \
+    gguf_status fn(gguf_writer *w, const char *key, ctype v) {                               \
+        return add_scalar(w, key, vtype, (utype)v);                                          \
+    }
+DEFINE_ADD_INT(gguf_writer_add_u8, uint8_t, uint8_t, GGUF_VALUE_UINT8)
+DEFINE_ADD_INT(gguf_writer_add_i8, int8_t, uint8_t, GGUF_VALUE_INT8)
+DEFINE_ADD_INT(gguf_writer_add_u16, uint16_t, uint16_t, GGUF_VALUE_UINT16)
+DEFINE_ADD_INT(gguf_writer_add_i16, int16_t, uint16_t, GGUF_VALUE_INT16)
+DEFINE_ADD_INT(gguf_writer_add_u32, uint32_t, uint32_t, GGUF_VALUE_UINT32)
+DEFINE_ADD_INT(gguf_writer_add_i32, int32_t, uint32_t, GGUF_VALUE_INT32)
+DEFINE_ADD_INT(gguf_writer_add_u64, uint64_t, uint64_t, GGUF_VALUE_UINT64)
+DEFINE_ADD_INT(gguf_writer_add_i64, int64_t, uint64_t, GGUF_VALUE_INT64)
+DEFINE_ADD_INT(gguf_writer_add_bool, uint8_t, uint8_t, GGUF_VALUE_BOOL)
+
 gguf_status gguf_writer_add_f32(gguf_writer *w, const char *key, float v) {
     uint32_t bits;
     memcpy(&bits, &v, sizeof bits);
@@ -153,9 +143,6 @@ gguf_status gguf_writer_add_f64(gguf_writer *w, const char *key, double v) {
     uint64_t bits;
     memcpy(&bits, &v, sizeof bits);
     return add_scalar(w, key, GGUF_VALUE_FLOAT64, bits);
-}
-gguf_status gguf_writer_add_bool(gguf_writer *w, const char *key, uint8_t v) {
-    return add_scalar(w, key, GGUF_VALUE_BOOL, v);
 }
 
 gguf_status gguf_writer_add_str(gguf_writer *w, const char *key, const char *s, size_t len) {

@@ -27,27 +27,34 @@ static void touch(const void *p, size_t n) {
     sink += ((const uint8_t *)p)[n - 1];
 }
 
+/* Sums what the integer, float and bool getters accept: get is gguf_get (arguments f, key)
+ * or gguf_array_get (arguments a, i). */
+#define SUM_GETTERS(get, ...)                                                                 \
+    do {                                                                                      \
+        uint32_t u32;                                                                         \
+        int32_t i32;                                                                          \
+        uint64_t u64;                                                                         \
+        int64_t i64;                                                                          \
+        float f32;                                                                            \
+        double f64;                                                                           \
+        int b;                                                                                \
+        if (get##_u32(__VA_ARGS__, &u32) == GGUF_OK) sink += u32;                             \
+        if (get##_i32(__VA_ARGS__, &i32) == GGUF_OK) sink += (uint32_t)i32;                   \
+        if (get##_u64(__VA_ARGS__, &u64) == GGUF_OK) sink += u64;                             \
+        if (get##_i64(__VA_ARGS__, &i64) == GGUF_OK) sink += (uint64_t)i64;                   \
+        if (get##_f32(__VA_ARGS__, &f32) == GGUF_OK) sink += f32 == f32;                      \
+        if (get##_f64(__VA_ARGS__, &f64) == GGUF_OK) sink += f64 == f64;                      \
+        if (get##_bool(__VA_ARGS__, &b) == GGUF_OK) sink += (uint64_t)b;                      \
+    } while (0)
+
 static void walk_array(const gguf_array *a) {
-    uint32_t u32;
-    int32_t i32;
-    uint64_t u64;
-    int64_t i64;
-    float f32;
-    double f64;
-    int b;
     const char *s;
     size_t len;
     for (uint64_t i = 0; i <= a->count; i++) { /* one past the end must fail cleanly */
         gguf_status st = gguf_array_get_str(a, i, &s, &len);
         if (st == GGUF_OK) touch(s, len);
         if (i == a->count && st == GGUF_OK) __builtin_trap();
-        if (gguf_array_get_u32(a, i, &u32) == GGUF_OK) sink += u32;
-        if (gguf_array_get_i32(a, i, &i32) == GGUF_OK) sink += (uint32_t)i32;
-        if (gguf_array_get_u64(a, i, &u64) == GGUF_OK) sink += u64;
-        if (gguf_array_get_i64(a, i, &i64) == GGUF_OK) sink += (uint64_t)i64;
-        if (gguf_array_get_f32(a, i, &f32) == GGUF_OK) sink += f32 == f32;
-        if (gguf_array_get_f64(a, i, &f64) == GGUF_OK) sink += f64 == f64;
-        if (gguf_array_get_bool(a, i, &b) == GGUF_OK) sink += (uint64_t)b;
+        SUM_GETTERS(gguf_array_get, a, i);
     }
 }
 
@@ -66,26 +73,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     for (int64_t i = 0; i < gguf_n_kv(f); i++) {
         const char *key = gguf_kv_key(f, i);
-        uint32_t u32;
-        int32_t i32;
-        uint64_t u64;
-        int64_t i64;
-        float f32;
-        double f64;
-        int b;
         const char *s;
         size_t len;
         gguf_array a;
         if (!key || gguf_find_key(f, key) != i) __builtin_trap();
         sink += strlen(key) + (uint64_t)gguf_kv_type(f, i);
         sink += strlen(gguf_value_type_name(gguf_kv_type(f, i)));
-        if (gguf_get_u32(f, key, &u32) == GGUF_OK) sink += u32;
-        if (gguf_get_i32(f, key, &i32) == GGUF_OK) sink += (uint32_t)i32;
-        if (gguf_get_u64(f, key, &u64) == GGUF_OK) sink += u64;
-        if (gguf_get_i64(f, key, &i64) == GGUF_OK) sink += (uint64_t)i64;
-        if (gguf_get_f32(f, key, &f32) == GGUF_OK) sink += f32 == f32;
-        if (gguf_get_f64(f, key, &f64) == GGUF_OK) sink += f64 == f64;
-        if (gguf_get_bool(f, key, &b) == GGUF_OK) sink += (uint64_t)b;
+        SUM_GETTERS(gguf_get, f, key);
         if (gguf_get_str(f, key, &s, &len) == GGUF_OK) touch(s, len);
         if (gguf_get_arr(f, key, &a) == GGUF_OK) walk_array(&a);
     }

@@ -56,21 +56,13 @@ static size_t find(const blob *b, const void *needle, size_t n) {
     return 0;
 }
 
-/* Offset of the byte right after tensor `name`'s name in its descriptor, i.e. its n_dims. */
-static size_t tensor_desc(const blob *b, const char *name) {
+/* Offset of the byte right after the first length-prefixed occurrence of `name` (a key or
+ * a tensor name): a key's value type field, a tensor descriptor's n_dims. */
+static size_t after_name(const blob *b, const char *name) {
     uint8_t pat[8 + 64];
     size_t len = strlen(name);
     wr_le(pat, len, 8);
     memcpy(pat + 8, name, len);
-    return find(b, pat, 8 + len) + 8 + len;
-}
-
-/* Offset of the value type field of key `key`. */
-static size_t kv_type_at(const blob *b, const char *key) {
-    uint8_t pat[8 + 64];
-    size_t len = strlen(key);
-    wr_le(pat, len, 8);
-    memcpy(pat + 8, key, len);
     return find(b, pat, 8 + len) + 8 + len;
 }
 
@@ -718,7 +710,7 @@ static void test_bad_keys(void) {
 
     /* key length beyond the end of the file */
     bl = finish(small_model());
-    at = kv_type_at(&bl, "tiny.block_count") - strlen("tiny.block_count") - 8;
+    at = after_name(&bl, "tiny.block_count") - strlen("tiny.block_count") - 8;
     wr_le(bl.p + at, (uint64_t)1 << 62, 8);
     expect_blob(bl, GGUF_ERR_BAD_STRING_LENGTH, "key 1");
 }
@@ -736,7 +728,7 @@ static void test_bad_value_types(void) {
 
     /* scalar type 13 */
     bl = finish(small_model());
-    wr_le(bl.p + kv_type_at(&bl, "tiny.block_count"), 13, 4);
+    wr_le(bl.p + after_name(&bl, "tiny.block_count"), 13, 4);
     expect_blob(bl, GGUF_ERR_BAD_VALUE_TYPE, "tiny.block_count");
 
     /* array element type 99 */
@@ -757,7 +749,7 @@ static void test_bad_value_types(void) {
 
 static void test_bad_string_lengths(void) {
     blob bl = finish(small_model());
-    size_t at = kv_type_at(&bl, "general.architecture") + 4;
+    size_t at = after_name(&bl, "general.architecture") + 4;
     wr_le(bl.p + at, (uint64_t)1 << 62, 8);
     expect_blob(bl, GGUF_ERR_BAD_STRING_LENGTH, "general.architecture");
 
@@ -776,14 +768,14 @@ static void test_bad_array_lengths(void) {
 
     gguf_writer_add_arr(w, "vals", GGUF_VALUE_UINT32, v, 2);
     bl = finish(w);
-    at = kv_type_at(&bl, "vals") + 4 + 4;
+    at = after_name(&bl, "vals") + 4 + 4;
     wr_le(bl.p + at, (uint64_t)1 << 62, 8); /* count * 4 overflows 64 bits */
     expect_open(bl.p, bl.n, GGUF_ERR_BAD_ARRAY_LENGTH, "vals");
     wr_le(bl.p + at, bl.n, 8); /* fits in 64 bits, not in the file */
     expect_blob(bl, GGUF_ERR_BAD_ARRAY_LENGTH, "vals");
 
     bl = finish(small_model());
-    at = kv_type_at(&bl, "tokenizer.ggml.tokens") + 4 + 4;
+    at = after_name(&bl, "tokenizer.ggml.tokens") + 4 + 4;
     wr_le(bl.p + at, UINT64_MAX / 2, 8);
     expect_blob(bl, GGUF_ERR_BAD_ARRAY_LENGTH, "strings");
 }
@@ -835,11 +827,11 @@ static void test_bad_tensor_names(void) {
     expect_blob(finish(w), GGUF_ERR_BAD_TENSOR_NAME, "limit");
 
     bl = finish(small_model());
-    bl.p[tensor_desc(&bl, "c.weight") - 3] = '\0'; /* "c.wei\0ht" */
+    bl.p[after_name(&bl, "c.weight") - 3] = '\0'; /* "c.wei\0ht" */
     expect_blob(bl, GGUF_ERR_BAD_TENSOR_NAME, "NUL");
 
     bl = finish(small_model());
-    wr_le(bl.p + tensor_desc(&bl, "c.weight") - 8 - 8, UINT64_MAX, 8);
+    wr_le(bl.p + after_name(&bl, "c.weight") - 8 - 8, UINT64_MAX, 8);
     expect_blob(bl, GGUF_ERR_BAD_STRING_LENGTH, "tensor name 1");
 }
 
@@ -861,7 +853,7 @@ static void test_bad_n_dims(void) {
     /* n_dims huge: must not try to read 4e9 dims */
     {
         blob bl = finish(small_model());
-        wr_le(bl.p + tensor_desc(&bl, "a.weight"), 0xffffffffu, 4);
+        wr_le(bl.p + after_name(&bl, "a.weight"), 0xffffffffu, 4);
         expect_blob(bl, GGUF_ERR_BAD_N_DIMS, NULL);
     }
 }
@@ -918,7 +910,7 @@ static size_t offset_field(const blob *b, size_t at) {
 
 static void test_misaligned_offset(void) {
     blob bl = finish(small_model());
-    wr_le(bl.p + offset_field(&bl, tensor_desc(&bl, "c.weight")), 64 + 4, 8);
+    wr_le(bl.p + offset_field(&bl, after_name(&bl, "c.weight")), 64 + 4, 8);
     expect_blob(bl, GGUF_ERR_MISALIGNED_OFFSET, "c.weight");
 }
 
@@ -926,7 +918,7 @@ static void test_tensor_out_of_bounds(void) {
     uint64_t d[1] = {1024};
     gguf_writer *w;
     blob bl = finish(small_model());
-    size_t at = offset_field(&bl, tensor_desc(&bl, "c.weight"));
+    size_t at = offset_field(&bl, after_name(&bl, "c.weight"));
 
     wr_le(bl.p + at, 1024, 8);
     expect_open(bl.p, bl.n, GGUF_ERR_TENSOR_OUT_OF_BOUNDS, "c.weight");
@@ -943,7 +935,7 @@ static void test_tensor_out_of_bounds(void) {
 
 static void test_tensor_overlap(void) {
     blob bl = finish(small_model());
-    wr_le(bl.p + offset_field(&bl, tensor_desc(&bl, "c.weight")), 32, 8); /* a is [0, 64) */
+    wr_le(bl.p + offset_field(&bl, after_name(&bl, "c.weight")), 32, 8); /* a is [0, 64) */
     expect_blob(bl, GGUF_ERR_TENSOR_OVERLAP, "overlap");
 }
 
