@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_kernels.h"
 #include "kernels.h"
 #include "kvcache_internal.h"
 #include "test_util.h"
@@ -162,7 +163,7 @@ static void test_decode_no_lanes(void) {
                 CHECK(append_random(c, H, d, d, 5, 1)); /* history compressed */
                 const tq_kv_layer *l = &c->layers[0];
                 CHECK_MSG(l->n_comp > 0 && tq_attn_fused_turbo(&l->k) && tq_attn_fused_turbo(&l->v) &&
-                              (tq_kv_lanes(&l->k) == 0 || tq_kv_lanes(&l->v) == 0),
+                              (tq_record_lanes(&l->k) == 0 || tq_record_lanes(&l->v) == 0),
                           "%s d %d: not a case without a lane layout", cases[ci].scheme, d);
                 tq_attn_params p;
                 tq_attn_params_init(&p, d);
@@ -595,7 +596,7 @@ static void test_attn_kernels(void) {
  * order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4). */
 static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q) {
     float row[1024];
-    if (!tq_kv_decode_rows(x, r, 1, row, 1024)) return 0.0;
+    if (!tq_record_decode_rows(tq_kernel_set_get(), x, r, 1, row, 1024)) return 0.0;
     double cmax = 0, qmax = 0, qsum = 0, csum = 0;
     for (int s = 0; s < x->n_seg; s++)
         for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
@@ -642,7 +643,7 @@ static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, 
     for (int i = 0; i < x->dim; i++) bound[i] = 0;
     float row[1024];
     for (int t = 0; t < nfull; t++) {
-        if (!tq_kv_decode_rows(x, rec + (size_t)t * x->rec_bytes, 1, row, 1024)) continue;
+        if (!tq_record_decode_rows(tq_kernel_set_get(), x, rec + (size_t)t * x->rec_bytes, 1, row, 1024)) continue;
         double sc = w[t] > 0 ? w[t] / p[t] : 0.0;
         for (int i = 0; i < x->dim; i++) {
             double c = sc > 0 ? fabs(row[i]) / sc : cmax;
@@ -703,7 +704,7 @@ static void test_fused_kernels(void) {
                      * basis, V accumulation), where the table has them (no SIMD table does);
                      * 1: f16 rows; 2: TURBO records through the lane-layout kernels, where the
                      * table has them and the tensors have a lane layout */
-                    int kl = tq_kv_lanes(kx), vl = tq_kv_lanes(vx);
+                    int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
                     if (pass == 2 && (!t->score_turbo_lanes || !t->accum_turbo_lanes || !kl || !vl))
                         continue;
                     if ((pass == 0 && (!t->score_turbo || !t->accum_turbo)) ||
@@ -724,7 +725,7 @@ static void test_fused_kernels(void) {
                         float *al = calloc((size_t)nq * (size_t)vl, sizeof(float));
                         CHECK(ql && al);
                         if (!ql || !al) continue;
-                        for (int j = 0; j < nq; j++) tq_kv_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
+                        for (int j = 0; j < nq; j++) tq_record_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
                         ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
                         ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK);
                         CHECK(ok1 == 0 && ok2 == 0);
@@ -758,7 +759,7 @@ static void test_fused_kernels(void) {
                         ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
                         ok2 = t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, al, (size_t)vl);
                         CHECK(ok1 == 0 && ok2 == 0);
-                        for (int j = 0; j < nq; j++) tq_kv_from_lanes(vx, al + (size_t)j * vl, A2 + j * d);
+                        for (int j = 0; j < nq; j++) tq_record_from_lanes(vx, al + (size_t)j * vl, A2 + j * d);
                         free(ql);
                         free(al);
                     } else {
@@ -827,7 +828,7 @@ static void test_int8_scores(void) {
         SKIP_TEST("kernel set in use is %s, not avx512 (TQ_KERNELS=%s)", tq_kernels_name(),
                   getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
     CHECK(strcmp(tq_attn_kernels_name(), "avx512") == 0); /* main() turned them off */
-    tq_attn_set_int8_scores(1);
+    tq_set_int8_scores(1);
     CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
     CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0);
     tq_threadpool *pool;
@@ -867,7 +868,7 @@ static void test_int8_scores(void) {
                 tq_kv_cache_free(c);
             }
     tq_threadpool_free(pool);
-    tq_attn_set_int8_scores(0);
+    tq_set_int8_scores(0);
     printf("     integer kernels: worst |fast - ref| = %.3g (float kernels: below %g), "
            "threads vs one %.2g\n", worst, TOL, worst_t);
 }
@@ -971,7 +972,7 @@ static void test_decode_chunks(void) {
 int main(int argc, char **argv) {
     /* The fast path against the reference within fp32 rounding: float kernels, except in
      * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
-    tq_attn_set_int8_scores(0);
+    tq_set_int8_scores(0);
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
         RUN_TEST(test_threadpool_run);
         RUN_TEST(test_threads);
