@@ -811,6 +811,37 @@ static void test_fused_kernels(void) {
                int8_worst, int8_worst_v);
 }
 
+/* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
+ * moves the one kernel selection (tq_kernel_set_get), applies under the AVX-512 set only, and
+ * survives tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
+static void test_int8_switch(void) {
+    const char *name = tq_kernels_name();
+    tq_kernels_kind kind = strcmp(name, "avx512") == 0 ? TQ_KERNELS_AVX512
+                           : strcmp(name, "avx2") == 0 ? TQ_KERNELS_AVX2
+                                                       : TQ_KERNELS_REF;
+    int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
+    const tq_kernel_set *ks = tq_kernel_set_get();
+    CHECK(ks->codec == tq_kernels() && ks->attn == tq_attn_kernels_get());
+    tq_set_int8_scores(0);
+    CHECK(tq_int8_scores() == 0);
+    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") != 0);
+    tq_set_int8_scores(1);
+    CHECK(tq_int8_scores() == (vnni && kind == TQ_KERNELS_AVX512));
+    CHECK((strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0) == tq_int8_scores());
+    CHECK(tq_kernel_set_get()->codec == tq_kernels() && tq_kernel_set_get()->attn == tq_attn_kernels_get());
+    if (vnni && tq_kernels_supported(TQ_KERNELS_AVX2)) {
+        CHECK(tq_set_kernels(TQ_KERNELS_AVX2) == TQ_OK);
+        CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "avx2") == 0);
+        CHECK(tq_set_kernels(TQ_KERNELS_AVX512) == TQ_OK);
+        CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+        CHECK(tq_set_kernels(TQ_KERNELS_REF) == TQ_OK);
+        CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "ref") == 0);
+    }
+    CHECK(tq_set_kernels(kind) == TQ_OK);
+    tq_set_int8_scores(0);
+    CHECK(strcmp(tq_kernels_name(), name) == 0 && tq_int8_scores() == 0);
+}
+
 /* Decode with the integer key scores (attn_vnni.c) where the CPU has them: every TURBO
  * scheme of the grid against the reference path. The kernel is held to its error bound in
  * test_fused_kernels; here the whole decode must stay close (the softmax is peaky: scores
@@ -981,6 +1012,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_attn_kernels);
     RUN_TEST(test_fused_kernels);
     RUN_TEST(test_int8_scores);
+    RUN_TEST(test_int8_switch);
     RUN_TEST(test_workspace_monotone);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);
