@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "attn_kernels.h"
+#include "codec_record.h"
 #include "kernels.h"
 #include "kvcache_internal.h"
 #include "test_util.h"
@@ -811,6 +812,63 @@ static void test_fused_kernels(void) {
                int8_worst, int8_worst_v);
 }
 
+/* One validity rule for stored norms (tq_record_norm_ok: 0 ≤ n ≤ 2^66) and γ (0 ≤ γ ≤ 8),
+ * the same in the codec, records → rows, the reference kernels and every SIMD table: f32
+ * norms of 2^65 decode, 2^67 (finite, but no encoder writes it) and −0.5 are corrupt; a PROD
+ * record with γ = 9 is corrupt for the codec and for records → rows alike. */
+static void test_norm_rule(void) {
+    enum { D = 128, N = 4 };
+    tq_codec_config cc;
+    tq_codec_config_init(&cc, D, 3.0f, TQ_VARIANT_MSE);
+    cc.norm_format = TQ_NORM_F32;
+    tq_codec *codec = NULL;
+    CHECK(tq_codec_create(&codec, &cc) == TQ_OK);
+    if (!codec) return;
+    tq_record x;
+    CHECK(tq_codec_describe(codec, 0, &x) == TQ_OK && x.norm_f32 && x.codec == codec);
+    CHECK(x.rec_bytes == tq_codec_bytes_per_vector(codec) && tq_record_lanes(&x) == D);
+    float v[N * D], out[N * D], rows[N * D], q[D], ql[D], S[N];
+    uint8_t rec[N * 64];
+    CHECK(x.rec_bytes * N <= sizeof rec);
+    fill(v, N * D, 0.0f);
+    fill(q, D, 0.0f);
+    CHECK(tq_codec_encode(codec, v, N, rec, sizeof rec) == TQ_OK);
+    const float bad[3] = {0x1p65f, 0x1p67f, -0.5f}; /* records 1, 2, 3; record 0 untouched */
+    for (int i = 0; i < 3; i++) memcpy(rec + (size_t)(i + 1) * x.rec_bytes + x.norm_off, &bad[i], 4);
+    CHECK(tq_codec_decode(codec, rec, 2, out, N * D) == TQ_OK);
+    CHECK(tq_codec_decode(codec, rec + 2 * x.rec_bytes, 1, out, N * D) == TQ_ERR_CORRUPT);
+    CHECK(tq_codec_decode(codec, rec + 3 * x.rec_bytes, 1, out, N * D) == TQ_ERR_CORRUPT);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, 2, rows, D) == 1);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, N, rows, D) == 0);
+    CHECK(rows[D] != 0.0f && rows[2 * D] == 0.0f && rows[3 * D] == 0.0f);
+    CHECK(tq_attn_kernels_ref()->score_turbo(&x, rec, 2, q, D, 1, S, N) == 1);
+    CHECK(tq_attn_kernels_ref()->score_turbo(&x, rec, N, q, D, 1, S, N) == 0 && S[2] == 0.0f);
+    tq_record_to_lanes(&x, q, ql);
+    const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni()};
+    const int usable[3] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512),
+                           tq_kernels_supported(TQ_KERNELS_AVX512)};
+    for (int t = 0; t < 3; t++) {
+        if (!tabs[t] || !usable[t] || !tabs[t]->score_turbo_lanes) continue;
+        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, 2, ql, D, 1, S, N) == 1, "%s", tabs[t]->name);
+        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, N, ql, D, 1, S, N) == 0 && S[2] == 0.0f &&
+                      S[3] == 0.0f, "%s", tabs[t]->name);
+    }
+    tq_codec_free(codec);
+    /* PROD: γ = 9 (fp16 0x4880) */
+    tq_codec_config_init(&cc, D, 3.0f, TQ_VARIANT_PROD);
+    CHECK(tq_codec_create(&codec, &cc) == TQ_OK);
+    if (!codec) return;
+    CHECK(tq_codec_describe(codec, 1, &x) == TQ_OK && x.prod && x.row_floats == 2 * D);
+    float prow[2 * D];
+    CHECK(tq_codec_encode(codec, v, 1, rec, sizeof rec) == TQ_OK);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, 1, prow, 2 * D) == 1);
+    rec[x.gamma_off] = 0x80, rec[x.gamma_off + 1] = 0x48;
+    CHECK(tq_codec_decode(codec, rec, 1, out, D) == TQ_ERR_CORRUPT);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, 1, prow, 2 * D) == 0 && prow[0] == 0.0f);
+    tq_codec_free(codec);
+}
+
 /* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
  * moves the one kernel selection (tq_kernel_set_get), applies under the AVX-512 set only, and
  * survives tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
@@ -1013,6 +1071,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_fused_kernels);
     RUN_TEST(test_int8_scores);
     RUN_TEST(test_int8_switch);
+    RUN_TEST(test_norm_rule);
     RUN_TEST(test_workspace_monotone);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);

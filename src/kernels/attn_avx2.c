@@ -1,5 +1,5 @@
 /*
- * AVX2 + FMA attention kernels (kvcache_internal.h); ground truth in attn_ref.c. Compiled with
+ * AVX2 + FMA attention kernels (attn_kernels.h); ground truth in attn_ref.c. Compiled with
  * -mavx2 -mfma -mf16c.
  */
 #include "attn_kernels.h"
@@ -196,7 +196,7 @@ static void avx2_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     }
 }
 
-/* ---- lane layout (kvcache_internal.h): 8 codes per 32-bit lane, 8 lanes per vector ---- */
+/* ---- lane layout (record.h, tq_record_lanes): 8 codes per 32-bit lane, 8 lanes per vector ---- */
 
 /* One segment's state: the 2^B centroids repeated over 16 entries, as two 8-entry tables. */
 typedef struct lane2_seg {

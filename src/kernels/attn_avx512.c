@@ -1,5 +1,5 @@
 /*
- * AVX-512 attention kernels (kvcache_internal.h); ground truth in attn_ref.c. Compiled with
+ * AVX-512 attention kernels (attn_kernels.h); ground truth in attn_ref.c. Compiled with
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c.
  */
 #include "attn_kernels.h"
@@ -250,7 +250,7 @@ static void avx512_unpack_small(const uint8_t *in, int n, int bits, const float 
     }
 }
 
-/* ---- fused paths: records decoded in registers (kvcache_internal.h) ---- */
+/* ---- fused paths: records decoded in registers (attn_kernels.h) ---- */
 
 /* fp16 rows here, TURBO records in the lane layout below. This table has no score_turbo /
  * accum_turbo: a TURBO tensor without a lane layout (a segment count not a multiple of 8)
@@ -387,7 +387,7 @@ static void avx512_accum_f16(const uint16_t *rows, size_t rs, int nk, int dim, c
     }
 }
 
-/* ---- lane layout (kvcache_internal.h): 8 codes per 32-bit lane ---- */
+/* ---- lane layout (record.h, tq_record_lanes): 8 codes per 32-bit lane ---- */
 
 /* One segment's state: perm/shift move bytes [Bl, Bl + 4) of a block into lane l (a word
  * permute and a shift by 0 or 8; B = 4 needs neither), cv the repeated centroids. */

@@ -1,6 +1,6 @@
 /*
  * Decode attention in integers — key scores and value sums — with AVX-512 VNNI + VBMI on the
- * lane layout (kvcache_internal.h); the value side is described above vnni_accum_turbo_lanes.
+ * lane layout (record.h, tq_record_lanes); the value side is described above vnni_accum_turbo_lanes.
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mfma -mf16c.
  *
  * The float lane kernel (attn_avx512.c) spends, per 16 key coordinates and token, one vpermps
