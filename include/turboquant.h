@@ -660,6 +660,15 @@ TQ_API tq_status tq_kv_attention_ref(const tq_kv_cache *cache, int layer, const 
                                      int n_q_heads, size_t n_queries,
                                      const tq_attn_params *params, float *out);
 
+/* ---- codec: the integer attention kernels through the API ---- */
+
+/* Lets attention use the integer decode kernels ("avx512-vnni": with the AVX-512 set, on CPUs
+ * with AVX-512 VBMI and VNNI) when on != 0 (the default unless TQ_INT8_SCORES=0), the float
+ * kernels when 0; kept across tq_set_kernels. Select before starting work, as tq_set_kernels. */
+TQ_API void tq_set_int8_scores(int on);
+/* 1 if attention uses the integer kernels now, else 0. */
+TQ_API int tq_int8_scores(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attn_kernels.h"
 #include "kvcache_internal.h"
 
 #define KB 64 /* keys per tile */
@@ -68,7 +69,7 @@ static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int
 typedef struct plan {
     int H, G, nqh, dk, dv;
     int kw, vw;   /* compressed-part row floats of K and V */
-    int kl, vl;   /* lane-layout row floats of K and V (tq_kv_lanes), 0: none */
+    int kl, vl;   /* lane-layout row floats of K and V (tq_record_lanes), 0: none */
     int va;       /* floats of the compressed part's accumulator: max(vw, vl) */
     int kt, vt;   /* tile row stride: max(kw, dk), max(vw, dv) rounded up to 16 */
     size_t qb;    /* query positions per task */
@@ -93,8 +94,8 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
     pl->dv = c->cfg.head_dim_v;
     pl->kw = l->k.row_floats;
     pl->vw = l->v.row_floats;
-    pl->kl = tq_kv_lanes(&l->k);
-    pl->vl = tq_kv_lanes(&l->v);
+    pl->kl = tq_record_lanes(&l->k);
+    pl->vl = tq_record_lanes(&l->v);
     pl->va = pl->vl > pl->vw ? pl->vl : pl->vw;
     pl->kt = (int)round16((size_t)(pl->kw > pl->dk ? pl->kw : pl->dk));
     pl->vt = (int)round16((size_t)(pl->vw > pl->dv ? pl->vw : pl->dv));
@@ -147,27 +148,6 @@ size_t tq_kv_attention_workspace_size(const tq_kv_cache *c, int layer, int n_q_h
     return best * sizeof(float) + 64;
 }
 
-/* ---- the lane layout (kvcache_internal.h) ---- */
-
-void tq_kv_to_lanes(const tq_kv_tensor *x, const float *in, float *out) {
-    for (int s = 0; s < x->n_seg; s++) {
-        int n = x->seg[s].count, nb = (n + 127) / 128;
-        const float *src = in + x->seg[s].start;
-        memset(out, 0, sizeof(float) * 128 * (size_t)nb);
-        for (int c = 0; c < n; c++) out[c / 128 * 128 + 16 * (c % 8) + c % 128 / 8] = src[c];
-        out += 128 * (size_t)nb;
-    }
-}
-
-void tq_kv_from_lanes(const tq_kv_tensor *x, const float *in, float *out) {
-    for (int s = 0; s < x->n_seg; s++) {
-        int n = x->seg[s].count, nb = (n + 127) / 128;
-        float *dst = out + x->seg[s].start;
-        for (int c = 0; c < n; c++) dst[c] = in[c / 128 * 128 + 16 * (c % 8) + c % 128 / 8];
-        in += 128 * (size_t)nb;
-    }
-}
-
 /* ---- the fast path ---- */
 
 enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
@@ -179,7 +159,7 @@ enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
 static int fused_kind(const tq_attn_kernels *ak, const tq_kv_tensor *x, int is_key) {
     if (!x || x->format == TQ_KV_F16)
         return (is_key ? ak->score_f16 != NULL : ak->accum_f16 != NULL) ? FUSED_F16 : FUSED_NONE;
-    int lanes = tq_kv_lanes(x) > 0;
+    int lanes = tq_record_lanes(x) > 0;
     if (tq_attn_fused_turbo(x) &&
         (is_key ? ak->score_turbo != NULL || (lanes && ak->score_turbo_lanes != NULL)
                 : ak->accum_turbo != NULL || (lanes && ak->accum_turbo_lanes != NULL)))
@@ -190,7 +170,8 @@ static int fused_kind(const tq_attn_kernels *ak, const tq_kv_tensor *x, int is_k
 typedef struct attn_ctx {
     const tq_kv_cache *c;
     const tq_kv_layer *l;
-    const tq_attn_kernels *ak;
+    const tq_kernel_set *ks; /* the kernels of this call */
+    const tq_attn_kernels *ak; /* ks->attn */
     plan pl;
     tq_attn_params p;
     size_t n_q, len, q0; /* query i sits at position q0 + i */
@@ -284,10 +265,10 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         int fk = comp ? fk_c : fk_r, fv = comp ? fv_c : fv_r;
         if (fk) {
         } else if (comp) {
-            if (!tq_kv_decode_rows(&l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
+            if (!tq_record_decode_rows(x->ks, &l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
                 atomic_store(&x->corrupt, 1);
         } else {
-            tq_kv_f16_rows(tq_kv_kraw(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
+            tq_record_f16_rows(x->ks, tq_kv_kraw(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
         }
         /* Scores and online-softmax updates of every row. */
         for (size_t i = i0; i < i1; i++) {
@@ -344,10 +325,10 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         }
         if (fv) {
         } else if (comp) {
-            if (!tq_kv_decode_rows(&l->v, tq_kv_vrec(c, l, b0, h), nb, vtile, (size_t)pl->vt))
+            if (!tq_record_decode_rows(x->ks, &l->v, tq_kv_vrec(c, l, b0, h), nb, vtile, (size_t)pl->vt))
                 atomic_store(&x->corrupt, 1);
         } else {
-            tq_kv_f16_rows(tq_kv_vraw(c, l, b0, h), nb, pl->dv, vtile, (size_t)pl->vt);
+            tq_record_f16_rows(x->ks, tq_kv_vraw(c, l, b0, h), nb, pl->dv, vtile, (size_t)pl->vt);
         }
         for (size_t i = i0; i < i1; i++) {
             size_t lo, hi;
@@ -424,7 +405,7 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
             for (int j = 0; j < W; j++) p0[2 + j] += f * ps[2 + j];
         }
         if (lanes) {
-            tq_kv_from_lanes(&l->v, p0 + 2, nat);
+            tq_record_from_lanes(&l->v, p0 + 2, nat);
             tq_codec_accum_finish(l->v.codec, nat, vout);
         } else if (l->v.format == TQ_KV_TURBO)
             tq_codec_accum_finish(l->v.codec, p0 + 2, vout);
@@ -453,7 +434,8 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
     float *w = (float *)(((uintptr_t)work + 63) & ~(uintptr_t)63);
     x.c = c;
     x.l = l;
-    x.ak = tq_attn_kernels_get();
+    x.ks = tq_kernel_set_get();
+    x.ak = x.ks->attn;
     x.p = *params;
     x.n_q = n_queries;
     x.len = l->len;
@@ -488,7 +470,7 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
             }
             st = tq_codec_prepare_query(l->k.codec, l->key_scale ? qs : qr, pr, (size_t)pl->kw);
             if (st) return st;
-            if (x.lanes_k) tq_kv_to_lanes(&l->k, pr, x.qlane + r * (size_t)pl->kl);
+            if (x.lanes_k) tq_record_to_lanes(&l->k, pr, x.qlane + r * (size_t)pl->kl);
         } else {
             for (int j = 0; j < pl->dk; j++) {
                 if (!isfinite(qr[j])) return TQ_ERR_NONFINITE;

@@ -537,17 +537,9 @@ static int record_ok(const tq_kv_tensor *x, const uint8_t *r) {
             if (!f16_finite(tq_load_u16(r + off))) return 0;
         return 1;
     }
-    case TQ_KV_TURBO: {
-        float n = x->norm_f32 ? tq_load_f32(r + x->norm_off)
-                              : tq_f16_to_f32(tq_load_u16(r + x->norm_off));
-        if (!(isfinite(n) && n >= 0.0f)) return 0;
-        if (x->prod) {
-            float g = x->norm_f32 ? tq_load_f32(r + x->gamma_off)
-                                  : tq_f16_to_f32(tq_load_u16(r + x->gamma_off));
-            if (!(isfinite(g) && g >= 0.0f && g <= 8.0f)) return 0;
-        }
-        return 1;
-    }
+    case TQ_KV_TURBO: /* the codec's one rule (kernels/record.h) */
+        return tq_record_norm_ok(tq_record_load_norm(x, r + x->norm_off)) &&
+               (!x->prod || tq_record_gamma_ok(tq_record_load_norm(x, r + x->gamma_off)));
     }
     return 0;
 }

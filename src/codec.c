@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "codec_record.h"
 #include "internal.h"
 #include "kernels/kernels.h"
 
@@ -309,6 +310,39 @@ tq_codec_config tq_codec_get_config(const tq_codec *c) {
 
 size_t tq_codec_bytes_per_vector(const tq_codec *c) { return c ? c->record_bytes : 0; }
 
+tq_status tq_codec_describe(tq_codec *c, int is_key, tq_record *x) {
+    if (!c || !x) return TQ_ERR_NULL;
+    memset(x, 0, sizeof *x);
+    if (c->n_units != 1) return TQ_ERR_VARIANT;
+    const unit *u = &c->u[0];
+    x->format = TQ_KV_TURBO;
+    x->dim = c->dim;
+    x->rec_bytes = c->record_bytes;
+    x->row_floats = (int)tq_codec_query_floats(c);
+    x->codec = c;
+    x->block = c->cfg.split == TQ_SPLIT_BLOCK ? u->block : 0;
+    for (int si = 0; si < u->n_seg; si++) {
+        const segment *s = &u->seg[si];
+        if (!s->cb) continue; /* PROD's 0-bit MSE part */
+        x->seg[x->n_seg].start = s->start;
+        x->seg[x->n_seg].count = s->count;
+        x->seg[x->n_seg].bits = s->bits;
+        x->seg[x->n_seg].off = s->byte_off;
+        x->seg[x->n_seg].centroids = s->cb->centroids;
+        x->n_seg++;
+    }
+    x->norm_off = u->norm_off;
+    x->norm_f32 = c->cfg.norm_format == TQ_NORM_F32;
+    x->prod = c->cfg.variant == TQ_VARIANT_PROD;
+    x->sign_off = x->prod ? c->sign_off : 0;
+    x->gamma_off = x->prod ? c->gamma_off : 0;
+    /* Keys score against the prepared query (R q / √d), so rows carry n·C[idx] (codebooks are
+     * ×√d); values accumulate the reconstruction n/√d·C[idx] in the codec's rotated basis. */
+    x->inv_sqrt_dim = is_key ? 1.0f : u->inv_sqrt_dim;
+    x->prod_scale = (float)(SQRT_HALF_PI / u->dim);
+    return TQ_OK;
+}
+
 /* ---- norms ---- */
 
 static tq_status store_norm(const tq_codec *c, uint8_t *p, float v) {
@@ -327,13 +361,8 @@ static float load_norm(const tq_codec *c, const uint8_t *p) {
     return c->cfg.norm_format == TQ_NORM_F32 ? tq_load_f32(p) : tq_f16_to_f32(tq_load_u16(p));
 }
 
-/* What an encoder can store: finite, non-negative, and at most 2^66 (sqrt(FLT_MAX) ≈ 2^64 for
- * the input norm, times at most 2 for norm correction). Anything else is corruption, and the
- * bound keeps every decoded value finite. */
-static int norm_ok(float v) { return v >= 0.0f && v <= 0x1p66f; }
-
-/* PROD's γ = ‖u − ĉ‖ for a unit u: at most 1 + ‖ĉ‖ < 6 (largest centroid < 4.6·√d/√d). */
-static int gamma_ok(float g) { return g >= 0.0f && g <= 8.0f; }
+/* Stored norms and γ are checked by the one rule: tq_record_norm_ok, tq_record_gamma_ok
+ * (kernels/record.h). */
 
 /* ---- small dense helpers (PROD sketch) ---- */
 
@@ -482,7 +511,7 @@ static int decode_rotated(const tq_codec *c, const tq_kernel_table *k, const uin
         const unit *u = &c->u[ui];
         float n = load_norm(c, rec + u->norm_off);
         float *xu = buf + u->offset;
-        if (!norm_ok(n)) {
+        if (!tq_record_norm_ok(n)) {
             memset(xu, 0, sizeof(float) * (size_t)u->dim);
             ok = 0;
             continue;
@@ -497,7 +526,7 @@ static int decode_rotated(const tq_codec *c, const tq_kernel_table *k, const uin
         }
         if (c->cfg.variant == TQ_VARIANT_PROD) {
             float g = load_norm(c, rec + c->gamma_off);
-            if (!gamma_ok(g)) {
+            if (!tq_record_gamma_ok(g)) {
                 memset(xu, 0, sizeof(float) * (size_t)u->dim);
                 ok = 0;
                 continue;
@@ -577,7 +606,7 @@ tq_status tq_codec_scores(const tq_codec *c, const float *prepared, const void *
         for (int ui = 0; ui < c->n_units; ui++) {
             const unit *u = &c->u[ui];
             float nrm = load_norm(c, rec + u->norm_off);
-            if (!norm_ok(nrm)) {
+            if (!tq_record_norm_ok(nrm)) {
                 st = TQ_ERR_CORRUPT;
                 continue;
             }
@@ -590,7 +619,7 @@ tq_status tq_codec_scores(const tq_codec *c, const float *prepared, const void *
             }
             if (c->cfg.variant == TQ_VARIANT_PROD) {
                 float g = load_norm(c, rec + c->gamma_off);
-                if (!gamma_ok(g)) {
+                if (!tq_record_gamma_ok(g)) {
                     st = TQ_ERR_CORRUPT;
                     continue;
                 }
@@ -626,7 +655,7 @@ tq_status tq_codec_accumulate(const tq_codec *c, const void *codes, size_t n,
         for (int ui = 0; ui < c->n_units; ui++) {
             const unit *u = &c->u[ui];
             float nrm = load_norm(c, rec + u->norm_off);
-            if (!norm_ok(nrm)) {
+            if (!tq_record_norm_ok(nrm)) {
                 st = TQ_ERR_CORRUPT;
                 continue;
             }
@@ -639,7 +668,7 @@ tq_status tq_codec_accumulate(const tq_codec *c, const void *codes, size_t n,
             }
             if (c->cfg.variant == TQ_VARIANT_PROD) {
                 float g = load_norm(c, rec + c->gamma_off);
-                if (!gamma_ok(g)) {
+                if (!tq_record_gamma_ok(g)) {
                     st = TQ_ERR_CORRUPT;
                     continue;
                 }

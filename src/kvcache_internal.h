@@ -1,7 +1,8 @@
 /*
  * KV cache internals shared by the cache's files (kvcache.c: the operations and the two-phase
  * rule; kv_scheme.c: the scheme language; kv_records.c: record formats; kv_pages.c: page
- * storage; kv_keys.c: key statistics), attention.c (reads) and cachefile.c. Not public.
+ * storage; kv_keys.c: key statistics), attention.c (reads) and cachefile.c. Not public. The
+ * kernels never include it: they take the record descriptions (kernels/record.h).
  *
  * Per layer, tokens [0, n_comp) are compressed and [n_comp, len) are raw fp16. Both parts are
  * pages of TQ_KV_PAGE_TOKENS tokens with a head-major layout, so one KV head's records of a
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/record.h"
 #include "turboquant.h"
 
 #define TQ_KV_P ((size_t)TQ_KV_PAGE_TOKENS)
@@ -25,30 +27,10 @@
  * queries of positions below it (kv_keys.c, compute_key_scale). */
 #define TQ_KV_KEY_SCALE_TOKENS ((size_t)512)
 
-/* One of K or V of a layer, in its compressed format. */
-typedef struct tq_kv_tensor {
-    tq_kv_format format;
-    int dim;
-    size_t rec_bytes; /* bytes per token per head */
-    int row_floats;   /* floats of a decoded row in the scoring basis: dim, or for TURBO
-                         tq_codec_query_floats (2·dim with PROD) */
-    /* TQ_KV_TURBO: the record layout of the codec (doc/format.md, one unit, fixed or block
-     * split: the same layout) */
-    tq_codec *codec;
-    int block; /* keys with a key split: channels in the first block (segment 0); else 0 */
-    int n_seg;
-    struct {
-        int start, count, bits;
-        size_t off;
-        const float *centroids; /* ×√dim */
-    } seg[2];
-    size_t norm_off;
-    int norm_f32;
-    int prod;
-    size_t sign_off, gamma_off;
-    float inv_sqrt_dim;
-    float prod_scale; /* √(π/2)/dim */
-} tq_kv_tensor;
+/* One of K or V of a layer, in its compressed format: the description of its records, as the
+ * codec (TURBO) or the block formats (f16, q8_0, q4_0) give it (kernels/record.h); its codec is
+ * the layer's to free. */
+typedef tq_record tq_kv_tensor;
 
 typedef struct tq_kv_layer {
     tq_kv_layer_scheme scheme;
@@ -133,8 +115,8 @@ int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l);
 
 /* Sets up tensor x for format f at dim and bits (TURBO: its codec from variant, norm, seed and,
  * for keys with a key split, split; is_key: rows in the scoring basis of prepared queries),
- * deriving the record layout of doc/format.md. Errors: those of the sizes and the codec;
- * TQ_ERR_VARIANT when the codec's layout is not the spec's. x->codec is the caller's to free. */
+ * with the record description its codec (tq_codec_describe) or block format (tq_record_plain)
+ * gives. Errors: those of the sizes and the codec. x->codec is the caller's to free. */
 tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
                             tq_variant variant, int norm, uint64_t seed, int is_key, int split);
 /* One record (x->rec_bytes at rec) of the x->dim floats v (F16 in native byte order). */
@@ -142,19 +124,9 @@ tq_status tq_kv_tensor_encode(const tq_kv_tensor *x, const float *v, uint8_t *re
 /* One record → x->dim floats in the original basis (the reference path: no shortcut). */
 tq_status tq_kv_tensor_decode(const tq_kv_tensor *x, const uint8_t *rec, float *out);
 
-/* Decodes n consecutive records of tensor x (stride x->rec_bytes) into rows of x->row_floats
- * floats (stride `stride`), in the scoring basis: original coordinates for F16/Q8_0/Q4_0,
- * the codec's rotated basis for TURBO (norm/√d · c[idx], PROD signs scaled by √(π/2)/d·γ·n in
- * the second half). Returns 0 if some record held a corrupt norm (that row is zero). */
-int tq_kv_decode_rows(const tq_kv_tensor *x, const uint8_t *rec, size_t n, float *rows,
-                      size_t stride);
-
 /* 1 if layer scheme l splits its keys at head dim dk (tq_kv_layer_scheme.key_split: TURBO MSE
  * keys with key_scale and key_split, at bits that allow a split). */
 int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk);
-
-/* fp16 rows → f32 (SIMD where available). */
-void tq_kv_f16_rows(const uint16_t *in, size_t n, int dim, float *out, size_t stride);
 
 /* ---- page storage (kv_pages.c) ---- */
 
@@ -192,103 +164,6 @@ void tq_kv_key_to_stored(const tq_kv_layer *l, int h, int dk, const uint16_t *kr
 /* The inverse: dk decoded stored coordinates of head h → the key in channel order. */
 void tq_kv_key_from_stored(const tq_kv_layer *l, int h, int dk, const float *dec, float *out);
 
-/* ---- the attention kernel table (src/kernels/attn_*.c) ---- */
-typedef struct tq_attn_kernels {
-    const char *name;
-    /* out[j] = ⟨q + j·q_stride, k⟩ for j < nq (n floats each). */
-    void (*dot_multi)(const float *k, const float *q, size_t q_stride, int nq, int n,
-                      float *out);
-    /* acc[i] += Σ_{t < nk} p[t]·rows[t·stride + i] for i < n. */
-    void (*accum_rows)(float *acc, const float *p, const float *rows, size_t stride, int nk,
-                       int n);
-    /* s[i] = exp(s[i] − m) for i < n; returns Σ s[i]. Relative error ≤ 2e-7 per element. */
-    float (*exp_sum)(float *s, int n, float m);
-    /* y[i] *= a. */
-    void (*scale)(float *y, float a, int n);
-    /* s[i] = (s[i] + add) · scale (one add, one multiply); returns the largest result, NaNs
-     * ignored (−∞ when there is none). Bit-exact across tables (but for the sign of a zero
-     * maximum). */
-    float (*shift_scale_max)(float *s, int n, float add, float scale);
-    /* out[i] = f32(in[i]). */
-    void (*f16_to_f32)(const uint16_t *in, float *out, int n);
-    /* One q8_0 / q4_0 record of dim elements → floats. */
-    void (*q8_0_decode)(const uint8_t *rec, int dim, float *out);
-    void (*q4_0_decode)(const uint8_t *rec, int dim, float *out);
-    /* out[i] = scale · centroids[idx_i] for n packed indices (kernels.h layout) at bits ≤ 4;
-     * NULL: use the codec table's unpack_lookup. Bit-exact with it (one multiply). */
-    void (*unpack_small)(const uint8_t *in, int n, int bits, const float *centroids, float scale,
-                         float *out);
-    /* Fused decode paths: the records are read in registers, no tile is written. Each returns
-     * what the tile path computes from tq_kv_decode_rows rows (within float rounding).
-     * score_turbo / accum_turbo take a TURBO tensor with tq_attn_fused_turbo(x) true (only
-     * the scalar table has them; the SIMD tables leave them NULL and read TURBO records with
-     * the lane kernels below, so a tensor without a lane layout takes the tile there):
-     *   score: S[j·s_stride + t] = ⟨q_j, row_t⟩, q_j = q + j·q_stride, t < nk, j < nq;
-     *   accum: acc_j[i] += Σ_t p_j[t]·row_t[i], p_j = p + j·p_stride, acc_j = acc + j·acc_stride;
-     * with row_t the decoded row of record t (stride x->rec_bytes). A record with a corrupt norm
-     * counts as a zero row and makes the call return 0 (else 1).
-     * score_f16 / accum_f16 do the same for fp16 rows (row t at rows + t·row_stride, dim
-     * elements): the raw part, and F16-format records. */
-    int (*score_turbo)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
-                       size_t q_stride, int nq, float *S, size_t s_stride);
-    int (*accum_turbo)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
-                       size_t p_stride, int nq, float *acc, size_t acc_stride);
-    void (*score_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *q,
-                      size_t q_stride, int nq, float *S, size_t s_stride);
-    void (*accum_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *p,
-                      size_t p_stride, int nq, float *acc, size_t acc_stride);
-    /* The same as score_turbo / accum_turbo with q and acc in the lane layout of x (below:
-     * tq_kv_lanes(x) > 0, rows of tq_kv_lanes(x) floats); NULL where a table has none. */
-    int (*score_turbo_lanes)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
-                             size_t q_stride, int nq, float *S, size_t s_stride);
-    int (*accum_turbo_lanes)(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
-                             size_t p_stride, int nq, float *acc, size_t acc_stride);
-} tq_attn_kernels;
-
-/* 1 if the fused TURBO kernels (score_turbo / accum_turbo, and the lane kernels where
- * tq_kv_lanes(x) > 0) handle tensor x: TURBO, MSE (no PROD sketch), every segment of ≤ 4 bits
- * (≤ 16 centroids: one vpermps register). */
-static inline int tq_attn_fused_turbo(const tq_kv_tensor *x) {
-    if (x->format != TQ_KV_TURBO || x->prod || x->n_seg < 1) return 0;
-    for (int s = 0; s < x->n_seg; s++)
-        if (x->seg[s].bits > 4) return 0;
-    return 1;
-}
-
-/* The lane layout of a TURBO tensor, for kernels that read 8 codes per 32-bit lane: within a
- * segment of B ≤ 4 bits and a count that is a multiple of 8, coordinate c = 128h + 8l + k
- * (block h, lane l < 16, round k < 8) has its index in bits [B(8l + k), B(8l + k) + B) of the
- * block's 16B bytes, so lane l of a vector of 16 lanes (bytes [Bl, Bl + B) of the block) yields
- * the eight rounds by shifts of B. A row in lane layout puts coordinate c of segment s at
- * base_s + 128h + 16k + l (base_s = 128 · the blocks of earlier segments); positions of a
- * partial last block's absent lanes are padding (zero in queries, ignored in sums).
- * Returns the floats of a lane-layout row, 0 when x has no lane layout. */
-static inline int tq_kv_lanes(const tq_kv_tensor *x) {
-    if (!tq_attn_fused_turbo(x)) return 0;
-    int n = 0;
-    for (int s = 0; s < x->n_seg; s++) {
-        if (x->seg[s].count % 8) return 0;
-        n += (x->seg[s].count + 127) / 128 * 128;
-    }
-    return n;
-}
-/* Natural (scoring-basis) row of x->dim floats ↔ lane-layout row of tq_kv_lanes(x) floats
- * (src/attention.c); to_lanes zeroes the padding. */
-void tq_kv_to_lanes(const tq_kv_tensor *x, const float *in, float *out);
-void tq_kv_from_lanes(const tq_kv_tensor *x, const float *in, float *out);
-
-const tq_attn_kernels *tq_attn_kernels_get(void);
-const tq_attn_kernels *tq_attn_kernels_ref(void);
-const tq_attn_kernels *tq_attn_kernels_avx2(void);   /* NULL when not built */
-const tq_attn_kernels *tq_attn_kernels_avx512(void); /* NULL when not built */
-/* The AVX-512 table with score_turbo_lanes and accum_turbo_lanes in integers (attn_vnni.c:
- * int8 queries and centroids, uint8 weights, VNNI dot products; the error bounds are stated
- * there): NULL when not built or when the CPU lacks AVX-512 VBMI / VNNI. */
-const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void);
-/* Whether tq_attn_kernels_get may return that table (default: yes unless TQ_INT8_SCORES=0 at
- * the first call). The tests that hold the fast path to the reference within fp32 rounding
- * turn it off; tests/test_attention.c checks the integer scores against their bound. */
-void tq_attn_set_int8_scores(int on);
 /* The most raw tokens the key mean is taken from at a layer's first compression (default and
  * 0: TQ_KV_KEY_SCALE_TOKENS). Writers before 2026-12 took it from the first `batch` tokens;
  * tests/test_cachefile.c sets that count to rebuild the caches of its older golden files. */

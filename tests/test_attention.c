@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_kernels.h"
+#include "codec_record.h"
 #include "kernels.h"
 #include "kvcache_internal.h"
 #include "test_util.h"
@@ -162,7 +164,7 @@ static void test_decode_no_lanes(void) {
                 CHECK(append_random(c, H, d, d, 5, 1)); /* history compressed */
                 const tq_kv_layer *l = &c->layers[0];
                 CHECK_MSG(l->n_comp > 0 && tq_attn_fused_turbo(&l->k) && tq_attn_fused_turbo(&l->v) &&
-                              (tq_kv_lanes(&l->k) == 0 || tq_kv_lanes(&l->v) == 0),
+                              (tq_record_lanes(&l->k) == 0 || tq_record_lanes(&l->v) == 0),
                           "%s d %d: not a case without a lane layout", cases[ci].scheme, d);
                 tq_attn_params p;
                 tq_attn_params_init(&p, d);
@@ -595,7 +597,7 @@ static void test_attn_kernels(void) {
  * order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4). */
 static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q) {
     float row[1024];
-    if (!tq_kv_decode_rows(x, r, 1, row, 1024)) return 0.0;
+    if (!tq_record_decode_rows(tq_kernel_set_get(), x, r, 1, row, 1024)) return 0.0;
     double cmax = 0, qmax = 0, qsum = 0, csum = 0;
     for (int s = 0; s < x->n_seg; s++)
         for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
@@ -642,7 +644,7 @@ static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, 
     for (int i = 0; i < x->dim; i++) bound[i] = 0;
     float row[1024];
     for (int t = 0; t < nfull; t++) {
-        if (!tq_kv_decode_rows(x, rec + (size_t)t * x->rec_bytes, 1, row, 1024)) continue;
+        if (!tq_record_decode_rows(tq_kernel_set_get(), x, rec + (size_t)t * x->rec_bytes, 1, row, 1024)) continue;
         double sc = w[t] > 0 ? w[t] / p[t] : 0.0;
         for (int i = 0; i < x->dim; i++) {
             double c = sc > 0 ? fabs(row[i]) / sc : cmax;
@@ -703,7 +705,7 @@ static void test_fused_kernels(void) {
                      * basis, V accumulation), where the table has them (no SIMD table does);
                      * 1: f16 rows; 2: TURBO records through the lane-layout kernels, where the
                      * table has them and the tensors have a lane layout */
-                    int kl = tq_kv_lanes(kx), vl = tq_kv_lanes(vx);
+                    int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
                     if (pass == 2 && (!t->score_turbo_lanes || !t->accum_turbo_lanes || !kl || !vl))
                         continue;
                     if ((pass == 0 && (!t->score_turbo || !t->accum_turbo)) ||
@@ -724,7 +726,7 @@ static void test_fused_kernels(void) {
                         float *al = calloc((size_t)nq * (size_t)vl, sizeof(float));
                         CHECK(ql && al);
                         if (!ql || !al) continue;
-                        for (int j = 0; j < nq; j++) tq_kv_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
+                        for (int j = 0; j < nq; j++) tq_record_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
                         ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
                         ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK);
                         CHECK(ok1 == 0 && ok2 == 0);
@@ -758,7 +760,7 @@ static void test_fused_kernels(void) {
                         ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
                         ok2 = t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, al, (size_t)vl);
                         CHECK(ok1 == 0 && ok2 == 0);
-                        for (int j = 0; j < nq; j++) tq_kv_from_lanes(vx, al + (size_t)j * vl, A2 + j * d);
+                        for (int j = 0; j < nq; j++) tq_record_from_lanes(vx, al + (size_t)j * vl, A2 + j * d);
                         free(ql);
                         free(al);
                     } else {
@@ -810,6 +812,94 @@ static void test_fused_kernels(void) {
                int8_worst, int8_worst_v);
 }
 
+/* One validity rule for stored norms (tq_record_norm_ok: 0 ≤ n ≤ 2^66) and γ (0 ≤ γ ≤ 8),
+ * the same in the codec, records → rows, the reference kernels and every SIMD table: f32
+ * norms of 2^65 decode, 2^67 (finite, but no encoder writes it) and −0.5 are corrupt; a PROD
+ * record with γ = 9 is corrupt for the codec and for records → rows alike. */
+static void test_norm_rule(void) {
+    enum { D = 128, N = 4 };
+    tq_codec_config cc;
+    tq_codec_config_init(&cc, D, 3.0f, TQ_VARIANT_MSE);
+    cc.norm_format = TQ_NORM_F32;
+    tq_codec *codec = NULL;
+    CHECK(tq_codec_create(&codec, &cc) == TQ_OK);
+    if (!codec) return;
+    tq_record x;
+    CHECK(tq_codec_describe(codec, 0, &x) == TQ_OK && x.norm_f32 && x.codec == codec);
+    CHECK(x.rec_bytes == tq_codec_bytes_per_vector(codec) && tq_record_lanes(&x) == D);
+    float v[N * D], out[N * D], rows[N * D], q[D], ql[D], S[N];
+    uint8_t rec[N * 64];
+    CHECK(x.rec_bytes * N <= sizeof rec);
+    fill(v, N * D, 0.0f);
+    fill(q, D, 0.0f);
+    CHECK(tq_codec_encode(codec, v, N, rec, sizeof rec) == TQ_OK);
+    const float bad[3] = {0x1p65f, 0x1p67f, -0.5f}; /* records 1, 2, 3; record 0 untouched */
+    for (int i = 0; i < 3; i++) memcpy(rec + (size_t)(i + 1) * x.rec_bytes + x.norm_off, &bad[i], 4);
+    CHECK(tq_codec_decode(codec, rec, 2, out, N * D) == TQ_OK);
+    CHECK(tq_codec_decode(codec, rec + 2 * x.rec_bytes, 1, out, N * D) == TQ_ERR_CORRUPT);
+    CHECK(tq_codec_decode(codec, rec + 3 * x.rec_bytes, 1, out, N * D) == TQ_ERR_CORRUPT);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, 2, rows, D) == 1);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, N, rows, D) == 0);
+    CHECK(rows[D] != 0.0f && rows[2 * D] == 0.0f && rows[3 * D] == 0.0f);
+    CHECK(tq_attn_kernels_ref()->score_turbo(&x, rec, 2, q, D, 1, S, N) == 1);
+    CHECK(tq_attn_kernels_ref()->score_turbo(&x, rec, N, q, D, 1, S, N) == 0 && S[2] == 0.0f);
+    tq_record_to_lanes(&x, q, ql);
+    const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni()};
+    const int usable[3] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512),
+                           tq_kernels_supported(TQ_KERNELS_AVX512)};
+    for (int t = 0; t < 3; t++) {
+        if (!tabs[t] || !usable[t] || !tabs[t]->score_turbo_lanes) continue;
+        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, 2, ql, D, 1, S, N) == 1, "%s", tabs[t]->name);
+        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, N, ql, D, 1, S, N) == 0 && S[2] == 0.0f &&
+                      S[3] == 0.0f, "%s", tabs[t]->name);
+    }
+    tq_codec_free(codec);
+    /* PROD: γ = 9 (fp16 0x4880) */
+    tq_codec_config_init(&cc, D, 3.0f, TQ_VARIANT_PROD);
+    CHECK(tq_codec_create(&codec, &cc) == TQ_OK);
+    if (!codec) return;
+    CHECK(tq_codec_describe(codec, 1, &x) == TQ_OK && x.prod && x.row_floats == 2 * D);
+    float prow[2 * D];
+    CHECK(tq_codec_encode(codec, v, 1, rec, sizeof rec) == TQ_OK);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, 1, prow, 2 * D) == 1);
+    rec[x.gamma_off] = 0x80, rec[x.gamma_off + 1] = 0x48;
+    CHECK(tq_codec_decode(codec, rec, 1, out, D) == TQ_ERR_CORRUPT);
+    CHECK(tq_record_decode_rows(tq_kernel_set_get(), &x, rec, 1, prow, 2 * D) == 0 && prow[0] == 0.0f);
+    tq_codec_free(codec);
+}
+
+/* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
+ * moves the one kernel selection (tq_kernel_set_get), applies under the AVX-512 set only, and
+ * survives tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
+static void test_int8_switch(void) {
+    const char *name = tq_kernels_name();
+    tq_kernels_kind kind = strcmp(name, "avx512") == 0 ? TQ_KERNELS_AVX512
+                           : strcmp(name, "avx2") == 0 ? TQ_KERNELS_AVX2
+                                                       : TQ_KERNELS_REF;
+    int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
+    const tq_kernel_set *ks = tq_kernel_set_get();
+    CHECK(ks->codec == tq_kernels() && ks->attn == tq_attn_kernels_get());
+    tq_set_int8_scores(0);
+    CHECK(tq_int8_scores() == 0);
+    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") != 0);
+    tq_set_int8_scores(1);
+    CHECK(tq_int8_scores() == (vnni && kind == TQ_KERNELS_AVX512));
+    CHECK((strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0) == tq_int8_scores());
+    CHECK(tq_kernel_set_get()->codec == tq_kernels() && tq_kernel_set_get()->attn == tq_attn_kernels_get());
+    if (vnni && tq_kernels_supported(TQ_KERNELS_AVX2)) {
+        CHECK(tq_set_kernels(TQ_KERNELS_AVX2) == TQ_OK);
+        CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "avx2") == 0);
+        CHECK(tq_set_kernels(TQ_KERNELS_AVX512) == TQ_OK);
+        CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+        CHECK(tq_set_kernels(TQ_KERNELS_REF) == TQ_OK);
+        CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "ref") == 0);
+    }
+    CHECK(tq_set_kernels(kind) == TQ_OK);
+    tq_set_int8_scores(0);
+    CHECK(strcmp(tq_kernels_name(), name) == 0 && tq_int8_scores() == 0);
+}
+
 /* Decode with the integer key scores (attn_vnni.c) where the CPU has them: every TURBO
  * scheme of the grid against the reference path. The kernel is held to its error bound in
  * test_fused_kernels; here the whole decode must stay close (the softmax is peaky: scores
@@ -827,7 +917,7 @@ static void test_int8_scores(void) {
         SKIP_TEST("kernel set in use is %s, not avx512 (TQ_KERNELS=%s)", tq_kernels_name(),
                   getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
     CHECK(strcmp(tq_attn_kernels_name(), "avx512") == 0); /* main() turned them off */
-    tq_attn_set_int8_scores(1);
+    tq_set_int8_scores(1);
     CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
     CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0);
     tq_threadpool *pool;
@@ -867,7 +957,7 @@ static void test_int8_scores(void) {
                 tq_kv_cache_free(c);
             }
     tq_threadpool_free(pool);
-    tq_attn_set_int8_scores(0);
+    tq_set_int8_scores(0);
     printf("     integer kernels: worst |fast - ref| = %.3g (float kernels: below %g), "
            "threads vs one %.2g\n", worst, TOL, worst_t);
 }
@@ -971,7 +1061,7 @@ static void test_decode_chunks(void) {
 int main(int argc, char **argv) {
     /* The fast path against the reference within fp32 rounding: float kernels, except in
      * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
-    tq_attn_set_int8_scores(0);
+    tq_set_int8_scores(0);
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
         RUN_TEST(test_threadpool_run);
         RUN_TEST(test_threads);
@@ -980,6 +1070,8 @@ int main(int argc, char **argv) {
     RUN_TEST(test_attn_kernels);
     RUN_TEST(test_fused_kernels);
     RUN_TEST(test_int8_scores);
+    RUN_TEST(test_int8_switch);
+    RUN_TEST(test_norm_rule);
     RUN_TEST(test_workspace_monotone);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);

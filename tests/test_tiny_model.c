@@ -409,10 +409,6 @@ static void test_archs_q8_0_threads(void) {
     for (int a = 0; a < 4; a++) check_arch((model_arch)a, 1, 2);
 }
 
-/* The library's switch for int8 query scores (src/kvcache_internal.h; on by default where
- * AVX-512 VNNI runs the single-query decode kernels). */
-void tq_attn_set_int8_scores(int on);
-
 /* model_forward_after_prompt (tq perplexity --prompt, bench_model_kv --prompt) against what it
  * stands for: a prompt prefilled raw (prefill_raw = 1, multi-token calls), then single-token
  * decode steps. turbo3 with batch 4, so the steps compress every 4 tokens; F32 weights, and
@@ -421,7 +417,7 @@ void tq_attn_set_int8_scores(int on);
  * bits, which the chunks' tile does not: 0.07 here; tests/test_attention.c checks those
  * kernels against the reference). */
 static void test_after_prompt(void) {
-    tq_attn_set_int8_scores(0);
+    tq_set_int8_scores(0);
     rng_state = 99;
     tiny *t = &g_tiny;
     t->arch = MODEL_ARCH_GEMMA3;
@@ -464,7 +460,7 @@ static void test_after_prompt(void) {
     CHECK(model_forward_after_prompt(m, tok, 0, 0, fast) == MODEL_ERR_ARG);
     printf("  after a raw prompt: max |dlogit| vs decode steps %.2e (a prefill call: %.2e)\n", d_fast, d_raw);
     model_free(m);
-    tq_attn_set_int8_scores(1);
+    tq_set_int8_scores(1);
 }
 
 static void test_load_errors(void) {

@@ -1,8 +1,8 @@
 /*
- * AVX2 + FMA attention kernels (kvcache_internal.h); ground truth in attn_ref.c. Compiled with
+ * AVX2 + FMA attention kernels (attn_kernels.h); ground truth in attn_ref.c. Compiled with
  * -mavx2 -mfma -mf16c.
  */
-#include "../kvcache_internal.h"
+#include "attn_kernels.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -166,16 +166,10 @@ static void avx2_f16_to_f32(const uint16_t *in, float *out, int n) {
     for (; i < n; i++) out[i] = _cvtsh_ss(in[i]);
 }
 
-static inline float load_scale(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 static void avx2_q8_0_decode(const uint8_t *rec, int dim, float *out) {
     for (int b = 0; b < dim; b += TQ_KV_BLOCK) {
         int n = dim - b < TQ_KV_BLOCK ? dim - b : TQ_KV_BLOCK;
-        __m256 d = _mm256_set1_ps(load_scale(rec));
+        __m256 d = _mm256_set1_ps(simd_load_f16(rec));
         for (int i = 0; i < n; i += 8) {
             __m128i q8 = _mm_loadl_epi64((const __m128i *)(rec + 2 + i));
             __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
@@ -189,7 +183,7 @@ static void avx2_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     for (int b = 0; b < dim; b += TQ_KV_BLOCK) {
         int n = dim - b < TQ_KV_BLOCK ? dim - b : TQ_KV_BLOCK;
         int h = n / 2;
-        __m256 d = _mm256_set1_ps(load_scale(rec));
+        __m256 d = _mm256_set1_ps(simd_load_f16(rec));
         for (int i = 0; i < h; i += 8) {
             __m128i qs = _mm_loadl_epi64((const __m128i *)(rec + 2 + i));
             __m256i w = _mm256_cvtepu8_epi32(qs);
@@ -202,7 +196,7 @@ static void avx2_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     }
 }
 
-/* ---- lane layout (kvcache_internal.h): 8 codes per 32-bit lane, 8 lanes per vector ---- */
+/* ---- lane layout (record.h, tq_record_lanes): 8 codes per 32-bit lane, 8 lanes per vector ---- */
 
 /* One segment's state: the 2^B centroids repeated over 16 entries, as two 8-entry tables. */
 typedef struct lane2_seg {
@@ -211,7 +205,7 @@ typedef struct lane2_seg {
     size_t off, bytes;
 } lane2_seg;
 
-static void lane2_setup(const tq_kv_tensor *x, lane2_seg *g) {
+static void lane2_setup(const tq_record *x, lane2_seg *g) {
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits, m = (1 << B) - 1;
         float rep[16];
@@ -286,7 +280,7 @@ static inline __attribute__((always_inline)) void lanes2_2x4_seg(const lane2_seg
         }
 }
 
-static int avx2_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+static int avx2_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
                                   const float *q, size_t qs, int nq, float *S, size_t ss) {
     lane2_seg g[2];
     lane2_setup(x, g);
@@ -323,7 +317,7 @@ static int avx2_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int
 
 #define LANE2_MAX_KEYS 256
 
-static int avx2_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+static int avx2_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
                                   const float *p, size_t ps, int nq, float *acc, size_t as) {
     lane2_seg g[2];
     lane2_setup(x, g);

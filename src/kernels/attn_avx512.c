@@ -1,8 +1,8 @@
 /*
- * AVX-512 attention kernels (kvcache_internal.h); ground truth in attn_ref.c. Compiled with
+ * AVX-512 attention kernels (attn_kernels.h); ground truth in attn_ref.c. Compiled with
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c.
  */
-#include "../kvcache_internal.h"
+#include "attn_kernels.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 
@@ -149,16 +149,10 @@ static void avx512_f16_to_f32(const uint16_t *in, float *out, int n) {
     for (; i < n; i++) out[i] = _cvtsh_ss(in[i]);
 }
 
-static inline float load_scale(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 static void avx512_q8_0_decode(const uint8_t *rec, int dim, float *out) {
     for (int b = 0; b < dim; b += TQ_KV_BLOCK) {
         int n = dim - b < TQ_KV_BLOCK ? dim - b : TQ_KV_BLOCK;
-        __m512 d = _mm512_set1_ps(load_scale(rec));
+        __m512 d = _mm512_set1_ps(simd_load_f16(rec));
         for (int i = 0; i < n; i += 16) {
             __m128i q8 = _mm_loadu_si128((const __m128i *)(rec + 2 + i));
             __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q8));
@@ -172,7 +166,7 @@ static void avx512_q4_0_decode(const uint8_t *rec, int dim, float *out) {
     const __m128i lo_mask = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
     for (int b = 0; b < dim; b += TQ_KV_BLOCK) {
         int n = dim - b < TQ_KV_BLOCK ? dim - b : TQ_KV_BLOCK;
-        __m512 d = _mm512_set1_ps(load_scale(rec));
+        __m512 d = _mm512_set1_ps(simd_load_f16(rec));
         if (n == TQ_KV_BLOCK) {
             __m128i qs = _mm_loadu_si128((const __m128i *)(rec + 2));
             __m128i lo = _mm_sub_epi8(_mm_and_si128(qs, lo_mask), eight);
@@ -181,7 +175,7 @@ static void avx512_q4_0_decode(const uint8_t *rec, int dim, float *out) {
             _mm512_storeu_ps(out + b + 16,
                              _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
         } else {
-            float dd = load_scale(rec);
+            float dd = simd_load_f16(rec);
             int h = n / 2;
             for (int i = 0; i < h; i++) {
                 out[b + i] = dd * (float)((rec[2 + i] & 15) - 8);
@@ -256,11 +250,11 @@ static void avx512_unpack_small(const uint8_t *in, int n, int bits, const float 
     }
 }
 
-/* ---- fused paths: records decoded in registers (kvcache_internal.h) ---- */
+/* ---- fused paths: records decoded in registers (attn_kernels.h) ---- */
 
 /* fp16 rows here, TURBO records in the lane layout below. This table has no score_turbo /
  * accum_turbo: a TURBO tensor without a lane layout (a segment count not a multiple of 8)
- * takes the decoded tile (tq_kv_decode_rows through unpack_small above), as on AVX2. */
+ * takes the decoded tile (tq_record_decode_rows through unpack_small above), as on AVX2. */
 
 #define FUSED_MAX_KEYS 256 /* tokens whose scales and weights one accumulation pass holds */
 
@@ -393,7 +387,7 @@ static void avx512_accum_f16(const uint16_t *rows, size_t rs, int nk, int dim, c
     }
 }
 
-/* ---- lane layout (kvcache_internal.h): 8 codes per 32-bit lane ---- */
+/* ---- lane layout (record.h, tq_record_lanes): 8 codes per 32-bit lane ---- */
 
 /* One segment's state: perm/shift move bytes [Bl, Bl + 4) of a block into lane l (a word
  * permute and a shift by 0 or 8; B = 4 needs neither), cv the repeated centroids. */
@@ -406,7 +400,7 @@ typedef struct lane_seg {
 
 #define LANE_MAX_SEG 2
 
-static void lane_setup(const tq_kv_tensor *x, lane_seg *g) {
+static void lane_setup(const tq_record *x, lane_seg *g) {
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits;
         uint16_t perm[32];
@@ -466,7 +460,7 @@ static inline __attribute__((always_inline)) void lanes_4x4_seg(const lane_seg *
     }
 }
 
-static int avx512_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+static int avx512_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
                                     const float *q, size_t qs, int nq, float *S, size_t ss) {
     lane_seg g[LANE_MAX_SEG];
     lane_setup(x, g);
@@ -543,7 +537,7 @@ static inline __attribute__((always_inline)) void lanes_accum_seg(const lane_seg
     }
 }
 
-static int avx512_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk,
+static int avx512_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
                                     const float *p, size_t ps, int nq, float *acc, size_t as) {
     lane_seg g[LANE_MAX_SEG];
     lane_setup(x, g);

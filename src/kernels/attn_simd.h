@@ -6,25 +6,27 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "../kvcache_internal.h"
+#include "attn_kernels.h"
 
-/* The scale of a TURBO record's row: norm · inv_sqrt_dim, or −1 for a corrupt norm (negative,
- * NaN or Inf; as ref_row_scale in attn_ref.c). */
-static inline float simd_rec_scale(const tq_kv_tensor *x, const uint8_t *r) {
+/* The fp16 value at p (any alignment, native order). */
+static inline float simd_load_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* The scale of a TURBO record's row: norm · inv_sqrt_dim, or −1 for a corrupt norm
+ * (tq_record_norm_ok, as ref_row_scale in attn_ref.c). */
+static inline float simd_rec_scale(const tq_record *x, const uint8_t *r) {
     float n;
-    if (x->norm_f32) {
-        memcpy(&n, r + x->norm_off, 4);
-    } else {
-        uint16_t h;
-        memcpy(&h, r + x->norm_off, 2);
-        n = _cvtsh_ss(h);
-    }
-    return n >= 0.0f && n <= 3.4e38f ? n * x->inv_sqrt_dim : -1.0f; /* NaN fails both */
+    if (x->norm_f32) memcpy(&n, r + x->norm_off, 4);
+    else n = simd_load_f16(r + x->norm_off);
+    return tq_record_norm_ok(n) ? n * x->inv_sqrt_dim : -1.0f;
 }
 
 /* sc[m] = the scales of records r[m], m < n (0 for a corrupt norm); returns 0 if one of the
  * first `real` records is corrupt (the others repeat one of them), else 1. */
-static inline int simd_rec_scales(const tq_kv_tensor *x, const uint8_t *const *r, int n, int real,
+static inline int simd_rec_scales(const tq_record *x, const uint8_t *const *r, int n, int real,
                                   float *sc) {
     int ok = 1;
     for (int m = 0; m < n; m++) {
@@ -39,18 +41,18 @@ static inline int simd_rec_scales(const tq_kv_tensor *x, const uint8_t *const *r
 
 /* The same for n consecutive records (stride x->rec_bytes) from rec: the norms gathered, then
  * converted and checked eight at a time (F16C; the same values as simd_rec_scale). */
-static inline int simd_rec_scales_run(const tq_kv_tensor *x, const uint8_t *rec, int n, float *sc) {
+static inline int simd_rec_scales_run(const tq_record *x, const uint8_t *rec, int n, float *sc) {
     const uint8_t *p = rec + x->norm_off;
     size_t rb = x->rec_bytes;
     int t = 0, bad = 0;
     if (!x->norm_f32) {
-        const __m256 lim = _mm256_set1_ps(3.4e38f), zero = _mm256_setzero_ps(),
+        const __m256 lim = _mm256_set1_ps(TQ_RECORD_NORM_MAX), zero = _mm256_setzero_ps(),
                      isd = _mm256_set1_ps(x->inv_sqrt_dim);
         for (; t + 8 <= n; t += 8) {
             uint16_t h[8];
             for (int m = 0; m < 8; m++) memcpy(&h[m], p + (size_t)(t + m) * rb, 2);
             __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)h));
-            /* good: 0 ≤ v ≤ 3.4e38 (NaN fails) */
+            /* good: tq_record_norm_ok(v), 0 ≤ v ≤ TQ_RECORD_NORM_MAX (NaN fails) */
             __m256 good = _mm256_and_ps(_mm256_cmp_ps(v, zero, _CMP_GE_OQ), _mm256_cmp_ps(v, lim, _CMP_LE_OQ));
             bad |= _mm256_movemask_ps(good) ^ 0xFF;
             _mm256_storeu_ps(sc + t, _mm256_and_ps(_mm256_mul_ps(v, isd), good));

@@ -1,6 +1,6 @@
 /*
  * Decode attention in integers — key scores and value sums — with AVX-512 VNNI + VBMI on the
- * lane layout (kvcache_internal.h); the value side is described above vnni_accum_turbo_lanes.
+ * lane layout (record.h, tq_record_lanes); the value side is described above vnni_accum_turbo_lanes.
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi -mavx512vnni -mfma -mf16c.
  *
  * The float lane kernel (attn_avx512.c) spends, per 16 key coordinates and token, one vpermps
@@ -20,7 +20,7 @@
  * codes themselves (doc/kvcache.md §4). A query with a non-finite coordinate goes to the float
  * kernel. TQ_INT8_SCORES=0 in the environment keeps the float kernels for both (attn_ref.c).
  */
-#include "../kvcache_internal.h"
+#include "attn_kernels.h"
 
 #if defined(__x86_64__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 
@@ -42,7 +42,7 @@ typedef struct vseg {
 } vseg;
 
 /* α and the segments' state; 0 if some centroid is not finite (then the float kernel). */
-static int vseg_setup(const tq_kv_tensor *x, vseg *g, float *alpha) {
+static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
     float m = 0.0f;
     for (int s = 0; s < x->n_seg; s++)
         for (int i = 0; i < 1 << x->seg[s].bits; i++) {
@@ -84,8 +84,8 @@ static int vseg_setup(const tq_kv_tensor *x, vseg *g, float *alpha) {
 }
 
 /* The state of both kernels, kl = the lane-layout row floats; 0: use the float kernel. */
-static int vnni_prepare(const tq_kv_tensor *x, vseg *g, float *alpha, int *kl) {
-    *kl = tq_kv_lanes(x);
+static int vnni_prepare(const tq_record *x, vseg *g, float *alpha, int *kl) {
+    *kl = tq_record_lanes(x);
     return *kl <= 128 * VNNI_MAX_BLOCKS && vseg_setup(x, g, alpha);
 }
 
@@ -174,7 +174,7 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
     }
 }
 
-static int vnni_score_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *q,
+static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
                                   size_t qs, int nq, float *S, size_t ss) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
     int kl;
@@ -307,7 +307,7 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
         }
 }
 
-static int vnni_accum_turbo_lanes(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
+static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                                   size_t ps, int nq, float *acc, size_t as) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
     int kl;

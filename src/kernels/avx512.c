@@ -64,20 +64,6 @@ static float avx512_sumsq(const float *x, int n) {
 /* Walsh–Hadamard transform                                                                   */
 /* ---------------------------------------------------------------------------------------- */
 
-/* The reference loop, for the sizes below one 8-float register. */
-static void rht_scalar(float *x, const float *signs, int log2n) {
-    size_t n = (size_t)1 << log2n;
-    if (signs)
-        for (size_t i = 0; i < n; i++) x[i] *= signs[i];
-    for (size_t h = 1; h < n; h <<= 1)
-        for (size_t i = 0; i < n; i += 2 * h)
-            for (size_t j = i; j < i + h; j++) {
-                float a = x[j], b = x[j + h];
-                x[j] = a + b;
-                x[j + h] = a - b;
-            }
-}
-
 /* One in-register butterfly stage: lane j (low half of its pair) gets x_j + x_{j+h}, lane j+h
  * gets x_j − x_{j+h}. fma(x, ±1, partner) rounds once, and x·(±1) is exact, so this is
  * bit-identical to the reference add and subtract. */
@@ -175,7 +161,7 @@ static void rht_mem_stage2(float *x, size_t n, size_t h) {
 
 static void avx512_rht(float *x, const float *signs, int log2n) {
     if (log2n < 3) {
-        rht_scalar(x, signs, log2n);
+        tq_ref_rht(x, signs, log2n);
         return;
     }
     if (log2n == 3) {

@@ -1,17 +1,25 @@
 /*
- * Runtime selection of the kernel table, once, from cpuid (libsodium-style): the best set the
- * CPU supports, unless TQ_FORCE_REF=1 is in the environment at the first call or the caller
- * selects one with tq_set_kernels().
+ * The kernels in use: the codec table and the attention table, chosen together and once
+ * (libsodium-style, from cpuid): the best set the CPU supports, unless the environment at the
+ * first call (read_environment: the one place the library reads it) or tq_set_kernels /
+ * tq_set_int8_scores say otherwise. A choice is one pointer to a prepared tq_kernel_set.
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_kernels.h"
 #include "kernels.h"
 #include "turboquant.h"
 
-static _Atomic(const tq_kernel_table *) current;
+/* The prepared sets: one per codec kind, and the AVX-512 one with the integer attention
+ * kernels (the same as SET_AVX512 where the CPU or build lacks them). */
+enum { SET_REF, SET_AVX2, SET_AVX512, SET_AVX512_INT8, N_SETS };
+static tq_kernel_set sets[N_SETS];
+static _Atomic(const tq_kernel_set *) current;
+static atomic_int cur_kind = TQ_KERNELS_REF; /* the codec kind in use: REF, AVX2 or AVX512 */
+static atomic_int int8_on = 1;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int cpu_has(tq_kernels_kind kind) {
@@ -35,48 +43,98 @@ static int cpu_has(tq_kernels_kind kind) {
 
 static const tq_kernel_table *table_for(tq_kernels_kind kind) {
     switch (kind) {
-    case TQ_KERNELS_REF:
-        return tq_kernels_ref();
-    case TQ_KERNELS_AVX2:
-        return cpu_has(kind) ? tq_kernels_avx2() : NULL;
-    case TQ_KERNELS_AVX512:
-        return cpu_has(kind) ? tq_kernels_avx512() : NULL;
-    case TQ_KERNELS_AUTO: {
-        const tq_kernel_table *t = table_for(TQ_KERNELS_AVX512);
-        if (!t) t = table_for(TQ_KERNELS_AVX2);
-        return t ? t : tq_kernels_ref();
-    }
+    case TQ_KERNELS_REF: return tq_kernels_ref();
+    case TQ_KERNELS_AVX2: return cpu_has(kind) ? tq_kernels_avx2() : NULL;
+    case TQ_KERNELS_AVX512: return cpu_has(kind) ? tq_kernels_avx512() : NULL;
+    case TQ_KERNELS_AUTO: break;
     }
     return NULL;
 }
 
-/* TQ_FORCE_REF=1 picks the scalar reference; TQ_KERNELS=ref|avx2|avx512 picks a set (one the
- * CPU lacks, or another value, leaves the automatic choice: tq_kernels_name() says which). */
-static void init_once(void) {
-    const char *force = getenv("TQ_FORCE_REF");
-    const char *want = getenv("TQ_KERNELS");
-    const tq_kernel_table *t = NULL;
-    if (force && *force && strcmp(force, "0") != 0) t = tq_kernels_ref();
-    else if (want && strcmp(want, "ref") == 0) t = tq_kernels_ref();
-    else if (want && strcmp(want, "avx2") == 0) t = table_for(TQ_KERNELS_AVX2);
-    else if (want && strcmp(want, "avx512") == 0) t = table_for(TQ_KERNELS_AVX512);
-    atomic_store(&current, t ? t : table_for(TQ_KERNELS_AUTO));
+/* The concrete kind kind stands for (AUTO: the best supported), or -1 when unsupported. */
+static int resolve(tq_kernels_kind kind) {
+    if (kind != TQ_KERNELS_AUTO) return table_for(kind) ? (int)kind : -1;
+    if (table_for(TQ_KERNELS_AVX512)) return TQ_KERNELS_AVX512;
+    if (table_for(TQ_KERNELS_AVX2)) return TQ_KERNELS_AVX2;
+    return TQ_KERNELS_REF;
 }
 
-const tq_kernel_table *tq_kernels(void) {
+/* Every environment variable the library reads, read here once: TQ_FORCE_REF=1 picks the
+ * scalar reference; TQ_KERNELS=ref|avx2|avx512 picks a set (one the CPU lacks, or another
+ * value, leaves the automatic choice: tq_kernels_name() says which); TQ_INT8_SCORES=0 turns the
+ * integer attention kernels off. */
+static void read_environment(tq_kernels_kind *kind, int *int8) {
+    const char *force = getenv("TQ_FORCE_REF");
+    const char *want = getenv("TQ_KERNELS");
+    const char *i8 = getenv("TQ_INT8_SCORES");
+    *kind = TQ_KERNELS_AUTO;
+    if (force && *force && strcmp(force, "0") != 0) *kind = TQ_KERNELS_REF;
+    else if (want && strcmp(want, "ref") == 0) *kind = TQ_KERNELS_REF;
+    else if (want && strcmp(want, "avx2") == 0) *kind = TQ_KERNELS_AVX2;
+    else if (want && strcmp(want, "avx512") == 0) *kind = TQ_KERNELS_AVX512;
+    *int8 = !(i8 && strcmp(i8, "0") == 0);
+}
+
+static void select_set(void) {
+    int k = atomic_load(&cur_kind);
+    int s = k == TQ_KERNELS_AVX512 ? (atomic_load(&int8_on) ? SET_AVX512_INT8 : SET_AVX512)
+            : k == TQ_KERNELS_AVX2 ? SET_AVX2
+                                   : SET_REF;
+    atomic_store_explicit(&current, &sets[s], memory_order_release);
+}
+
+static void init_once(void) {
+    const tq_attn_kernels *a2 = tq_attn_kernels_avx2(), *a5 = tq_attn_kernels_avx512();
+    const tq_attn_kernels *ref = tq_attn_kernels_ref();
+    sets[SET_REF] = (tq_kernel_set){tq_kernels_ref(), ref};
+    sets[SET_AVX2] = (tq_kernel_set){tq_kernels_avx2(), a2 ? a2 : ref};
+    sets[SET_AVX512] = (tq_kernel_set){tq_kernels_avx512(), a5 ? a5 : a2 ? a2 : ref};
+    sets[SET_AVX512_INT8] = sets[SET_AVX512];
+    if (cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
+        sets[SET_AVX512_INT8].attn = tq_attn_kernels_avx512_vnni();
+    tq_kernels_kind kind;
+    int int8;
+    read_environment(&kind, &int8);
+    int k = resolve(kind);
+    atomic_store(&cur_kind, k >= 0 ? k : resolve(TQ_KERNELS_AUTO));
+    atomic_store(&int8_on, int8);
+    select_set();
+}
+
+const tq_kernel_set *tq_kernel_set_get(void) {
     pthread_once(&once, init_once);
     return atomic_load_explicit(&current, memory_order_acquire);
 }
 
-int tq_kernels_supported(tq_kernels_kind kind) { return table_for(kind) != NULL; }
+const tq_kernel_table *tq_kernels(void) { return tq_kernel_set_get()->codec; }
+
+const tq_attn_kernels *tq_attn_kernels_get(void) { return tq_kernel_set_get()->attn; }
+
+int tq_kernels_supported(tq_kernels_kind kind) {
+    return kind == TQ_KERNELS_AUTO || table_for(kind) != NULL;
+}
 
 tq_status tq_set_kernels(tq_kernels_kind kind) {
     if (kind < TQ_KERNELS_AUTO || kind > TQ_KERNELS_AVX512) return TQ_ERR_VARIANT;
     pthread_once(&once, init_once);
-    const tq_kernel_table *t = table_for(kind);
-    if (!t) return TQ_ERR_UNSUPPORTED;
-    atomic_store(&current, t);
+    int k = resolve(kind);
+    if (k < 0) return TQ_ERR_UNSUPPORTED;
+    atomic_store(&cur_kind, k);
+    select_set();
     return TQ_OK;
 }
 
+void tq_set_int8_scores(int on) {
+    pthread_once(&once, init_once);
+    atomic_store(&int8_on, on != 0);
+    select_set();
+}
+
+int tq_int8_scores(void) {
+    const tq_kernel_set *s = tq_kernel_set_get();
+    return s->attn != sets[SET_AVX512].attn && s == &sets[SET_AVX512_INT8];
+}
+
 const char *tq_kernels_name(void) { return tq_kernels()->name; }
+
+const char *tq_attn_kernels_name(void) { return tq_attn_kernels_get()->name; }

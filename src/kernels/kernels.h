@@ -76,5 +76,7 @@ const tq_kernel_table *tq_kernels_avx512(void);
 uint32_t tq_ref_get_index(const uint8_t *in, size_t i, int bits);
 void tq_ref_put_index(uint8_t *out, size_t i, int bits, uint32_t idx);
 uint32_t tq_ref_quantize_one(float s, int bits, const float *boundaries);
+/* The reference rht (the SIMD sets use it below their register width). */
+void tq_ref_rht(float *x, const float *signs, int log2n);
 
 #endif

@@ -37,7 +37,7 @@ uint32_t tq_ref_quantize_one(float s, int bits, const float *boundaries) {
     return idx;
 }
 
-static void ref_rht(float *x, const float *signs, int log2n) {
+void tq_ref_rht(float *x, const float *signs, int log2n) {
     size_t n = (size_t)1 << log2n;
     if (signs)
         for (size_t i = 0; i < n; i++) x[i] *= signs[i];
@@ -104,7 +104,7 @@ static void ref_axpy_codes(const uint8_t *in, int n, int bits, const float *cent
 
 static const tq_kernel_table ref_table = {
     .name = "ref",
-    .rht = ref_rht,
+    .rht = tq_ref_rht,
     .sumsq = ref_sumsq,
     .quantize_pack = ref_quantize_pack,
     .unpack_lookup = ref_unpack_lookup,

@@ -1,0 +1,103 @@
+/*
+ * The attention kernel table: the hot loops of attention on stored records (scores, softmax
+ * pieces, value sums, decoding records to rows), as function pointers. attn_ref.c holds the
+ * scalar reference, attn_avx2.c, attn_avx512.c and attn_vnni.c the fast tables; dispatch.c
+ * chooses one together with the codec table (tq_kernel_set). Kernels take a record description
+ * (record.h) and plain pointers.
+ */
+#ifndef TQ_KERNELS_ATTN_KERNELS_H
+#define TQ_KERNELS_ATTN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "record.h"
+
+typedef struct tq_attn_kernels {
+    const char *name;
+    /* out[j] = ⟨q + j·q_stride, k⟩ for j < nq (n floats each). */
+    void (*dot_multi)(const float *k, const float *q, size_t q_stride, int nq, int n,
+                      float *out);
+    /* acc[i] += Σ_{t < nk} p[t]·rows[t·stride + i] for i < n. */
+    void (*accum_rows)(float *acc, const float *p, const float *rows, size_t stride, int nk,
+                       int n);
+    /* s[i] = exp(s[i] − m) for i < n; returns Σ s[i]. Relative error ≤ 2e-7 per element. */
+    float (*exp_sum)(float *s, int n, float m);
+    /* y[i] *= a. */
+    void (*scale)(float *y, float a, int n);
+    /* s[i] = (s[i] + add) · scale (one add, one multiply); returns the largest result, NaNs
+     * ignored (−∞ when there is none). Bit-exact across tables (but for the sign of a zero
+     * maximum). */
+    float (*shift_scale_max)(float *s, int n, float add, float scale);
+    /* out[i] = f32(in[i]). */
+    void (*f16_to_f32)(const uint16_t *in, float *out, int n);
+    /* One q8_0 / q4_0 record of dim elements → floats (blockq.h; bit-exact with its
+     * reference decoders). */
+    void (*q8_0_decode)(const uint8_t *rec, int dim, float *out);
+    void (*q4_0_decode)(const uint8_t *rec, int dim, float *out);
+    /* out[i] = scale · centroids[idx_i] for n packed indices (kernels.h layout) at bits ≤ 4;
+     * NULL: use the codec table's unpack_lookup. Bit-exact with it (one multiply). */
+    void (*unpack_small)(const uint8_t *in, int n, int bits, const float *centroids, float scale,
+                         float *out);
+    /* Fused decode paths: the records are read in registers, no tile is written. Each returns
+     * what the tile path computes from tq_record_decode_rows rows (within float rounding).
+     * score_turbo / accum_turbo take a TURBO record x with tq_attn_fused_turbo(x) true (only
+     * the scalar table has them; the SIMD tables leave them NULL and read TURBO records with
+     * the lane kernels below, so a record without a lane layout takes the tile there):
+     *   score: S[j·s_stride + t] = ⟨q_j, row_t⟩, q_j = q + j·q_stride, t < nk, j < nq;
+     *   accum: acc_j[i] += Σ_t p_j[t]·row_t[i], p_j = p + j·p_stride, acc_j = acc + j·acc_stride;
+     * with row_t the decoded row of record t (stride x->rec_bytes). A record with a corrupt norm
+     * (tq_record_norm_ok) counts as a zero row and makes the call return 0 (else 1).
+     * score_f16 / accum_f16 do the same for fp16 rows (row t at rows + t·row_stride, dim
+     * elements): the raw part, and F16-format records. */
+    int (*score_turbo)(const tq_record *x, const uint8_t *rec, int nk, const float *q,
+                       size_t q_stride, int nq, float *S, size_t s_stride);
+    int (*accum_turbo)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
+                       size_t p_stride, int nq, float *acc, size_t acc_stride);
+    void (*score_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *q,
+                      size_t q_stride, int nq, float *S, size_t s_stride);
+    void (*accum_f16)(const uint16_t *rows, size_t row_stride, int nk, int dim, const float *p,
+                      size_t p_stride, int nq, float *acc, size_t acc_stride);
+    /* The same as score_turbo / accum_turbo with q and acc in the lane layout of x
+     * (tq_record_lanes(x) > 0, rows of tq_record_lanes(x) floats); NULL where a table has
+     * none. */
+    int (*score_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *q,
+                             size_t q_stride, int nq, float *S, size_t s_stride);
+    int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
+                             size_t p_stride, int nq, float *acc, size_t acc_stride);
+} tq_attn_kernels;
+
+/* The individual tables (tests run each the host supports against the reference). */
+const tq_attn_kernels *tq_attn_kernels_ref(void);
+const tq_attn_kernels *tq_attn_kernels_avx2(void);   /* NULL when not built */
+const tq_attn_kernels *tq_attn_kernels_avx512(void); /* NULL when not built */
+/* The AVX-512 table with score_turbo_lanes and accum_turbo_lanes in integers (attn_vnni.c:
+ * int8 queries and centroids, uint8 weights, VNNI dot products; the error bounds are stated
+ * there): NULL when not built or when the CPU lacks AVX-512 VBMI / VNNI. */
+const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void);
+
+/* The kernels in use: the codec table and the attention table, chosen together, once
+ * (dispatch.c; tq_set_kernels, tq_set_int8_scores and the environment switch both at once). */
+typedef struct tq_kernel_set {
+    const tq_kernel_table *codec;
+    const tq_attn_kernels *attn;
+} tq_kernel_set;
+
+/* The set in use (never NULL; initialized on first call, thread-safe). */
+const tq_kernel_set *tq_kernel_set_get(void);
+/* Its attention table (tq_kernel_set_get()->attn). */
+const tq_attn_kernels *tq_attn_kernels_get(void);
+
+/* n consecutive records of x (stride x->rec_bytes) → rows of x->row_floats floats (stride
+ * `stride`) in the scoring basis: original coordinates for F16 / Q8_0 / Q4_0, the codec's
+ * rotated basis for TURBO (norm·inv_sqrt_dim · c[idx]; PROD: signs scaled by prod_scale·γ·norm
+ * in the second half), with the kernels of ks. Returns 0 if some record held a corrupt norm or
+ * γ (that row is zero), else 1. */
+int tq_record_decode_rows(const tq_kernel_set *ks, const tq_record *x, const uint8_t *rec,
+                          size_t n, float *rows, size_t stride);
+/* n fp16 rows of dim elements (contiguous) → f32 rows (stride `stride`) with ks's table. */
+void tq_record_f16_rows(const tq_kernel_set *ks, const uint16_t *in, size_t n, int dim,
+                        float *out, size_t stride);
+
+#endif

@@ -1,0 +1,96 @@
+/*
+ * The description of one stored record, as every kernel reads it: the format, the bytes, and
+ * for a TurboQuant record its segments (packed index words), bit widths, centroids, norm and
+ * PROD parts (doc/format.md). The codec fills it for TurboQuant records (tq_codec_describe in
+ * src/codec_record.h), the block formats for f16 / q8_0 / q4_0 (tq_record_plain in blockq.h);
+ * the KV cache keeps one per K and V of a layer and hands it to the kernels with plain
+ * pointers. A plain struct: no kernel needs anything above this layer.
+ */
+#ifndef TQ_KERNELS_RECORD_H
+#define TQ_KERNELS_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "turboquant.h"
+
+typedef struct tq_record {
+    tq_kv_format format;
+    int dim;
+    size_t rec_bytes; /* bytes of one record */
+    int row_floats;   /* floats of a decoded row in the scoring basis: dim, or for TURBO
+                         tq_codec_query_floats (2·dim with PROD) */
+    /* TQ_KV_TURBO (one codec unit: fixed or block split) */
+    tq_codec *codec; /* the codec that filled this description and owns its rotation(s); the
+                        kernels never read it; NULL for the other formats */
+    int block;       /* TQ_SPLIT_BLOCK: channels in the first block (segment 0); else 0 */
+    int n_seg;
+    struct {
+        int start, count, bits; /* rotated coordinates [start, start + count) at bits */
+        size_t off;             /* byte offset of the packed words in a record */
+        const float *centroids; /* ×√dim */
+    } seg[2];
+    size_t norm_off;
+    int norm_f32;
+    int prod;
+    size_t sign_off, gamma_off;
+    float inv_sqrt_dim; /* row scale: 1 for keys (rows in the prepared query's basis), 1/√dim
+                           for values (the reconstruction) */
+    float prod_scale;   /* √(π/2)/dim */
+} tq_record;
+
+/* The one validity rule for a stored norm: what an encoder can store is finite, non-negative
+ * and at most 2^66 (√FLT_MAX ≈ 2^64 for the input norm, times at most 2 for norm correction);
+ * anything else (NaN fails) is corruption, and the bound keeps every decoded value finite.
+ * PROD's γ = ‖u − ĉ‖ is at most 1 + ‖ĉ‖ < 6. */
+#define TQ_RECORD_NORM_MAX 0x1p66f
+#define TQ_RECORD_GAMMA_MAX 8.0f
+static inline int tq_record_norm_ok(float n) { return n >= 0.0f && n <= TQ_RECORD_NORM_MAX; }
+static inline int tq_record_gamma_ok(float g) { return g >= 0.0f && g <= TQ_RECORD_GAMMA_MAX; }
+
+/* The stored norm (or γ) at byte p of a record of x (fp16 or f32, little-endian). */
+static inline float tq_record_load_norm(const tq_record *x, const uint8_t *p) {
+    if (x->norm_f32) {
+        uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                     (uint32_t)p[3] << 24;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return tq_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+/* 1 if the fused TURBO kernels (score_turbo / accum_turbo, and the lane kernels where
+ * tq_record_lanes(x) > 0) handle x: TURBO, MSE (no PROD sketch), every segment of ≤ 4 bits
+ * (≤ 16 centroids: one vpermps register). */
+static inline int tq_attn_fused_turbo(const tq_record *x) {
+    if (x->format != TQ_KV_TURBO || x->prod || x->n_seg < 1) return 0;
+    for (int s = 0; s < x->n_seg; s++)
+        if (x->seg[s].bits > 4) return 0;
+    return 1;
+}
+
+/* The lane layout of a TURBO record, for kernels that read 8 codes per 32-bit lane: within a
+ * segment of B ≤ 4 bits and a count that is a multiple of 8, coordinate c = 128h + 8l + k
+ * (block h, lane l < 16, round k < 8) has its index in bits [B(8l + k), B(8l + k) + B) of the
+ * block's 16B bytes, so lane l of a vector of 16 lanes (bytes [Bl, Bl + B) of the block) yields
+ * the eight rounds by shifts of B. A row in lane layout puts coordinate c of segment s at
+ * base_s + 128h + 16k + l (base_s = 128 · the blocks of earlier segments); positions of a
+ * partial last block's absent lanes are padding (zero in queries, ignored in sums).
+ * Returns the floats of a lane-layout row, 0 when x has no lane layout. */
+static inline int tq_record_lanes(const tq_record *x) {
+    if (!tq_attn_fused_turbo(x)) return 0;
+    int n = 0;
+    for (int s = 0; s < x->n_seg; s++) {
+        if (x->seg[s].count % 8) return 0;
+        n += (x->seg[s].count + 127) / 128 * 128;
+    }
+    return n;
+}
+/* Natural (scoring-basis) row of x->dim floats ↔ lane-layout row of tq_record_lanes(x) floats
+ * (record.c); to_lanes zeroes the padding. */
+void tq_record_to_lanes(const tq_record *x, const float *in, float *out);
+void tq_record_from_lanes(const tq_record *x, const float *in, float *out);
+
+#endif
