@@ -534,9 +534,10 @@ TQ_API size_t tq_kv_cache_dropped_length(const tq_kv_cache *cache, int layer);
 /* Memory in use. Errors: TQ_ERR_NULL. */
 TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem);
 
-/* Creates *out, a cache of src's shapes with `scheme`, holding src's tokens (read back from
- * src and re-appended; compressed per scheme as after a decode step). From an f16 cache this
- * is the f16 → TurboQuant conversion. Errors: as tq_kv_cache_create and tq_kv_cache_append. */
+/* Creates *out, a cache of src's shapes and layer windows with `scheme`, holding src's tokens
+ * (read back from src and re-appended; compressed per scheme as after a decode step). From an
+ * f16 cache this is the f16 → TurboQuant conversion. Errors: as tq_kv_cache_create and
+ * tq_kv_cache_append. */
 TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
                                      tq_kv_cache **out);
 
