@@ -158,7 +158,8 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
             front_free(f);
             return TQ_ERR_NOMEM;
         }
-        for (uint32_t i = 0; i < n_layers; i++) f->windows[i] = (size_t)tq_cf_get_u64(wp + CF_LAYER_WINDOW * i);
+        for (uint32_t i = 0; i < n_layers; i++)
+            f->windows[i] = (size_t)tq_cf_get_u64(wp + CF_LAYER_WINDOW * i);
     }
     if (expect) {
         /* A key split flag that has no effect at these dims does not make a mismatch. */

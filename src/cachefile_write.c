@@ -26,7 +26,8 @@ static int has_dropped(const tq_kv_cache *c) {
 
 size_t tq_kv_cache_save_bound(const tq_kv_cache *c) {
     if (!c || has_dropped(c)) return 0;
-    size_t n = CF_HEADER_BYTES + CF_SECTION_HEAD + tq_cf_scheme_payload(c->cfg.n_layers, CF_VERSION) + CF_CRC;
+    size_t n = CF_HEADER_BYTES + CF_SECTION_HEAD + tq_cf_scheme_payload(c->cfg.n_layers, CF_VERSION) +
+               CF_CRC;
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
         n = tq_cf_add_sat(n, CF_LAYER_HEAD + CF_CRC);

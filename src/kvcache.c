@@ -82,8 +82,9 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
     c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
     tq_status st = TQ_OK;
     if (windowed) { /* the cache's copy, which get_config hands out */
-        c->windows = malloc((size_t)cfg->n_layers * sizeof *c->windows);
-        if (c->windows) memcpy(c->windows, cfg->layer_windows, (size_t)cfg->n_layers * sizeof *c->windows);
+        size_t wb = (size_t)cfg->n_layers * sizeof *c->windows;
+        c->windows = malloc(wb);
+        if (c->windows) memcpy(c->windows, cfg->layer_windows, wb);
         c->cfg.layer_windows = c->windows;
     }
     if (!c->layers || (windowed && !c->windows)) {
