@@ -5,7 +5,8 @@
  * when it accepts a file, the cache must be usable: one attention call per layer (the last
  * position, GQA 2) returns TQ_OK with finite outputs, and saving it again reproduces the
  * input byte for byte (the loader accepts only what the writer writes) — for an input of an
- * earlier version (1, 2), the current-version image it is re-saved as reproduces itself.
+ * earlier version (1 to 3), the current-version image it is re-saved as reproduces itself. A
+ * file's layer windows (version 4) come back from tq_kv_cache_get_config, each ≤ 2^30.
  */
 #include <math.h>
 #include <stdint.h>
@@ -28,6 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     tq_kv_cache_config cfg = tq_kv_cache_get_config(c);
+    for (int l = 0; cfg.layer_windows && l < cfg.n_layers; l++)
+        if (cfg.layer_windows[l] > ((size_t)1 << 30)) abort();
     int nqh = 2 * cfg.n_kv_heads;
     for (int l = 0; l < cfg.n_layers && l < 8; l++) {
         if (tq_kv_cache_length(c, l) == 0) continue;

@@ -423,7 +423,7 @@ typedef struct tq_kv_cache_config {
     size_t reserve_tokens;        /* tokens of capacity allocated at create (default 0) */
     const size_t *layer_windows;  /* (n_layers,) or NULL (copied at create): per layer, the
                                      most positions one query attends (a sliding window; 0:
-                                     all). A windowed layer keeps only the newest window +
+                                     all; at most 2^30). A windowed layer keeps only the newest window +
                                      TQ_KV_WINDOW_SLACK positions and recycles the pages of
                                      older ones, so its memory stays bounded at any length;
                                      see tq_kv_cache_dropped_length for what that rules out */
@@ -440,11 +440,13 @@ TQ_API void tq_kv_cache_config_init(tq_kv_cache_config *cfg, int n_layers, int n
 typedef struct tq_kv_cache tq_kv_cache;
 
 /* Creates an empty cache. Errors: TQ_ERR_NULL, TQ_ERR_INVALID (a count out of range, batch <
- * 1, negative window/start/edges), TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT (as the codecs),
+ * 1, negative window/start/edges, a layer window over 2^30), TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT (as the codecs),
  * TQ_ERR_NOMEM. */
 TQ_API tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg);
 TQ_API void tq_kv_cache_free(tq_kv_cache *cache);
-/* The config the cache was created with (layer_schemes NULL), and the scheme of one layer
+/* The config the cache was created with (layer_schemes NULL; layer_windows points to the
+ * cache's own copy, valid until tq_kv_cache_free, NULL when no layer has a window), and the
+ * scheme of one layer
  * (overrides and edges resolved, key_mean / key_scale / key_split as in effect; a zeroed
  * struct for a bad layer). */
 TQ_API tq_kv_cache_config tq_kv_cache_get_config(const tq_kv_cache *cache);
@@ -532,14 +534,16 @@ TQ_API size_t tq_kv_cache_dropped_length(const tq_kv_cache *cache, int layer);
 /* Memory in use. Errors: TQ_ERR_NULL. */
 TQ_API tq_status tq_kv_cache_memory(const tq_kv_cache *cache, tq_kv_memory *mem);
 
-/* Creates *out, a cache of src's shapes with `scheme`, holding src's tokens (read back from
- * src and re-appended; compressed per scheme as after a decode step). From an f16 cache this
- * is the f16 → TurboQuant conversion. Errors: as tq_kv_cache_create and tq_kv_cache_append. */
+/* Creates *out, a cache of src's shapes and layer windows with `scheme`, holding src's tokens
+ * (read back from src and re-appended; compressed per scheme as after a decode step). From an
+ * f16 cache this is the f16 → TurboQuant conversion. Errors: as tq_kv_cache_create and
+ * tq_kv_cache_append. */
 TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
                                      tq_kv_cache **out);
 
-/* ---- Cache files (doc/cachefile.md: format version 3; versions 1 and 2 still load) ----
- * A file holds the whole state of a cache: shapes, scheme (every layer's, resolved), seed, and
+/* ---- Cache files (doc/cachefile.md: format version 4; versions 1 to 3 still load) ----
+ * A file holds the whole state of a cache: shapes, scheme (every layer's, resolved), the layer
+ * windows, seed, and
  * per layer the length, the compression boundary, the two-phase flags, the key mean, the key
  * scale and its query statistics, the compressed records and the raw fp16 tokens, each section
  * with a CRC32C. Loading restores
@@ -549,9 +553,9 @@ TQ_API tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme 
  * compress or truncate); loading creates a new cache (reserve_tokens 0). */
 
 /* The format version the writer writes (the u32 at byte 8 of every file it saves). The loader
- * reads versions 1 to TQ_KV_CACHE_FILE_VERSION: 1 (before the key scale) and 2 (before the key
- * split) load as the caches they were written from. */
-#define TQ_KV_CACHE_FILE_VERSION 3
+ * reads versions 1 to TQ_KV_CACHE_FILE_VERSION: 1 (before the key scale), 2 (before the key
+ * split) and 3 (before the layer windows) load as the caches they were written from. */
+#define TQ_KV_CACHE_FILE_VERSION 4
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL. */
 TQ_API size_t tq_kv_cache_save_bound(const tq_kv_cache *cache);
@@ -588,8 +592,9 @@ TQ_API tq_status tq_kv_cache_load_memory(const void *data, size_t size, tq_kv_ca
  * (a FIFO, a device or a folder: opened without blocking, then refused). */
 TQ_API tq_status tq_kv_cache_load(const char *path, tq_kv_cache **out);
 /* As the two above, and the file must match *expect (when not NULL): n_layers, n_kv_heads,
- * head dims, the whole scheme (layer, edge, edges, window, batch, start, prefill_raw, seed)
- * and, when expect->layer_schemes is set, every layer's scheme; otherwise TQ_ERR_MISMATCH
+ * head dims, the whole scheme (layer, edge, edges, window, batch, start, prefill_raw, seed),
+ * when expect->layer_schemes is set every layer's scheme, and when expect->layer_windows is
+ * set every layer's window (files of version 4 on); otherwise TQ_ERR_MISMATCH
  * (checked right after the header's and the scheme's checksums, before any allocation for the
  * tokens). reserve_tokens is ignored. */
 TQ_API tq_status tq_kv_cache_load_memory_expect(const void *data, size_t size,
@@ -668,6 +673,64 @@ TQ_API tq_status tq_kv_attention_ref(const tq_kv_cache *cache, int layer, const 
 TQ_API void tq_set_int8_scores(int on);
 /* 1 if attention uses the integer kernels now, else 0. */
 TQ_API int tq_int8_scores(void);
+
+/* ---- keys: the key transform (key mean, scale, split) without the cache ----
+ * The transform the KV cache applies to TurboQuant keys (doc/kvcache.md §2, "The key transform
+ * on its own"), for engines that keep their own paged memory: fit it once per layer from the
+ * first keys and the queries seen, store keys as tq_key_transform_keys(k) with the codec
+ * tq_key_transform_codec_config gives, and score ⟨q, k⟩ as ⟨q', stored⟩ + offset with
+ * (q', offset) = tq_key_transform_queries(q). Immutable once fitted: share it across threads. */
+typedef struct tq_key_transform tq_key_transform;
+
+typedef struct tq_key_transform_config {
+    int n_heads;  /* KV heads, [1, 1024]: one mean / scale / channel order per head */
+    int head_dim; /* [TQ_MIN_DIM, TQ_MAX_DIM] */
+    float bits;   /* the key codec's bits per coordinate, [1, 8] (the split needs it) */
+    int mean;     /* subtract the per-head key mean (default 1) */
+    int scale;    /* per-channel key scale from key and query energies (default 1) */
+    int split;    /* with scale, at a fractional MSE width k + f ≤ 4: the key split (default 1) */
+} tq_key_transform_config;
+
+/* Fills cfg: the shapes and bits given, mean, scale and split on. cfg may not be NULL. */
+TQ_API void tq_key_transform_config_init(tq_key_transform_config *cfg, int n_heads, int head_dim,
+                                         float bits);
+/* Fits *out from n_keys keys (n_keys, n_heads, head_dim) and n_queries queries (n_queries,
+ * n_q_heads, head_dim; may be NULL when n_queries is 0), as the cache does from the keys and
+ * queries it has seen at a layer's first compression. Errors: TQ_ERR_NULL, TQ_ERR_DIM,
+ * TQ_ERR_BITS, TQ_ERR_INVALID (n_heads, n_q_heads), TQ_ERR_NONFINITE, TQ_ERR_NOMEM. */
+TQ_API tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_config *cfg,
+                                      const float *keys, size_t n_keys, const float *queries,
+                                      int n_q_heads, size_t n_queries);
+TQ_API void tq_key_transform_free(tq_key_transform *kt);
+/* Makes *cfg (a codec config for head_dim, the transform's bits, MSE) the codec that stores the
+ * transformed keys: TQ_SPLIT_BLOCK with the key split's block, else unchanged.
+ * Errors: TQ_ERR_NULL, TQ_ERR_DIM (cfg->dim ≠ head_dim), TQ_ERR_INVALID (a split with PROD). */
+TQ_API tq_status tq_key_transform_codec_config(const tq_key_transform *kt, tq_codec_config *cfg);
+/* Keys (n, n_heads, head_dim) → stored coordinates, same shape. Errors: TQ_ERR_NULL,
+ * TQ_ERR_NONFINITE (nothing written). */
+TQ_API tq_status tq_key_transform_keys(const tq_key_transform *kt, const float *keys, size_t n,
+                                       float *stored);
+/* Stored coordinates (n, n_heads, head_dim) → keys: the inverse of tq_key_transform_keys up to
+ * float rounding. Errors: TQ_ERR_NULL. */
+TQ_API tq_status tq_key_transform_invert(const tq_key_transform *kt, const float *stored,
+                                         size_t n, float *keys);
+/* Queries q (n, n_q_heads, head_dim) → q_out (same shape) and, when offsets is not NULL,
+ * offsets (n, n_q_heads): ⟨q, k⟩ = ⟨q_out, stored(k)⟩ + offset for every key of q's KV head
+ * (query head h reads KV head h / (n_q_heads / n_heads)). Errors: TQ_ERR_NULL,
+ * TQ_ERR_INVALID (n_q_heads), TQ_ERR_NONFINITE. */
+TQ_API tq_status tq_key_transform_queries(const tq_key_transform *kt, const float *q,
+                                          int n_q_heads, size_t n, float *q_out, float *offsets);
+/* Exact bytes tq_key_transform_serialize writes; 0 for NULL. */
+TQ_API size_t tq_key_transform_serialized_bytes(const tq_key_transform *kt);
+/* Writes the transform (doc/kvcache.md §2: a 24-byte head, then the bytes a cache file keeps
+ * for a layer's transform) into dst. Errors: TQ_ERR_NULL, TQ_ERR_CAPACITY. */
+TQ_API tq_status tq_key_transform_serialize(const tq_key_transform *kt, void *dst,
+                                            size_t capacity, size_t *written);
+/* Reads what tq_key_transform_serialize wrote into a new *out (NULL on error). Errors:
+ * TQ_ERR_NULL, TQ_ERR_FORMAT (not a transform, wrong size, a field out of range),
+ * TQ_ERR_CORRUPT (a value no fit produces), TQ_ERR_NOMEM. */
+TQ_API tq_status tq_key_transform_deserialize(const void *data, size_t size,
+                                              tq_key_transform **out);
 
 #ifdef __cplusplus
 }

@@ -459,16 +459,12 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
     for (size_t r = 0; r < nrow; r++) {
         const float *qr = q + r * (size_t)pl->dk;
         float *pr = x.qprep + r * (size_t)pl->kw;
+        int h = (int)(r % (size_t)pl->nqh) / pl->G;
         if (l->k.format == TQ_KV_TURBO) {
+            /* In the stored keys' basis (the key transform: q / s in the split's order). */
             float qs[TQ_MAX_DIM];
-            if (l->key_scale) { /* ⟨q, k⟩ = ⟨q / s, s ⊙ k⟩: score the stored s ⊙ k with q / s */
-                size_t hk = (size_t)((int)(r % (size_t)pl->nqh) / pl->G) * (size_t)pl->dk;
-                for (int j = 0; j < pl->dk; j++) { /* in the stored keys' channel order */
-                    int ch = tq_kv_key_channel(l, hk, j);
-                    qs[j] = qr[ch] / l->key_scale[hk + (size_t)ch];
-                }
-            }
-            st = tq_codec_prepare_query(l->k.codec, l->key_scale ? qs : qr, pr, (size_t)pl->kw);
+            st = tq_codec_prepare_query(l->k.codec, tq_key_transform_query_row(l->kt, h, qr, qs), pr,
+                                        (size_t)pl->kw);
             if (st) return st;
             if (x.lanes_k) tq_record_to_lanes(&l->k, pr, x.qlane + r * (size_t)pl->kl);
         } else {
@@ -477,14 +473,7 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
                 pr[j] = qr[j];
             }
         }
-        float mu = 0.0f;
-        if (l->key_mean) {
-            const float *m = l->key_mean + (size_t)((int)(r % (size_t)pl->nqh) / pl->G) * (size_t)pl->dk;
-            double a = 0.0;
-            for (int j = 0; j < pl->dk; j++) a += (double)qr[j] * m[j];
-            mu = (float)a;
-        }
-        x.qmu[r] = mu;
+        x.qmu[r] = tq_key_transform_offset_row(l->kt, h, qr); /* ⟨q, mean⟩, added to scores */
     }
     tq_threadpool_run(pool, task_fn, &x, (size_t)pl->H * pl->n_qb * (size_t)pl->n_split);
     tq_threadpool_run(pool, merge_fn, &x, (size_t)pl->H * pl->n_qb);

@@ -20,17 +20,7 @@ static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant va
     tq_codec_config_init(cc, dim, bits, variant);
     cc->norm_correction = variant == TQ_VARIANT_MSE ? norm : 0;
     cc->seed = seed;
-    if (!split || variant != TQ_VARIANT_MSE) return;
-    int k = (int)floor(bits + 1e-9);
-    double frac = bits - k;
-    tq_codec_config b = *cc;
-    b.split = TQ_SPLIT_BLOCK;
-    b.block_bits = k + 1;
-    b.block_dim = (int)floor(frac * dim + 0.5);
-    if (frac <= 1e-6 || b.block_bits > 4) return;
-    size_t plain, with;
-    if (tq_codec_config_bytes(cc, &plain) || tq_codec_config_bytes(&b, &with) || with > plain) return;
-    *cc = b;
+    if (split) tq_key_split_codec(cc); /* the key transform's rule (key_transform.c) */
 }
 
 int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk) {

@@ -2,7 +2,8 @@
  * The KV cache's operations: create, free, append, compress, read, truncate, memory accounting
  * and conversion, with the two-phase rule that decides what is compressed when
  * (doc/kvcache.md §3). The scheme language is in kv_scheme.c, the record formats in
- * kv_records.c, the pages in kv_pages.c, the key statistics in kv_keys.c; attention lives in
+ * kv_records.c, the pages in kv_pages.c; the key transform (mean, scale, split) is its own
+ * object (key_transform.c), fitted here at a layer's first compression; attention lives in
  * attention.c. What these files share is declared in kvcache_internal.h.
  */
 #include <math.h>
@@ -36,10 +37,7 @@ static void layer_free(tq_kv_layer *l) {
     free(l->rpages);
     free(l->rspare);
     free(l->cspare);
-    free(l->key_mean);
-    free(l->key_scale);
-    free(l->q_sq);
-    free(l->key_perm);
+    tq_key_transform_free(l->kt);
 }
 
 void tq_kv_cache_free(tq_kv_cache *c) {
@@ -47,6 +45,7 @@ void tq_kv_cache_free(tq_kv_cache *c) {
     if (c->layers)
         for (int i = 0; i < c->cfg.n_layers; i++) layer_free(&c->layers[i]);
     free(c->layers);
+    free(c->windows);
     free(c);
 }
 
@@ -69,6 +68,11 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
     if (cfg->head_dim_k < TQ_MIN_DIM || cfg->head_dim_k > TQ_MAX_DIM ||
         cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)
         return TQ_ERR_DIM;
+    int windowed = 0;
+    for (int i = 0; cfg->layer_windows && i < cfg->n_layers; i++) {
+        if (cfg->layer_windows[i] > TQ_KV_WINDOW_MAX) return TQ_ERR_INVALID;
+        windowed |= cfg->layer_windows[i] != 0;
+    }
     tq_kv_cache *c = calloc(1, sizeof *c);
     if (!c) return TQ_ERR_NOMEM;
     c->cfg = *cfg;
@@ -77,7 +81,13 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
     c->cfg.reserve_tokens = 0;
     c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
     tq_status st = TQ_OK;
-    if (!c->layers) {
+    if (windowed) { /* the cache's copy, which get_config hands out */
+        size_t wb = (size_t)cfg->n_layers * sizeof *c->windows;
+        c->windows = malloc(wb);
+        if (c->windows) memcpy(c->windows, cfg->layer_windows, wb);
+        c->cfg.layer_windows = c->windows;
+    }
+    if (!c->layers || (windowed && !c->windows)) {
         st = TQ_ERR_NOMEM;
         goto fail;
     }
@@ -104,24 +114,13 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
         if (st) goto fail;
         l->scheme.key_split = l->k.block > 0; /* what is in effect */
         l->compress_none = ls->key_format == TQ_KV_F16 && ls->value_format == TQ_KV_F16;
-        l->window = cfg->layer_windows ? cfg->layer_windows[i] : 0;
-        if (l->scheme.key_mean) {
-            l->key_mean = calloc((size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k, sizeof(float));
-            if (!l->key_mean) {
-                st = TQ_ERR_NOMEM;
-                goto fail;
-            }
-        }
-        if (l->scheme.key_scale) {
-            size_t nm = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim_k;
-            l->key_scale = malloc(nm * sizeof(float));
-            l->q_sq = malloc(nm * sizeof(double));
-            if (l->k.block) l->key_perm = malloc(nm * sizeof(uint16_t));
-            if (!l->key_scale || !l->q_sq || (l->k.block && !l->key_perm)) {
-                st = TQ_ERR_NOMEM;
-                goto fail;
-            }
-            tq_kv_key_scale_reset(c, l);
+        l->window = c->windows ? c->windows[i] : 0;
+        if (l->scheme.key_mean || l->scheme.key_scale) {
+            /* A key split's first block is the codec's segment 0. */
+            st = tq_key_transform_create(&l->kt, cfg->n_kv_heads, cfg->head_dim_k,
+                                         l->scheme.key_mean, l->scheme.key_scale, l->k.block,
+                                         l->k.block ? l->k.seg[0].bits : 0);
+            if (st) goto fail;
         }
     }
     if (cfg->reserve_tokens) {
@@ -193,21 +192,95 @@ static uint16_t *raw_v_mut(const tq_kv_cache *c, tq_kv_layer *l, size_t t, int h
     return (uint16_t *)tq_kv_vraw(c, l, t, h);
 }
 
+/* ---- the key transform's inputs: the first raw keys at the first compression ---- */
+
+/* The most raw tokens the key mean is taken from (tq_kv_set_key_mean_tokens: tests only). */
+static _Atomic size_t key_mean_tokens = TQ_KV_KEY_SCALE_TOKENS;
+
+void tq_kv_set_key_mean_tokens(size_t n) { key_mean_tokens = n ? n : TQ_KV_KEY_SCALE_TOKENS; }
+
+typedef struct raw_keys {
+    const tq_kv_cache *c;
+    const tq_kv_layer *l;
+    size_t t0;
+} raw_keys;
+
+static void raw_key_row(const void *ctx, size_t t, int h, float *out) {
+    const raw_keys *r = ctx;
+    const uint16_t *kr = tq_kv_kraw(r->c, r->l, r->t0 + t, h);
+    for (int i = 0; i < r->c->cfg.head_dim_k; i++) out[i] = tq_f16_to_f32(kr[i]);
+}
+
+/* At a layer's first compression: fixes the key transform from the raw tokens held (n_comp
+ * onwards; for a windowed layer whose first compression comes after a drop, the oldest kept):
+ * the mean from the first min(key_mean_tokens, held), the scale and split from the first
+ * min(TQ_KV_KEY_SCALE_TOKENS, held) and the queries observed. A fixed token count keeps the
+ * transform independent of when compression starts once that many tokens are held. */
+static void fit_keys(const tq_kv_cache *c, tq_kv_layer *l) {
+    if (!l->kt) return;
+    size_t held = l->len - l->n_comp, most = key_mean_tokens;
+    raw_keys r = {c, l, l->n_comp};
+    tq_key_transform_fit_rows(l->kt, held < most ? held : most,
+                              held < TQ_KV_KEY_SCALE_TOKENS ? held : TQ_KV_KEY_SCALE_TOKENS,
+                              raw_key_row, &r);
+}
+
+tq_status tq_kv_cache_observe_queries(tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                                      size_t n) {
+    if (!c) return TQ_ERR_NULL;
+    if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    int H = c->cfg.n_kv_heads;
+    if (n_q_heads < H || n_q_heads % H) return TQ_ERR_INVALID;
+    if (n && !q) return TQ_ERR_NULL;
+    tq_kv_layer *l = &c->layers[layer];
+    if (!tq_key_transform_observing(l->kt) || l->len >= TQ_KV_KEY_SCALE_TOKENS || n == 0)
+        return TQ_OK;
+    /* The rows at positions len … len + n − 1 below TQ_KV_KEY_SCALE_TOKENS count. */
+    if (n > TQ_KV_KEY_SCALE_TOKENS - l->len) n = TQ_KV_KEY_SCALE_TOKENS - l->len;
+    return tq_key_transform_observe(l->kt, q, n_q_heads, n);
+}
+
+tq_status tq_kv_cache_key_scale(const tq_kv_cache *c, int layer, float *out) {
+    if (!c || !out) return TQ_ERR_NULL;
+    if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    return tq_key_transform_get_scale(c->layers[layer].kt, out);
+}
+
+/* ---- what cache files use ---- */
+
+const tq_key_transform *tq_kv_layer_key_transform(const tq_kv_cache *c, int layer) {
+    return c && layer >= 0 && layer < c->cfg.n_layers ? c->layers[layer].kt : NULL;
+}
+
+tq_status tq_kv_layer_restore(tq_kv_cache *c, int layer, size_t len, size_t n_comp,
+                              int compress_started, tq_key_transform *kt) {
+    if (!c || layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    tq_kv_layer *l = &c->layers[layer];
+    if ((kt == NULL) != (l->kt == NULL) || (l->compress_none && compress_started)) return TQ_ERR_INVALID;
+    tq_status st = tq_kv_layer_restore_shape(c, layer, len, n_comp);
+    if (st) return st;
+    l->compress_started = compress_started ? 1 : 0;
+    tq_key_transform_free(l->kt);
+    l->kt = kt;
+    return TQ_OK;
+}
+
 /* Compresses raw tokens [n_comp, target), K and V of each token in one pass. */
 static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
     if (target <= l->n_comp) return TQ_OK;
     tq_status st = tq_kv_ensure_cpages(c, l, l->n_comp, target);
     if (st) return st;
-    tq_kv_keys_fix(c, l);
+    fit_keys(c, l);
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
-    float kbuf[TQ_MAX_DIM], vbuf[TQ_MAX_DIM];
+    float kraw[TQ_MAX_DIM], kbuf[TQ_MAX_DIM], vbuf[TQ_MAX_DIM];
     size_t t = l->n_comp;
     for (; t < target; t++) {
         for (int h = 0; h < H; h++) {
             const uint16_t *kr = tq_kv_kraw(c, l, t, h), *vr = tq_kv_vraw(c, l, t, h);
-            tq_kv_key_to_stored(l, h, dk, kr, kbuf);
+            for (int i = 0; i < dk; i++) kraw[i] = tq_f16_to_f32(kr[i]);
+            if (l->kt) tq_key_transform_key_row(l->kt, h, kraw, kbuf);
             for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
-            st = tq_kv_tensor_encode(&l->k, kbuf, (uint8_t *)tq_kv_krec(c, l, t, h));
+            st = tq_kv_tensor_encode(&l->k, l->kt ? kbuf : kraw, (uint8_t *)tq_kv_krec(c, l, t, h));
             if (!st) st = tq_kv_tensor_encode(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
             if (st) break;
         }
@@ -323,9 +396,8 @@ tq_status tq_kv_cache_truncate(tq_kv_cache *c, size_t length) {
         }
         l->len = length;
         if (length == 0) {
-            l->mean_set = 0;
             l->compress_started = 0;
-            if (l->key_scale) tq_kv_key_scale_reset(c, l);
+            if (l->kt) tq_key_transform_reset(l->kt);
         }
     }
     return TQ_OK;
@@ -350,7 +422,8 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
                 if (ko) {
                     float dec[TQ_MAX_DIM];
                     s1 = tq_kv_tensor_decode(&l->k, tq_kv_krec(c, l, t, h), dec);
-                    tq_kv_key_from_stored(l, h, dk, dec, ko);
+                    if (l->kt) tq_key_transform_invert_row(l->kt, h, dec, ko);
+                    else memcpy(ko, dec, (size_t)dk * sizeof(float));
                 }
                 if (vo) {
                     tq_status s2 = tq_kv_tensor_decode(&l->v, tq_kv_vrec(c, l, t, h), vo);
@@ -392,18 +465,10 @@ tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *m) {
                               (l->n_rpages + l->n_rspare) * c->rpage_bytes +
                               (l->cap_cpages + l->cap_rpages + l->cap_rspare + l->cap_cspare) *
                                   sizeof(void *);
-        if (l->key_mean) {
-            m->data_bytes += H * dk * sizeof(float);
-            m->allocated_bytes += H * dk * sizeof(float);
-        }
-        if (l->key_scale) {
-            m->data_bytes += H * dk * sizeof(float);
-            m->allocated_bytes += H * dk * (sizeof(float) + sizeof(double));
-        }
-        if (l->key_perm) {
-            m->data_bytes += H * dk * sizeof(uint16_t);
-            m->allocated_bytes += H * dk * sizeof(uint16_t);
-        }
+        size_t kt_data, kt_alloc;
+        tq_key_transform_memory(l->kt, &kt_data, &kt_alloc);
+        m->data_bytes += kt_data;
+        m->allocated_bytes += kt_alloc;
     }
     return TQ_OK;
 }
@@ -427,10 +492,8 @@ tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme
         size_t len = src->layers[i].len;
         const tq_kv_layer *sl = &src->layers[i];
         tq_kv_layer *dl = &dst->layers[i];
-        if (sl->q_sq && dl->q_sq) { /* the queries src has seen shape dst's key scale too */
-            memcpy(dl->q_sq, sl->q_sq, H * (size_t)cfg.head_dim_k * sizeof(double));
-            dl->q_rows = sl->q_rows;
-        }
+        /* The queries src has seen shape dst's key scale too. */
+        tq_key_transform_copy_statistics(dl->kt, sl->kt);
         for (size_t t = 0; !st && t < len; t += chunk) {
             size_t n = len - t < chunk ? len - t : chunk;
             st = tq_kv_cache_read(src, i, t, n, kb, vb);

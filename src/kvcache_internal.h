@@ -1,8 +1,9 @@
 /*
  * KV cache internals shared by the cache's files (kvcache.c: the operations and the two-phase
  * rule; kv_scheme.c: the scheme language; kv_records.c: record formats; kv_pages.c: page
- * storage; kv_keys.c: key statistics), attention.c (reads) and cachefile.c. Not public. The
- * kernels never include it: they take the record descriptions (kernels/record.h).
+ * storage), attention.c (reads) and the cache files (cachefile*.c). Not public. The key
+ * transform (mean, scale, split) is its own object: key_transform.h. The kernels never
+ * include it: they take the record descriptions (kernels/record.h).
  *
  * Per layer, tokens [0, n_comp) are compressed and [n_comp, len) are raw fp16. Both parts are
  * pages of TQ_KV_PAGE_TOKENS tokens with a head-major layout, so one KV head's records of a
@@ -20,11 +21,12 @@
 #include <stdint.h>
 
 #include "kernels/record.h"
+#include "key_transform.h"
 #include "turboquant.h"
 
 #define TQ_KV_P ((size_t)TQ_KV_PAGE_TOKENS)
-/* The key scale's statistics: the first this many kept keys at the first compression, the
- * queries of positions below it (kv_keys.c, compute_key_scale). */
+/* The key transform's statistics: the first this many kept keys at the first compression, the
+ * queries of positions below it (kvcache.c, fit_keys). */
 #define TQ_KV_KEY_SCALE_TOKENS ((size_t)512)
 
 /* One of K or V of a layer, in its compressed format: the description of its records, as the
@@ -48,22 +50,17 @@ typedef struct tq_kv_layer {
     size_t n_cspare, cap_cspare;
     size_t window;   /* layer_windows[i]: 0 or the most positions a query attends */
     size_t dropped;  /* positions [0, dropped) are gone (windowed layers; multiple of P) */
-    float *key_mean; /* (n_kv_heads, dk) when scheme.key_mean and TURBO keys, else NULL */
-    int mean_set;
-    float *key_scale; /* (n_kv_heads, dk) s when scheme.key_scale and TURBO keys, else NULL:
-                         keys are encoded as s ⊙ (k − mean), queries scored as q / s */
-    double *q_sq;     /* (n_kv_heads, dk) Σ q² over the observed query rows of each KV head's
-                         group (with key_scale; frozen once scale_set) */
-    double q_rows;    /* query rows observed per KV head */
-    uint16_t *key_perm; /* (n_kv_heads, dk) with a key split (k.block > 0): stored coordinate j
-                           of head h holds channel key_perm[h·dk + j] (identity until
-                           scale_set); else NULL */
-    int scale_set;
+    tq_key_transform *kt; /* the key transform (key_transform.h) when the layer has a key mean
+                             or key scale (TURBO keys), else NULL */
     int compress_started;
 } tq_kv_layer;
 
+/* The largest layer window (tq_kv_cache_config.layer_windows; cache files hold no more). */
+#define TQ_KV_WINDOW_MAX ((size_t)1 << 30)
+
 struct tq_kv_cache {
-    tq_kv_cache_config cfg; /* layer_schemes NULL */
+    tq_kv_cache_config cfg; /* layer_schemes NULL; layer_windows = windows */
+    size_t *windows;        /* (n_layers,) the layer windows, NULL when no layer has one */
     tq_kv_layer *layers;    /* (n_layers,) */
     size_t cpage_bytes_max, rpage_bytes;
 };
@@ -96,12 +93,6 @@ static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer
     return l->rpages[(t - l->raw_base) / TQ_KV_P] +
            (size_t)c->cfg.n_kv_heads * TQ_KV_P * (size_t)c->cfg.head_dim_k +
            ((size_t)h * TQ_KV_P + t % TQ_KV_P) * (size_t)c->cfg.head_dim_v;
-}
-
-/* The channel that stored key coordinate j of the head whose rows start at hk = h·dk holds
- * (the key split's order; j itself without one). */
-static inline int tq_kv_key_channel(const tq_kv_layer *l, size_t hk, int j) {
-    return l->key_perm ? (int)l->key_perm[hk + (size_t)j] : j;
 }
 
 /* ---- the scheme language (kv_scheme.c) ---- */
@@ -144,25 +135,23 @@ void tq_kv_spare_raw_all(tq_kv_layer *l);
  * below what that append's first query can see (less TQ_KV_WINDOW_SLACK); dropped, raw_base
  * and n_comp move up to that page boundary. No-op for a layer without a window. */
 void tq_kv_drop_old(tq_kv_layer *l, size_t pos);
-/* Cache files (src/cachefile.c): shapes an empty layer for a saved state, pages allocated.
+/* Shapes an empty layer for a saved state, pages allocated (tq_kv_layer_restore's part).
  * Errors: TQ_ERR_INVALID (bad layer, n_comp > len, a non-empty layer, n_comp > 0 on an f16
  * layer), TQ_ERR_NOMEM. */
 tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_t n_comp);
 
-/* ---- key statistics and transforms (kv_keys.c) ---- */
+/* ---- what cache files use (kvcache.c) ---- */
 
-/* A layer's key scale back to "not fixed": scale 1, no query statistics, identity key order.
- * Only for a layer with a key scale (l->key_scale, l->q_sq allocated). */
-void tq_kv_key_scale_reset(const tq_kv_cache *c, tq_kv_layer *l);
-/* At a layer's first compression: fixes the key mean, then the key scale and split, from the
- * raw tokens held (n_comp onwards) and the queries observed; each only once (mean_set,
- * scale_set). */
-void tq_kv_keys_fix(const tq_kv_cache *c, tq_kv_layer *l);
-/* Head h's fp16 key kr (dk channels) → its dk stored coordinates: s ⊙ (k − mean) in the key
- * split's order (each part where the layer has it). */
-void tq_kv_key_to_stored(const tq_kv_layer *l, int h, int dk, const uint16_t *kr, float *out);
-/* The inverse: dk decoded stored coordinates of head h → the key in channel order. */
-void tq_kv_key_from_stored(const tq_kv_layer *l, int h, int dk, const float *dec, float *out);
+/* Layer `layer`'s key transform (NULL without one): the shape a file's must have. */
+const tq_key_transform *tq_kv_layer_key_transform(const tq_kv_cache *c, int layer);
+/* Restores an empty layer of a new cache to a saved state: len tokens, the first n_comp
+ * compressed (pages allocated, for the caller to fill through tq_kv_krec / tq_kv_kraw …), the
+ * two-phase flag, and the key transform kt (made by tq_key_transform_create_like of the
+ * layer's; NULL when it has none), which the layer takes on success. Errors: TQ_ERR_INVALID
+ * (as tq_kv_layer_restore_shape; a transform where the layer has none or the other way),
+ * TQ_ERR_NOMEM. */
+tq_status tq_kv_layer_restore(tq_kv_cache *c, int layer, size_t len, size_t n_comp,
+                              int compress_started, tq_key_transform *kt);
 
 /* The most raw tokens the key mean is taken from at a layer's first compression (default and
  * 0: TQ_KV_KEY_SCALE_TOKENS). Writers before 2026-12 took it from the first `batch` tokens;

@@ -11,10 +11,14 @@
  * gives what loading its bytes gives; −0.0 in a plain format's bits field is TQ_ERR_FORMAT;
  * TQ_KV_CACHE_FILE_VERSION is the version the writer writes.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v3.bin (when the format version moves, or
- * what a cache computes from its tokens does); tests/golden/cache_v1.bin and cache_v2.bin,
- * written by versions 1 (before the key scale) and 2 (before the key split), and
- * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
+ * Issue 15: the layer windows persist (version 4): save → load keeps them and the windowed
+ * recycling goes on; tq_kv_cache_convert keeps them; _expect compares them.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v4.bin (when the format version moves, or
+ * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin and
+ * cache_v3.bin, written by versions 1 (before the key scale), 2 (before the key split) and 3
+ * (before the layer windows), and cache_v3_mean8.bin (before the key mean came from 512
+ * tokens) must still load.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -33,7 +37,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v3.bin"
+#define GOLDEN "tests/golden/cache_v4.bin"
+#define GOLDEN_V3 "tests/golden/cache_v3.bin"
 #define GOLDEN_V2 "tests/golden/cache_v2.bin"
 #define GOLDEN_V1 "tests/golden/cache_v1.bin"
 /* Version 3 as written before the key mean came from 512 tokens (its mean: the first 8). */
@@ -281,9 +286,10 @@ static void fix_crcs(uint8_t *d, size_t size) {
     }
 }
 
-/* A cache of n_layers × H × d with `n` tokens per layer: a prefill of n − 8 and 8 decode steps. */
-static tq_kv_cache *build(const char *scheme, int n_layers, int H, int d, size_t n,
-                          const tq_kv_layer_scheme *overrides) {
+/* A cache of n_layers × H × d with `n` tokens per layer: a prefill of n − 8 and 8 decode steps;
+ * windows: the layer windows (or NULL). */
+static tq_kv_cache *build_w(const char *scheme, int n_layers, int H, int d, size_t n,
+                            const tq_kv_layer_scheme *overrides, const size_t *windows) {
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, n_layers, H, d, d);
     char err[1024];
@@ -292,6 +298,7 @@ static tq_kv_cache *build(const char *scheme, int n_layers, int H, int d, size_t
         return NULL;
     }
     cfg.layer_schemes = overrides;
+    cfg.layer_windows = windows;
     tq_kv_cache *c = NULL;
     if (tq_kv_cache_create(&c, &cfg)) return NULL;
     size_t row = (size_t)H * (size_t)d;
@@ -314,6 +321,18 @@ static tq_kv_cache *build(const char *scheme, int n_layers, int H, int d, size_t
     return c;
 }
 
+static tq_kv_cache *build(const char *scheme, int n_layers, int H, int d, size_t n,
+                          const tq_kv_layer_scheme *overrides) {
+    return build_w(scheme, n_layers, H, d, n, overrides, NULL);
+}
+
+/* 1 if a and b have the same layer windows (get_config: NULL when none). */
+static int same_windows(const tq_kv_cache *a, const tq_kv_cache *b) {
+    tq_kv_cache_config ca = tq_kv_cache_get_config(a), cb = tq_kv_cache_get_config(b);
+    if (!ca.layer_windows || !cb.layer_windows) return !ca.layer_windows && !cb.layer_windows;
+    return memcmp(ca.layer_windows, cb.layer_windows, sizeof(size_t) * (size_t)ca.n_layers) == 0;
+}
+
 static uint8_t *save_image(const tq_kv_cache *c, size_t *size) {
     size_t n = tq_kv_cache_save_bound(c), w = 0;
     uint8_t *buf = malloc(n ? n : 1);
@@ -325,11 +344,12 @@ static uint8_t *save_image(const tq_kv_cache *c, size_t *size) {
     return buf;
 }
 
-/* 1 if a and b hold the same state: lengths, boundaries, read-back bits, attention bits. */
+/* 1 if a and b hold the same state: lengths, boundaries, windows, read-back bits, attention
+ * bits. */
 static int same_cache(const tq_kv_cache *a, const tq_kv_cache *b, int nqh) {
     tq_kv_cache_config ca = tq_kv_cache_get_config(a), cb = tq_kv_cache_get_config(b);
     if (ca.n_layers != cb.n_layers || ca.n_kv_heads != cb.n_kv_heads ||
-        ca.head_dim_k != cb.head_dim_k || ca.head_dim_v != cb.head_dim_v)
+        ca.head_dim_k != cb.head_dim_k || ca.head_dim_v != cb.head_dim_v || !same_windows(a, b))
         return 0;
     char sa[256], sb[256];
     if (tq_kv_scheme_format(&ca.scheme, sa, sizeof sa) ||
@@ -460,9 +480,16 @@ static void test_roundtrip_file(void) {
 }
 
 /* The golden cache: 2 layers (the first a q8_0 edge), 2 KV heads, d = 16, 20 tokens,
- * turbo3.5 with key mean, scale and split, window 4, batch 8: compressed and raw tokens, a
- * mean, a scale, a channel order, an edge, both formats. */
+ * turbo3.5 with key mean, scale and split, window 4, batch 8, layer windows 0 and 12 (nothing
+ * dropped yet): compressed and raw tokens, a mean, a scale, a channel order, an edge, both
+ * formats, a sliding window. */
+static const size_t golden_windows[2] = {0, 12};
 static tq_kv_cache *golden_cache(void) {
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL,
+                   golden_windows);
+}
+/* The cache version 3 wrote: the same without layer windows. */
+static tq_kv_cache *golden_cache_v3(void) {
     return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
 }
 /* A cache as the writers of the older golden files built it: the key mean from the first
@@ -548,9 +575,12 @@ static void test_golden(void) {
         tq_kv_cache_free(b);
     }
     free(g);
-    /* Files of earlier versions load as the caches they were written from (v2: no key split,
-     * v1: no key scale either); with the flag a later version added set, they are files no
-     * writer of their version produced. */
+    /* Files of earlier versions load as the caches they were written from (v3: no layer
+     * windows, v2: no key split either, v1: no key scale either); with the flag a later version
+     * added set, they are files no writer of their version produced. */
+    tq_kv_cache *w3 = golden_cache_v3();
+    check_old_version(GOLDEN_V3, w3, -1);
+    tq_kv_cache_free(w3);
     tq_kv_cache *v2 = golden_cache_v2(), *v1 = golden_cache_v1();
     check_old_version(GOLDEN_V2, v2, 6);
     CHECK(tq_kv_cache_layer_scheme(v2, 1).key_split == 0 && tq_kv_cache_layer_scheme(v2, 1).key_scale == 1);
@@ -644,7 +674,7 @@ static void test_magic_version(void) {
     p[0] = 'X';
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     memcpy(p, img, n);
-    wr32(p + 8, 4); /* a future version, with a valid checksum */
+    wr32(p + 8, TQ_KV_CACHE_FILE_VERSION + 1); /* a future version, with a valid checksum */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
     wr32(p + 8, 0);
@@ -736,7 +766,7 @@ static void test_hostile(void) {
     memcpy(p, img, n);
     wr32(p + 16, 4096);
     wr32(p + 20, 1024);
-    wr32(p + 48, 64 + 4096 * 16);
+    wr32(p + 48, 64 + 4096 * (16 + 8));
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     memcpy(p, img, n);
@@ -1178,8 +1208,8 @@ static void test_load_file_equals_memory(void) {
         tq_kv_cache_free(y);
     }
     CHECK_MSG(bad == 0, "%d of %d cases differ", bad, cases);
-    const char *golden[] = {GOLDEN, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
-    for (size_t g = 0; g < 4; g++) {
+    const char *golden[] = {GOLDEN, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
+    for (size_t g = 0; g < 5; g++) {
         tq_kv_cache *x = NULL;
         CHECK_MSG(tq_kv_cache_load(golden[g], &x) == TQ_OK && x, "%s", golden[g]);
         tq_kv_cache_free(x);
@@ -1295,7 +1325,8 @@ static void test_version_macro(void) {
             tq_status st = tq_kv_cache_load_memory(f, n, &b);
             tq_kv_cache_free(b);
             b = NULL;
-            /* Older versions are read, but this cache uses a key split (version 3). */
+            /* Older versions are read, but this cache uses a key split (version 3) and its
+             * scheme section holds the layer windows (version 4). */
             tq_status want = v == 0 || v > TQ_KV_CACHE_FILE_VERSION ? TQ_ERR_VERSION
                              : v == TQ_KV_CACHE_FILE_VERSION        ? TQ_OK
                                                                     : TQ_ERR_FORMAT;
@@ -1309,6 +1340,77 @@ static void test_version_macro(void) {
     free(f);
     unlink(path);
     tq_kv_cache_free(c);
+}
+
+/* Layer windows persist (version 4): save → load keeps them (get_config), the loaded cache goes
+ * on recycling old pages exactly as the saved one, tq_kv_cache_convert keeps them, _expect
+ * compares them, and a window beyond 2^30 is refused by create and by the loader. */
+static void test_windows_persist(void) {
+    const size_t win[2] = {0, 40};
+    tq_kv_cache *a = build_w("turbo3:batch=16", 2, 2, 64, 200, NULL, win), *b = NULL;
+    CHECK(a != NULL);
+    if (!a) return;
+    tq_kv_cache_config ca = tq_kv_cache_get_config(a);
+    CHECK(ca.layer_windows && ca.layer_windows[0] == 0 && ca.layer_windows[1] == 40);
+    size_t n = 0;
+    uint8_t *img = save_image(a, &n);
+    CHECK(img && tq_kv_cache_load_memory(img, n, &b) == TQ_OK && b);
+    if (!img || !b) return;
+    CHECK(same_cache(a, b, 4));
+    tq_kv_cache_config cb = tq_kv_cache_get_config(b);
+    CHECK(cb.layer_windows && cb.layer_windows[1] == 40 && cb.layer_windows[0] == 0);
+    /* Converting keeps them too. */
+    tq_kv_cache *cv = NULL;
+    CHECK(tq_kv_cache_convert(b, &cb.scheme, &cv) == TQ_OK && cv && same_windows(cv, a));
+    tq_kv_cache_free(cv);
+    /* _expect: the same windows load, others do not; no expected windows is no check. */
+    tq_kv_cache *x = NULL;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &ca, &x) == TQ_OK && x);
+    tq_kv_cache_free(x);
+    x = NULL;
+    const size_t other[2] = {0, 41};
+    tq_kv_cache_config e = ca;
+    e.layer_windows = other;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e, &x) == TQ_ERR_MISMATCH && !x);
+    e.layer_windows = NULL;
+    CHECK(tq_kv_cache_load_memory_expect(img, n, &e, &x) == TQ_OK && x);
+    tq_kv_cache_free(x);
+    x = NULL;
+    /* The windowed layer goes on recycling after the load, as the saved cache does. */
+    for (uint32_t t = 0; t < 600; t++) CHECK(append_both(a, b, 7000u + t));
+    size_t da = tq_kv_cache_dropped_length(a, 1);
+    CHECK(da > 0 && da == tq_kv_cache_dropped_length(b, 1) && tq_kv_cache_dropped_length(b, 0) == 0);
+    tq_kv_memory ma, mb;
+    CHECK(tq_kv_cache_memory(a, &ma) == TQ_OK && tq_kv_cache_memory(b, &mb) == TQ_OK);
+    CHECK(ma.tokens == mb.tokens && ma.data_bytes == mb.data_bytes &&
+          ma.allocated_bytes == mb.allocated_bytes);
+    float q[4 * 64], o1[4 * 64], o2[4 * 64];
+    fill(q, 4 * 64, 31u, 0);
+    tq_attn_params p;
+    tq_attn_params_init(&p, 64);
+    p.sliding_window = 40;
+    size_t wb = tq_kv_attention_workspace_size(a, 1, 4, 1, 1);
+    void *w = malloc(wb);
+    CHECK(tq_kv_attention(a, 1, q, 4, 1, &p, NULL, w, wb, o1) == TQ_OK);
+    CHECK(tq_kv_attention(b, 1, q, 4, 1, &p, NULL, w, wb, o2) == TQ_OK);
+    CHECK(memcmp(o1, o2, sizeof o1) == 0);
+    free(w);
+    /* A window beyond 2^30: refused by create, and in a file (checksums valid). */
+    const size_t huge[2] = {0, ((size_t)1 << 30) + 1};
+    tq_kv_cache_config h;
+    tq_kv_cache_config_init(&h, 2, 2, 64, 64);
+    h.layer_windows = huge;
+    CHECK(tq_kv_cache_create(&x, &h) == TQ_ERR_INVALID && !x);
+    wr64(img + 64 + 8 + 64 + 2 * 16 + 8, ((uint64_t)1 << 30) + 1);
+    fix_crcs(img, n);
+    CHECK(tq_kv_cache_load_memory(img, n, &x) == TQ_ERR_FORMAT && !x);
+    wr64(img + 64 + 8 + 64 + 2 * 16 + 8, (uint64_t)1 << 30);
+    fix_crcs(img, n);
+    CHECK(tq_kv_cache_load_memory(img, n, &x) == TQ_OK && x);
+    tq_kv_cache_free(x);
+    free(img);
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(b);
 }
 
 int main(void) {
@@ -1330,5 +1432,6 @@ int main(void) {
     RUN_TEST(test_load_file_equals_memory);
     RUN_TEST(test_negative_zero_fields);
     RUN_TEST(test_version_macro);
+    RUN_TEST(test_windows_persist);
     return test_report();
 }

@@ -1,0 +1,89 @@
+/*
+ * The key transform (src/key_transform.c; doc/kvcache.md §2): per KV head, keys are stored as
+ * s ⊙ (k − mean) with their channels in the key split's order, queries are scored as q / s in
+ * that order plus ⟨q, mean⟩. One object owns the mean, the scale, the channel order and the
+ * statistics they are fitted from; the KV cache (kvcache.c), attention (attention.c) and cache
+ * files (cachefile_*.c) use it through these calls only. Not public beyond turboquant.h.
+ */
+#ifndef TQ_KEY_TRANSFORM_H
+#define TQ_KEY_TRANSFORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "turboquant.h"
+
+/* A transform of n_heads × dim with the parts asked for (block > 0: a key split whose first
+ * block has `block` channels at block_bits), not fitted: mean unset, scale 1, identity order,
+ * no query statistics. Errors: TQ_ERR_NOMEM, TQ_ERR_INVALID (a shape or block out of range). */
+tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, int mean,
+                                  int scale, int block, int block_bits);
+/* A new, unfitted transform of the same shape and parts as `like`. */
+tq_status tq_key_transform_create_like(tq_key_transform **out, const tq_key_transform *like);
+/* Back to "not fitted" (a cache truncated to 0): the mean unset (its values kept, as a cache
+ * file keeps them), scale 1, identity order, no query statistics. */
+void tq_key_transform_reset(tq_key_transform *kt);
+
+/* What it has and what is fixed (0 for NULL). */
+int tq_key_transform_has_mean(const tq_key_transform *kt);
+int tq_key_transform_has_scale(const tq_key_transform *kt);
+int tq_key_transform_mean_set(const tq_key_transform *kt);
+int tq_key_transform_scale_set(const tq_key_transform *kt);
+/* The mean of every head ((n_heads, dim) floats) once set, else NULL (tests). */
+const float *tq_key_transform_mean(const tq_key_transform *kt);
+/* The scale ((n_heads, dim) floats) into out once set. Errors: TQ_ERR_INVALID (none, or not
+ * set yet). */
+tq_status tq_key_transform_get_scale(const tq_key_transform *kt, float *out);
+/* Bytes of stored data (mean, scale, order) and of allocations (the statistics and the object
+ * too). */
+void tq_key_transform_memory(const tq_key_transform *kt, size_t *data, size_t *allocated);
+
+/* 1 while query statistics count: a scale that is not fixed yet. */
+int tq_key_transform_observing(const tq_key_transform *kt);
+/* Adds Σ q² of n query rows q (n, n_q_heads, dim; n_q_heads a multiple of n_heads) to each KV
+ * head's statistics, unless the transform is not observing. Errors: TQ_ERR_NONFINITE (nothing
+ * added). */
+tq_status tq_key_transform_observe(tq_key_transform *kt, const float *q, int n_q_heads, size_t n);
+/* The query statistics of src become dst's (a converted cache; both with a scale). */
+void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transform *src);
+
+/* Key row t < n of head h, as floats (dim of them) into out. */
+typedef void (*tq_key_rows_fn)(const void *ctx, size_t t, int h, float *out);
+/* Fits what is not fixed yet: the mean from rows [0, n_mean), then the scale and split from
+ * rows [0, n_scale) (less the mean) and the observed queries. */
+void tq_key_transform_fit_rows(tq_key_transform *kt, size_t n_mean, size_t n_scale,
+                               tq_key_rows_fn row, const void *ctx);
+
+/* Head h's key k (dim floats, channel order) → its stored coordinates. */
+void tq_key_transform_key_row(const tq_key_transform *kt, int h, const float *k, float *out);
+/* Stored coordinates of head h → the key in channel order (the inverse). */
+void tq_key_transform_invert_row(const tq_key_transform *kt, int h, const float *stored,
+                                 float *out);
+/* A query of KV head h in the stored keys' basis: q itself without a scale (kt NULL too), else
+ * q / s in the key split's order written to buf. */
+const float *tq_key_transform_query_row(const tq_key_transform *kt, int h, const float *q,
+                                        float *buf);
+/* ⟨q, mean of head h⟩ (summed in double), 0 without a mean (kt NULL too). */
+float tq_key_transform_offset_row(const tq_key_transform *kt, int h, const float *q);
+
+/* The state a cache file keeps (doc/cachefile.md, layer section): with a mean, the mean (f32,
+ * (n_heads, dim)); with a scale, the query rows (f64), Σ q² (f64, (n_heads, dim)), the scale
+ * (f32, same), with a split the channel order (u16, same). All little-endian. */
+size_t tq_key_transform_state_size(size_t n_heads_dim, int mean, int scale, int split);
+size_t tq_key_transform_state_bytes(const tq_key_transform *kt);
+/* Streams those bytes through put (in pieces). */
+void tq_key_transform_write_state(const tq_key_transform *kt,
+                                  void (*put)(void *ctx, const void *p, size_t n), void *ctx);
+/* Reads tq_key_transform_state_bytes(kt) bytes at p with the flags mean_set, scale_set (each
+ * ≤ the part's presence) into kt. Errors: TQ_ERR_CORRUPT (a value no fit writes: a non-finite
+ * mean, statistics negative, −0.0 or not finite, a scale not finite and > 0, an order that is
+ * no permutation per head, or not the identity before the scale is set; kt unchanged). */
+tq_status tq_key_transform_read_state(tq_key_transform *kt, const uint8_t *p, int mean_set,
+                                      int scale_set);
+
+/* cc (for dim, bits, variant; made by tq_codec_config_init) becomes the key split's
+ * TQ_SPLIT_BLOCK codec where it applies: MSE, a fractional width k + f with k + 1 ≤ 4 and no
+ * more bytes than the fixed split. Returns 1 then, else 0 (cc unchanged). */
+int tq_key_split_codec(tq_codec_config *cc);
+
+#endif

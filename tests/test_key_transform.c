@@ -1,0 +1,264 @@
+/*
+ * The key transform on its own (include/turboquant.h, "keys"; doc/kvcache.md §2): fitted from
+ * the same keys and queries as a KV cache layer, it is the cache's transform byte for byte
+ * (serialized state, and the codes of the codec it configures are the cache's records);
+ * invert(keys(k)) ≈ k; ⟨q', keys(k)⟩ + offset = ⟨q, k⟩ within float rounding; serialize →
+ * deserialize → serialize is exact; bad arguments give their error codes.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache_internal.h"
+#include "test_util.h"
+#include "turboquant.h"
+
+enum { H = 2, D = 64, NQH = 4, N = 300 };
+
+/* Values in [−2, 2) (an LCG from seed) with a per-channel bias and loudness, so that mean,
+ * scale and split all have something to do. */
+static void fill(float *x, size_t n, uint32_t seed) {
+    uint32_t r = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++) {
+        r = r * 1664525u + 1013904223u;
+        float u = (float)(r >> 20) / 1024.0f - 2.0f;
+        int ch = (int)(i % D);
+        x[i] = u * (ch % 5 == 0 ? 4.0f : 1.0f) + (ch % 7 == 0 ? 3.0f : 0.0f);
+    }
+}
+
+/* The cache of `scheme` (1 layer) after observe_queries + a prefill of N keys + compress, and
+ * the same keys rounded through fp16 (what the cache fits from) into k16. */
+static tq_kv_cache *cache_of(const char *scheme, const float *k, const float *q, float *k16) {
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 1, H, D, D);
+    if (tq_kv_scheme_parse(scheme, &cfg.scheme, NULL, 0)) return NULL;
+    tq_kv_cache *c = NULL;
+    if (tq_kv_cache_create(&c, &cfg)) return NULL;
+    tq_status st = tq_kv_cache_observe_queries(c, 0, q, NQH, N);
+    if (!st) st = tq_kv_cache_append(c, 0, k, k, N);
+    if (!st) st = tq_kv_cache_compress(c, 0);
+    if (st || tq_kv_cache_compressed_length(c, 0) == 0) {
+        tq_kv_cache_free(c);
+        return NULL;
+    }
+    for (size_t i = 0; i < (size_t)N * H * D; i++) k16[i] = tq_f16_to_f32(tq_f32_to_f16(k[i]));
+    return c;
+}
+
+static uint8_t *serialize(const tq_key_transform *kt, size_t *n) {
+    *n = tq_key_transform_serialized_bytes(kt);
+    uint8_t *b = malloc(*n ? *n : 1);
+    size_t w = 0;
+    if (tq_key_transform_serialize(kt, b, *n, &w) != TQ_OK || w != *n) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* The standalone fit equals the cache's transform: its state, and the records of the codec it
+ * configures for the transformed keys. */
+static void test_same_as_cache(void) {
+    static const char *schemes[] = {"turbo3.5", "turbo3", "turbo2.5:mean=0", "turbo4:kscale=0",
+                                    "k3.5v3:ksplit=0"};
+    float *k = malloc(sizeof(float) * N * H * D), *k16 = malloc(sizeof(float) * N * H * D);
+    float *q = malloc(sizeof(float) * N * NQH * D), *st = malloc(sizeof(float) * N * H * D);
+    fill(k, (size_t)N * H * D, 1u);
+    fill(q, (size_t)N * NQH * D, 2u);
+    for (size_t si = 0; si < sizeof schemes / sizeof *schemes; si++) {
+        const char *s = schemes[si];
+        tq_kv_cache *c = cache_of(s, k, q, k16);
+        CHECK_MSG(c != NULL, "%s", s);
+        if (!c) continue;
+        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(c, 0);
+        tq_key_transform_config cfg;
+        tq_key_transform_config_init(&cfg, H, D, ls.key_bits);
+        cfg.mean = ls.key_mean;
+        cfg.scale = ls.key_scale;
+        cfg.split = ls.key_split;
+        tq_key_transform *kt = NULL;
+        CHECK(tq_key_transform_fit(&kt, &cfg, k16, N, q, NQH, N) == TQ_OK && kt);
+        const tq_key_transform *ck = c->layers[0].kt;
+        size_t na = 0, nb = 0;
+        uint8_t *a = serialize(kt, &na), *b = serialize(ck, &nb);
+        CHECK_MSG(a && b && na == nb && memcmp(a, b, na) == 0, "%s: the state differs", s);
+        free(a);
+        free(b);
+        /* The codec for the transformed keys: its records are the cache's. */
+        tq_codec_config cc;
+        tq_codec_config_init(&cc, D, ls.key_bits, TQ_VARIANT_MSE);
+        cc.seed = tq_kv_cache_get_config(c).scheme.seed;
+        CHECK(tq_key_transform_codec_config(kt, &cc) == TQ_OK);
+        CHECK_MSG((cc.split == TQ_SPLIT_BLOCK) == (ls.key_split != 0), "%s", s);
+        tq_codec *codec = NULL;
+        CHECK(tq_codec_create(&codec, &cc) == TQ_OK);
+        size_t rb = tq_codec_bytes_per_vector(codec);
+        CHECK(rb == c->layers[0].k.rec_bytes);
+        CHECK(tq_key_transform_keys(kt, k16, N, st) == TQ_OK);
+        uint8_t *codes = malloc(rb * N * H);
+        CHECK(tq_codec_encode(codec, st, (size_t)N * H, codes, rb * N * H) == TQ_OK);
+        size_t n_comp = tq_kv_cache_compressed_length(c, 0), bad = 0;
+        for (size_t t = 0; t < n_comp; t++)
+            for (int h = 0; h < H; h++)
+                bad += memcmp(codes + (t * H + (size_t)h) * rb, tq_kv_krec(c, &c->layers[0], t, h), rb) != 0;
+        CHECK_MSG(bad == 0, "%s: %zu of %zu records differ", s, bad, n_comp * H);
+        free(codes);
+        tq_codec_free(codec);
+        tq_key_transform_free(kt);
+        tq_kv_cache_free(c);
+    }
+    free(k);
+    free(k16);
+    free(q);
+    free(st);
+}
+
+/* invert(keys(k)) ≈ k, and ⟨q', keys(k)⟩ + offset = ⟨q, k⟩, within float rounding. */
+static void test_math(void) {
+    float *k = malloc(sizeof(float) * N * H * D), *q = malloc(sizeof(float) * N * NQH * D);
+    float *st = malloc(sizeof(float) * N * H * D), *back = malloc(sizeof(float) * N * H * D);
+    float *qt = malloc(sizeof(float) * N * NQH * D), *off = malloc(sizeof(float) * N * NQH);
+    fill(k, (size_t)N * H * D, 5u);
+    fill(q, (size_t)N * NQH * D, 6u);
+    tq_key_transform_config cfg;
+    tq_key_transform_config_init(&cfg, H, D, 2.5f);
+    tq_key_transform *kt = NULL;
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, N, q, NQH, N) == TQ_OK);
+    CHECK(tq_key_transform_keys(kt, k, N, st) == TQ_OK);
+    CHECK(tq_key_transform_invert(kt, st, N, back) == TQ_OK);
+    double e_inv = 0.0;
+    for (size_t i = 0; i < (size_t)N * H * D; i++)
+        e_inv = fmax(e_inv, fabs((double)back[i] - k[i]) / (1.0 + fabs((double)k[i])));
+    CHECK_MSG(e_inv < 4e-6, "invert(keys(k)) off by %g", e_inv);
+    CHECK(tq_key_transform_queries(kt, q, NQH, 8, qt, off) == TQ_OK);
+    double e_dot = 0.0;
+    for (int i = 0; i < 8; i++)
+        for (int qh = 0; qh < NQH; qh++) {
+            int h = qh / (NQH / H);
+            const float *qq = q + ((size_t)i * NQH + (size_t)qh) * D, *qp = qt + ((size_t)i * NQH + (size_t)qh) * D;
+            for (size_t t = 0; t < N; t += 7) {
+                const float *kk = k + (t * H + (size_t)h) * D, *ks = st + (t * H + (size_t)h) * D;
+                double want = 0.0, got = off[(size_t)i * NQH + (size_t)qh], mag = 0.0;
+                for (int j = 0; j < D; j++) {
+                    want += (double)qq[j] * kk[j];
+                    got += (double)qp[j] * ks[j];
+                    mag += fabs((double)qq[j] * kk[j]);
+                }
+                e_dot = fmax(e_dot, fabs(got - want) / (1.0 + mag));
+            }
+        }
+    CHECK_MSG(e_dot < 1e-5, "⟨q', keys(k)⟩ + offset off by %g (relative)", e_dot);
+    /* The split is in effect at 2.5 bits: the codec config says so. */
+    tq_codec_config cc;
+    tq_codec_config_init(&cc, D, 2.5f, TQ_VARIANT_MSE);
+    CHECK(tq_key_transform_codec_config(kt, &cc) == TQ_OK && cc.split == TQ_SPLIT_BLOCK &&
+          cc.block_dim == D / 2 && cc.block_bits == 3);
+    tq_key_transform_free(kt);
+    free(k), free(q), free(st), free(back), free(qt), free(off);
+}
+
+/* serialize → deserialize → serialize gives the same bytes, and the copy transforms the same. */
+static void test_serialize(void) {
+    float *k = malloc(sizeof(float) * N * H * D), *q = malloc(sizeof(float) * N * NQH * D);
+    float *s1 = malloc(sizeof(float) * N * H * D), *s2 = malloc(sizeof(float) * N * H * D);
+    fill(k, (size_t)N * H * D, 9u);
+    fill(q, (size_t)N * NQH * D, 10u);
+    float bits[] = {3.5f, 3.0f};
+    for (int m = 0; m < 2; m++) {
+        tq_key_transform_config cfg;
+        tq_key_transform_config_init(&cfg, H, D, bits[m]);
+        cfg.mean = m == 0;
+        tq_key_transform *a = NULL, *b = NULL;
+        CHECK(tq_key_transform_fit(&a, &cfg, k, N, q, NQH, m == 0 ? N : 0) == TQ_OK);
+        size_t n = 0, n2 = 0;
+        uint8_t *img = serialize(a, &n);
+        CHECK(img && tq_key_transform_deserialize(img, n, &b) == TQ_OK && b);
+        uint8_t *img2 = serialize(b, &n2);
+        CHECK(img2 && n2 == n && memcmp(img, img2, n) == 0);
+        CHECK(tq_key_transform_keys(a, k, N, s1) == TQ_OK && tq_key_transform_keys(b, k, N, s2) == TQ_OK);
+        CHECK(memcmp(s1, s2, sizeof(float) * N * H * D) == 0);
+        /* Every truncation and a trailing byte are TQ_ERR_FORMAT; a zero scale is TQ_ERR_CORRUPT. */
+        tq_key_transform *x = NULL;
+        int bad = 0;
+        for (size_t len = 0; img && len < n; len++) bad += tq_key_transform_deserialize(img, len, &x) != TQ_ERR_FORMAT || x;
+        CHECK(bad == 0);
+        uint8_t *big = calloc(n + 1, 1);
+        memcpy(big, img, n);
+        CHECK(tq_key_transform_deserialize(big, n + 1, &x) == TQ_ERR_FORMAT && !x);
+        size_t scale_at = 24 + (cfg.mean ? 4 * H * D : 0) + 8 + 8 * H * D;
+        memset(big + scale_at + 4 * 5, 0, 4);
+        CHECK(tq_key_transform_deserialize(big, n, &x) == TQ_ERR_CORRUPT && !x);
+        memcpy(big, img, n);
+        big[0] = 'X';
+        CHECK(tq_key_transform_deserialize(big, n, &x) == TQ_ERR_FORMAT && !x);
+        free(big);
+        free(img);
+        free(img2);
+        tq_key_transform_free(a);
+        tq_key_transform_free(b);
+    }
+    free(k), free(q), free(s1), free(s2);
+}
+
+static void test_errors(void) {
+    float k[H * D], q[NQH * D], out[NQH * D], off[NQH];
+    fill(k, H * D, 3u);
+    fill(q, NQH * D, 4u);
+    tq_key_transform_config cfg;
+    tq_key_transform_config_init(&cfg, H, D, 3.5f);
+    tq_key_transform *kt = NULL;
+    CHECK(tq_key_transform_fit(NULL, &cfg, k, 1, q, NQH, 1) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_fit(&kt, NULL, k, 1, q, NQH, 1) == TQ_ERR_NULL && !kt);
+    CHECK(tq_key_transform_fit(&kt, &cfg, NULL, 1, q, NQH, 1) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, NULL, NQH, 1) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, q, 3, 1) == TQ_ERR_INVALID);
+    tq_key_transform_config bad = cfg;
+    bad.head_dim = 1;
+    CHECK(tq_key_transform_fit(&kt, &bad, k, 1, q, NQH, 1) == TQ_ERR_DIM);
+    bad = cfg;
+    bad.n_heads = 0;
+    CHECK(tq_key_transform_fit(&kt, &bad, k, 1, q, NQH, 1) == TQ_ERR_INVALID);
+    bad = cfg;
+    bad.bits = 9.0f;
+    CHECK(tq_key_transform_fit(&kt, &bad, k, 1, q, NQH, 1) == TQ_ERR_BITS);
+    k[5] = NAN;
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, q, NQH, 1) == TQ_ERR_NONFINITE && !kt);
+    k[5] = 0.5f;
+    q[7] = INFINITY;
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, q, NQH, 1) == TQ_ERR_NONFINITE && !kt);
+    q[7] = 0.5f;
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, q, NQH, 1) == TQ_OK && kt);
+    CHECK(tq_key_transform_keys(NULL, k, 1, out) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_keys(kt, k, 1, NULL) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_invert(kt, NULL, 1, out) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_queries(kt, q, 3, 1, out, off) == TQ_ERR_INVALID);
+    CHECK(tq_key_transform_queries(kt, NULL, NQH, 1, out, off) == TQ_ERR_NULL);
+    q[0] = NAN;
+    CHECK(tq_key_transform_queries(kt, q, NQH, 1, out, off) == TQ_ERR_NONFINITE);
+    k[0] = NAN;
+    CHECK(tq_key_transform_keys(kt, k, 1, out) == TQ_ERR_NONFINITE);
+    tq_codec_config cc;
+    tq_codec_config_init(&cc, D + 2, 3.5f, TQ_VARIANT_MSE);
+    CHECK(tq_key_transform_codec_config(kt, &cc) == TQ_ERR_DIM);
+    tq_codec_config_init(&cc, D, 3.5f, TQ_VARIANT_PROD);
+    CHECK(tq_key_transform_codec_config(kt, &cc) == TQ_ERR_INVALID);
+    CHECK(tq_key_transform_codec_config(NULL, &cc) == TQ_ERR_NULL);
+    uint8_t small[8];
+    size_t w = 7;
+    CHECK(tq_key_transform_serialize(kt, small, sizeof small, &w) == TQ_ERR_CAPACITY && w == 0);
+    CHECK(tq_key_transform_serialize(NULL, small, sizeof small, &w) == TQ_ERR_NULL);
+    CHECK(tq_key_transform_serialized_bytes(NULL) == 0);
+    tq_key_transform_free(kt);
+    tq_key_transform_free(NULL);
+    CHECK(tq_key_transform_deserialize(NULL, 8, &kt) == TQ_ERR_NULL && !kt);
+    CHECK(tq_key_transform_deserialize(small, sizeof small, NULL) == TQ_ERR_NULL);
+}
+
+int main(void) {
+    RUN_TEST(test_same_as_cache);
+    RUN_TEST(test_math);
+    RUN_TEST(test_serialize);
+    RUN_TEST(test_errors);
+    return test_report();
+}
