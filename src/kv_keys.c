@@ -209,3 +209,16 @@ tq_status tq_kv_cache_key_scale(const tq_kv_cache *c, int layer, float *out) {
     memcpy(out, l->key_scale, (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k * sizeof(float));
     return TQ_OK;
 }
+
+void tq_kv_keys_copy(const tq_kv_cache *c, tq_kv_layer *dst, const tq_kv_layer *src) {
+    size_t nm = (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k;
+    if (src->key_mean && dst->key_mean) memcpy(dst->key_mean, src->key_mean, nm * sizeof(float));
+    if (src->key_scale && dst->key_scale) {
+        memcpy(dst->key_scale, src->key_scale, nm * sizeof(float));
+        memcpy(dst->q_sq, src->q_sq, nm * sizeof(double));
+    }
+    if (src->key_perm && dst->key_perm) memcpy(dst->key_perm, src->key_perm, nm * sizeof(uint16_t));
+    dst->mean_set = src->mean_set;
+    dst->q_rows = src->q_rows;
+    dst->scale_set = src->scale_set;
+}

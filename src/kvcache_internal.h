@@ -177,6 +177,20 @@ void tq_kv_drop_old(tq_kv_layer *l, size_t pos);
  * layer), TQ_ERR_NOMEM. */
 tq_status tq_kv_layer_restore_shape(tq_kv_cache *c, int layer, size_t len, size_t n_comp);
 
+/* Pages carry a reference count (a fork shares them; kv_pages.c). A page of `bytes` data
+ * bytes held once; NULL when out of memory. */
+void *tq_kv_page_alloc(size_t bytes);
+/* One more holder of page. */
+void tq_kv_page_share(void *page);
+/* How many caches hold page (1: its one holder may write it). */
+size_t tq_kv_page_refs(const void *page);
+/* Drops one reference to page (NULL: nothing), freeing it on the last. */
+void tq_kv_page_drop(void *page);
+/* Before writing tokens [from, to) of the compressed (raw) part: the pages holding them that
+ * are shared are replaced by the layer's own copies. Errors: TQ_ERR_NOMEM. */
+tq_status tq_kv_own_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t to);
+tq_status tq_kv_own_rpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t to);
+
 /* ---- key statistics and transforms (kv_keys.c) ---- */
 
 /* A layer's key scale back to "not fixed": scale 1, no query statistics, identity key order.
@@ -191,6 +205,9 @@ void tq_kv_keys_fix(const tq_kv_cache *c, tq_kv_layer *l);
 void tq_kv_key_to_stored(const tq_kv_layer *l, int h, int dk, const uint16_t *kr, float *out);
 /* The inverse: dk decoded stored coordinates of head h → the key in channel order. */
 void tq_kv_key_from_stored(const tq_kv_layer *l, int h, int dk, const float *dec, float *out);
+/* A fork (tq_kv_cache_fork): dst, a layer of the same scheme and shapes in a new cache, gets
+ * src's key mean, key scale with its query statistics, key order and their flags. */
+void tq_kv_keys_copy(const tq_kv_cache *c, tq_kv_layer *dst, const tq_kv_layer *src);
 
 /* ---- the attention kernel table (src/kernels/attn_*.c) ---- */
 typedef struct tq_attn_kernels {
