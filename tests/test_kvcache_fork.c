@@ -179,6 +179,14 @@ static void test_fork_diverge(void) {
         CHECK(mu.tokens < ma.tokens + mb.tokens && mu.tokens > ma.tokens);
         tq_kv_memory mia;
         CHECK(tq_kv_cache_memory(ia, &mia) == TQ_OK && ma.data_bytes == mia.data_bytes && ma.tokens == mia.tokens);
+        /* A saved fork is a normal cache: the same bytes as the independent one's file. */
+        size_t fb = tq_kv_cache_save_bound(b);
+        uint8_t *f1 = malloc(fb + 1), *f2 = malloc(fb + 1);
+        CHECK(fb > 0 && fb == tq_kv_cache_save_bound(ib));
+        CHECK(tq_kv_cache_save_memory(b, f1, fb, NULL) == TQ_OK && tq_kv_cache_save_memory(ib, f2, fb, NULL) == TQ_OK);
+        CHECK_MSG(memcmp(f1, f2, fb) == 0, "%s: the saved fork differs", sch);
+        free(f1);
+        free(f2);
         tq_kv_cache_free(a);
         CHECK_MSG(same(b, ib, NULL, 2), "%s: b changed when a was freed", sch);
         CHECK(tq_kv_cache_shared_bytes(b, &sb) == TQ_OK && sb == 0);
