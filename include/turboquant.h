@@ -670,7 +670,7 @@ TQ_API tq_status tq_kv_attention_ref(const tq_kv_cache *cache, int layer, const 
 TQ_API tq_status tq_kv_cache_fork(const tq_kv_cache *src, tq_kv_cache **out);
 
 /* *shared_bytes = the bytes of cache's pages that another cache also holds (counted in both
- * caches' tq_kv_cache_memory). Errors: TQ_ERR_NULL, TQ_ERR_NOMEM. */
+ * caches' tq_kv_cache_memory). Errors: TQ_ERR_NULL. */
 TQ_API tq_status tq_kv_cache_shared_bytes(const tq_kv_cache *cache, size_t *shared_bytes);
 
 /* Memory of caches[0, n) together: the sum of their tq_kv_cache_memory with each page they

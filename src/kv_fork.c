@@ -93,11 +93,13 @@ static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1) {
     return hi > lo ? hi - lo : 0;
 }
 
-/* Visits each page of c's page tables that another cache also holds with what c counts of it;
- * returns how many (uses NULL: only count). */
-static size_t shared_pages(const tq_kv_cache *c, page_use *uses) {
-    size_t n = 0, H = (size_t)c->cfg.n_kv_heads;
+/* The pages of c's page tables that another cache also holds: returns their bytes and in *n
+ * their number; the first cap of them go to uses[] with what c counts of each (a page may
+ * become shared between two calls: forking a cache only reads it). */
+static size_t shared_pages(const tq_kv_cache *c, page_use *uses, size_t cap, size_t *n) {
+    size_t bytes = 0, H = (size_t)c->cfg.n_kv_heads;
     size_t f16_tok = H * 2 * (size_t)(c->cfg.head_dim_k + c->cfg.head_dim_v);
+    *n = 0;
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
         size_t comp_tok = H * (l->k.rec_bytes + l->v.rec_bytes);
@@ -106,30 +108,23 @@ static size_t shared_pages(const tq_kv_cache *c, page_use *uses) {
             int raw = j >= l->n_cpages;
             const void *p = raw ? (const void *)l->rpages[j - l->n_cpages] : (const void *)l->cpages[j];
             if (!p || tq_kv_page_refs(p) < 2) continue;
-            if (uses) {
-                size_t t0 = raw ? l->raw_base + (j - l->n_cpages) * TQ_KV_P : j * TQ_KV_P;
-                size_t t = raw ? overlap(t0, t0 + TQ_KV_P, raw_lo, l->len)
-                               : overlap(t0, t0 + TQ_KV_P, l->dropped, l->n_comp);
-                page_use u = {p, t, raw ? 0 : t, t * (raw ? f16_tok : comp_tok), t * f16_tok,
-                              raw ? c->rpage_bytes : tq_kv_cpage_bytes(c, l)};
-                uses[n] = u;
-            }
-            n++;
+            size_t t0 = raw ? l->raw_base + (j - l->n_cpages) * TQ_KV_P : j * TQ_KV_P;
+            size_t t = raw ? overlap(t0, t0 + TQ_KV_P, raw_lo, l->len)
+                           : overlap(t0, t0 + TQ_KV_P, l->dropped, l->n_comp);
+            page_use u = {p, t, raw ? 0 : t, t * (raw ? f16_tok : comp_tok), t * f16_tok,
+                          raw ? c->rpage_bytes : tq_kv_cpage_bytes(c, l)};
+            bytes += u.bytes;
+            if (*n < cap) uses[*n] = u;
+            ++*n;
         }
     }
-    return n;
+    return bytes;
 }
 
 tq_status tq_kv_cache_shared_bytes(const tq_kv_cache *c, size_t *shared_bytes) {
     if (!c || !shared_bytes) return TQ_ERR_NULL;
-    *shared_bytes = 0;
-    size_t n = shared_pages(c, NULL);
-    if (!n) return TQ_OK;
-    page_use *u = malloc(n * sizeof *u);
-    if (!u) return TQ_ERR_NOMEM;
-    n = shared_pages(c, u);
-    for (size_t i = 0; i < n; i++) *shared_bytes += u[i].bytes;
-    free(u);
+    size_t n;
+    *shared_bytes = shared_pages(c, NULL, 0, &n);
     return TQ_OK;
 }
 
@@ -143,15 +138,15 @@ static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_memory *m) {
     if (!m || (n && !caches)) return TQ_ERR_NULL;
     memset(m, 0, sizeof *m);
-    size_t n_use = 0;
+    size_t n_use = 0, k = 0, got;
     for (size_t i = 0; i < n; i++) {
         if (!caches[i]) return TQ_ERR_NULL;
-        n_use += shared_pages(caches[i], NULL);
+        shared_pages(caches[i], NULL, 0, &got);
+        n_use += got;
     }
     page_use *u = n_use ? malloc(n_use * sizeof *u) : NULL;
     if (n_use && !u) return TQ_ERR_NOMEM;
     /* Each cache's own view (a cache listed twice counts once)... */
-    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         int seen = 0;
         for (size_t j = 0; j < i && !seen; j++) seen = caches[j] == caches[i];
@@ -163,7 +158,8 @@ tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_
         m->data_bytes += one.data_bytes;
         m->allocated_bytes += one.allocated_bytes;
         m->f16_bytes += one.f16_bytes;
-        k += shared_pages(caches[i], u + k);
+        shared_pages(caches[i], u ? u + k : NULL, n_use - k, &got);
+        k += got < n_use - k ? got : n_use - k;
     }
     /* ... less what a page held by several of them added beyond its largest use. */
     if (k) qsort(u, k, sizeof *u, cmp_use);
