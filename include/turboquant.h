@@ -732,6 +732,41 @@ TQ_API tq_status tq_key_transform_serialize(const tq_key_transform *kt, void *ds
 TQ_API tq_status tq_key_transform_deserialize(const void *data, size_t size,
                                               tq_key_transform **out);
 
+/* ---- fork: forks sharing pages copy-on-write; attention at explicit positions ---- */
+
+/* Creates *out, a second sequence holding src's state (tokens, two-phase state, key mean /
+ * scale / split) that shares src's pages copy-on-write (doc/kvcache.md §3, "Forks"): either
+ * cache then appends, compresses, truncates and is freed independently, in any order, and
+ * different caches may be used from different threads even while they share pages; src must
+ * not be modified during the call. O(pages). Errors: TQ_ERR_NULL, TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_cache_fork(const tq_kv_cache *src, tq_kv_cache **out);
+
+/* *shared_bytes = the bytes of cache's pages that another cache also holds (counted in both
+ * caches' tq_kv_cache_memory). Errors: TQ_ERR_NULL. */
+TQ_API tq_status tq_kv_cache_shared_bytes(const tq_kv_cache *cache, size_t *shared_bytes);
+
+/* Memory of caches[0, n) together: the sum of their tq_kv_cache_memory with each page they
+ * share counted once (its tokens as the cache holding most of them counts them). None of them
+ * may be modified during the call. Errors: TQ_ERR_NULL, TQ_ERR_NOMEM. */
+TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
+                                     tq_kv_memory *mem);
+
+/* tq_kv_attention with query i at position positions[i] (any order, repeats allowed, each in
+ * [0, length)) instead of length − n_queries + i: causal masks and sliding windows are relative
+ * to it, and n_queries may exceed the length. Bit-identical to tq_kv_attention when
+ * positions[i] = length − n_queries + i. Errors: those of tq_kv_attention; TQ_ERR_NULL
+ * (positions NULL with n_queries > 0); TQ_ERR_INVALID (a position out of range). */
+TQ_API tq_status tq_kv_attention_at(const tq_kv_cache *cache, int layer, const float *q,
+                                    int n_q_heads, size_t n_queries, const int64_t *positions,
+                                    const tq_attn_params *params, tq_threadpool *pool,
+                                    void *work, size_t work_bytes, float *out);
+
+/* The reference (tq_kv_attention_ref) at explicit positions, as tq_kv_attention_at. */
+TQ_API tq_status tq_kv_attention_ref_at(const tq_kv_cache *cache, int layer, const float *q,
+                                        int n_q_heads, size_t n_queries,
+                                        const int64_t *positions,
+                                        const tq_attn_params *params, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -46,20 +46,27 @@ void tq_attn_params_init(tq_attn_params *p, int head_dim_k) {
     p->causal = 1;
 }
 
+/* pos: the query positions (tq_kv_attention_at), or NULL: the last n_queries. */
 static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
-                            size_t n_queries, const tq_attn_params *p, const float *out) {
+                            size_t n_queries, const int64_t *pos, const tq_attn_params *p,
+                            const float *out) {
     if (!c || !p || (n_queries && (!q || !out))) return TQ_ERR_NULL;
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     if (n_q_heads < 1 || n_q_heads % c->cfg.n_kv_heads) return TQ_ERR_INVALID;
-    if (n_queries > c->layers[layer].len) return TQ_ERR_INVALID;
+    if (!pos && n_queries > c->layers[layer].len) return TQ_ERR_INVALID;
     if (!(isfinite(p->scale) && p->scale > 0.0f)) return TQ_ERR_INVALID;
     if (p->sliding_window < 0 || !(p->softcap >= 0.0f) || !isfinite(p->softcap))
         return TQ_ERR_INVALID;
     /* A windowed layer's dropped positions must be out of every query's sight. */
     const tq_kv_layer *l = &c->layers[layer];
+    size_t first = pos ? SIZE_MAX : l->len - n_queries; /* the lowest query position */
+    for (size_t i = 0; pos && i < n_queries; i++) {
+        if (pos[i] < 0 || (uint64_t)pos[i] >= l->len) return TQ_ERR_INVALID;
+        if ((size_t)pos[i] < first) first = (size_t)pos[i];
+    }
     if (n_queries && l->dropped) {
-        size_t pos = l->len - n_queries, w = (size_t)p->sliding_window;
-        if (!p->causal || !w || pos + 1 < w || pos + 1 - w < l->dropped) return TQ_ERR_INVALID;
+        size_t w = (size_t)p->sliding_window;
+        if (!p->causal || !w || first + 1 < w || first + 1 - w < l->dropped) return TQ_ERR_INVALID;
     }
     return TQ_OK;
 }
@@ -174,7 +181,8 @@ typedef struct attn_ctx {
     const tq_attn_kernels *ak; /* ks->attn */
     plan pl;
     tq_attn_params p;
-    size_t n_q, len, q0; /* query i sits at position q0 + i */
+    size_t n_q, len, q0; /* query i sits at position q0 + i, */
+    const int64_t *pos;  /* or at pos[i] when not NULL (tq_kv_attention_at) */
     const float *q;      /* (n_q, nqh, dk) */
     float *qprep;        /* (n_q, nqh, kw) */
     float *qlane;        /* (n_q, nqh, kl): qprep in the lane layout, when lanes_k */
@@ -190,6 +198,10 @@ static inline float transform_score(const attn_ctx *x, float s) {
     s *= x->p.scale;
     if (x->p.softcap > 0.0f) s = x->p.softcap * tanhf(s / x->p.softcap);
     return s;
+}
+
+static inline size_t qpos(const attn_ctx *x, size_t i) {
+    return x->pos ? (size_t)x->pos[i] : x->q0 + i;
 }
 
 /* Key range [lo, hi) that query position pos may see. */
@@ -224,9 +236,14 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     }
     /* The keys any row of this query block sees, cut into n_split pieces. */
     size_t lo0, hi0, lo1, hi1;
-    row_range(x, x->q0 + i0, &lo0, &hi0);
-    row_range(x, x->q0 + i1 - 1, &lo1, &hi1);
+    row_range(x, qpos(x, i0), &lo0, &hi0);
+    row_range(x, qpos(x, i1 - 1), &lo1, &hi1);
     size_t klo = lo0, khi = hi1 > hi0 ? hi1 : hi0;
+    for (size_t i = i0; x->pos && i < i1; i++) { /* positions in any order: the union */
+        row_range(x, qpos(x, i), &lo1, &hi1);
+        if (lo1 < klo) klo = lo1;
+        if (hi1 > khi) khi = hi1;
+    }
     if (khi <= klo) return;
     size_t chunk = ((khi - klo + (size_t)pl->n_split - 1) / (size_t)pl->n_split + KB - 1) / KB * KB;
     size_t t0 = klo + (size_t)split * chunk;
@@ -253,7 +270,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         int any = 0;
         for (size_t i = i0; i < i1 && !any; i++) {
             size_t lo, hi;
-            row_range(x, x->q0 + i, &lo, &hi);
+            row_range(x, qpos(x, i), &lo, &hi);
             any = lo < b1 && hi > b0;
         }
         if (!any) {
@@ -273,7 +290,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         /* Scores and online-softmax updates of every row. */
         for (size_t i = i0; i < i1; i++) {
             size_t lo, hi;
-            row_range(x, x->q0 + i, &lo, &hi);
+            row_range(x, qpos(x, i), &lo, &hi);
             size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
             if (v0 >= v1) continue;
             size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
@@ -332,7 +349,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         }
         for (size_t i = i0; i < i1; i++) {
             size_t lo, hi;
-            row_range(x, x->q0 + i, &lo, &hi);
+            row_range(x, qpos(x, i), &lo, &hi);
             size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
             if (v0 >= v1) continue;
             if (fv) {
@@ -417,10 +434,11 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
     }
 }
 
-tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
-                          size_t n_queries, const tq_attn_params *params, tq_threadpool *pool,
-                          void *work, size_t work_bytes, float *out) {
-    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, params, out);
+static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                           size_t n_queries, const int64_t *positions,
+                           const tq_attn_params *params, tq_threadpool *pool, void *work,
+                           size_t work_bytes, float *out) {
+    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, positions, params, out);
     if (st) return st;
     if (n_queries == 0) return TQ_OK;
     if (!work) return TQ_ERR_NULL;
@@ -440,6 +458,7 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
     x.n_q = n_queries;
     x.len = l->len;
     x.q0 = l->len - n_queries;
+    x.pos = positions;
     x.q = q;
     x.out = out;
     x.qprep = w;
@@ -480,11 +499,28 @@ tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n
     return atomic_load(&x.corrupt) ? TQ_ERR_CORRUPT : TQ_OK;
 }
 
+tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                          size_t n_queries, const tq_attn_params *params, tq_threadpool *pool,
+                          void *work, size_t work_bytes, float *out) {
+    return attention(c, layer, q, n_q_heads, n_queries, NULL, params, pool, work, work_bytes,
+                     out);
+}
+
+tq_status tq_kv_attention_at(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                             size_t n_queries, const int64_t *positions,
+                             const tq_attn_params *params, tq_threadpool *pool, void *work,
+                             size_t work_bytes, float *out) {
+    if (n_queries && !positions) return TQ_ERR_NULL;
+    return attention(c, layer, q, n_q_heads, n_queries, positions, params, pool, work,
+                     work_bytes, out);
+}
+
 /* ---- the reference path ---- */
 
-tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
-                              size_t n_queries, const tq_attn_params *p, float *out) {
-    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, p, out);
+static tq_status attention_ref(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                               size_t n_queries, const int64_t *positions,
+                               const tq_attn_params *p, float *out) {
+    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, positions, p, out);
     if (st) return st;
     if (n_queries == 0) return TQ_OK;
     size_t len = c->layers[layer].len, H = (size_t)c->cfg.n_kv_heads;
@@ -505,7 +541,7 @@ tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, i
     if (st && st != TQ_ERR_CORRUPT) goto done;
     size_t q0 = len - n_queries;
     for (size_t i = 0; i < n_queries; i++) {
-        size_t pos = q0 + i;
+        size_t pos = positions ? (size_t)positions[i] : q0 + i;
         size_t hi = p->causal ? pos + 1 : len;
         size_t win = (size_t)p->sliding_window;
         size_t lo = win && pos + 1 > win ? pos + 1 - win : 0;
@@ -540,4 +576,16 @@ done:
     free(w);
     free(acc);
     return st;
+}
+
+tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
+                              size_t n_queries, const tq_attn_params *p, float *out) {
+    return attention_ref(c, layer, q, n_q_heads, n_queries, NULL, p, out);
+}
+
+tq_status tq_kv_attention_ref_at(const tq_kv_cache *c, int layer, const float *q,
+                                 int n_q_heads, size_t n_queries, const int64_t *positions,
+                                 const tq_attn_params *p, float *out) {
+    if (n_queries && !positions) return TQ_ERR_NULL;
+    return attention_ref(c, layer, q, n_q_heads, n_queries, positions, p, out);
 }

@@ -131,6 +131,24 @@ tq_status tq_key_transform_observe(tq_key_transform *kt, const float *q, int n_q
     return TQ_OK;
 }
 
+void tq_key_transform_copy(tq_key_transform *dst, const tq_key_transform *src) {
+    if (!dst || !src || nm_of(dst) != nm_of(src) || !dst->mean != !src->mean ||
+        !dst->scale != !src->scale || !dst->perm != !src->perm)
+        return;
+    size_t nm = nm_of(src);
+    if (src->mean) memcpy(dst->mean, src->mean, nm * sizeof(float));
+    if (src->scale) {
+        memcpy(dst->scale, src->scale, nm * sizeof(float));
+        memcpy(dst->q_sq, src->q_sq, nm * sizeof(double));
+    }
+    if (src->perm) memcpy(dst->perm, src->perm, nm * sizeof(uint16_t));
+    dst->block = src->block;
+    dst->block_bits = src->block_bits;
+    dst->mean_set = src->mean_set;
+    dst->q_rows = src->q_rows;
+    dst->scale_set = src->scale_set;
+}
+
 void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transform *src) {
     if (!dst || !src || !dst->q_sq || !src->q_sq || nm_of(dst) != nm_of(src)) return;
     memcpy(dst->q_sq, src->q_sq, nm_of(src) * sizeof(double));

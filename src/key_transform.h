@@ -44,6 +44,9 @@ int tq_key_transform_observing(const tq_key_transform *kt);
  * head's statistics, unless the transform is not observing. Errors: TQ_ERR_NONFINITE (nothing
  * added). */
 tq_status tq_key_transform_observe(tq_key_transform *kt, const float *q, int n_q_heads, size_t n);
+/* Everything src holds (mean, scale, query statistics, key order and their flags) becomes
+ * dst's (a fork: both made for the same shapes and options; otherwise nothing is copied). */
+void tq_key_transform_copy(tq_key_transform *dst, const tq_key_transform *src);
 /* The query statistics of src become dst's (a converted cache; both with a scale). */
 void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transform *src);
 

@@ -1,12 +1,58 @@
 /*
  * The KV cache's page storage: compressed and raw pages of TQ_KV_PAGE_TOKENS tokens (the layout
  * in kvcache_internal.h), their growth, spare lists and reservation, the shape a cache file
- * restores, and the recycling of a windowed layer's old pages.
+ * restores, the recycling of a windowed layer's old pages, and the pages' reference counts
+ * (tq_kv_cache_fork shares pages copy-on-write; doc/kvcache.md §3, "Forks").
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvcache_internal.h"
+
+/* ---- pages and their reference counts ----
+ * A page is preceded by a header holding the number of caches that hold it (a cache holds a
+ * page once, in its page table or a spare list). The count is atomic: two caches that share a
+ * page may be used from two threads. A page held once belongs to its cache, which may write it;
+ * a shared page is never written (tq_kv_own_cpages / tq_kv_own_rpages copy it first). */
+#define PAGE_HDR ((size_t)64) /* keeps the data as aligned as malloc's */
+typedef struct page_hdr {
+    atomic_size_t refs;
+} page_hdr;
+
+static page_hdr *hdr_of(const void *page) {
+    return (page_hdr *)(void *)((unsigned char *)(uintptr_t)page - PAGE_HDR);
+}
+
+void *tq_kv_page_alloc(size_t bytes) {
+    unsigned char *p = malloc(PAGE_HDR + bytes);
+    if (!p) return NULL;
+    atomic_init(&((page_hdr *)(void *)p)->refs, 1);
+    return p + PAGE_HDR;
+}
+
+void tq_kv_page_share(void *page) {
+    atomic_fetch_add_explicit(&hdr_of(page)->refs, 1, memory_order_relaxed);
+}
+
+size_t tq_kv_page_refs(const void *page) {
+    return atomic_load_explicit(&hdr_of(page)->refs, memory_order_acquire);
+}
+
+/* Drops one reference; returns 1 if it was the last (the page is then the caller's alone, its
+ * count back at 1, for reuse or page_free), else 0. */
+static int page_release(void *page) {
+    page_hdr *h = hdr_of(page);
+    if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1) return 0;
+    atomic_store_explicit(&h->refs, 1, memory_order_relaxed);
+    return 1;
+}
+
+static void page_free(void *page) { free(hdr_of(page)); }
+
+void tq_kv_page_drop(void *page) {
+    if (page && page_release(page)) page_free(page);
+}
 
 /* Grows a pointer array to hold at least n entries (doubling). */
 static int grow_ptrs(void ***arr, size_t *cap, size_t n) {
@@ -22,7 +68,7 @@ static int grow_ptrs(void ***arr, size_t *cap, size_t n) {
 
 /* One compressed page: a spare one if there is one. */
 static uint8_t *new_cpage(const tq_kv_cache *c, tq_kv_layer *l) {
-    return l->n_cspare ? l->cspare[--l->n_cspare] : malloc(tq_kv_cpage_bytes(c, l));
+    return l->n_cspare ? l->cspare[--l->n_cspare] : tq_kv_page_alloc(tq_kv_cpage_bytes(c, l));
 }
 
 /* Compressed pages for tokens [from, n_tokens): slots past the array are added, and slots a
@@ -45,10 +91,12 @@ tq_status tq_kv_ensure_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from,
     return TQ_OK;
 }
 
-/* Keeps a compressed page for reuse (frees it if the spare list cannot grow). */
+/* Keeps a compressed page for reuse (frees it if the spare list cannot grow); a shared page
+ * loses one reference instead. */
 static void spare_cpage(tq_kv_layer *l, uint8_t *p) {
+    if (!page_release(p)) return;
     if (!grow_ptrs((void ***)&l->cspare, &l->cap_cspare, l->n_cspare + 1)) {
-        free(p);
+        page_free(p);
         return;
     }
     l->cspare[l->n_cspare++] = p;
@@ -61,17 +109,19 @@ tq_status tq_kv_ensure_rpages(const tq_kv_cache *c, tq_kv_layer *l, size_t end) 
     if (need <= l->n_rpages) return TQ_OK;
     if (!grow_ptrs((void ***)&l->rpages, &l->cap_rpages, need)) return TQ_ERR_NOMEM;
     while (l->n_rpages < need) {
-        uint16_t *p = l->n_rspare ? l->rspare[--l->n_rspare] : malloc(c->rpage_bytes);
+        uint16_t *p = l->n_rspare ? l->rspare[--l->n_rspare] : tq_kv_page_alloc(c->rpage_bytes);
         if (!p) return TQ_ERR_NOMEM;
         l->rpages[l->n_rpages++] = p;
     }
     return TQ_OK;
 }
 
-/* Keeps a raw page for reuse (frees it if even the spare list cannot grow). */
+/* Keeps a raw page for reuse (frees it if even the spare list cannot grow); a shared page
+ * loses one reference instead. */
 static void spare_rpage(tq_kv_layer *l, uint16_t *p) {
+    if (!page_release(p)) return;
     if (!grow_ptrs((void ***)&l->rspare, &l->cap_rspare, l->n_rspare + 1)) {
-        free(p);
+        page_free(p);
         return;
     }
     l->rspare[l->n_rspare++] = p;
@@ -135,7 +185,7 @@ tq_status tq_kv_cache_reserve(tq_kv_cache *c, size_t n_tokens) {
                 size_t have = l->n_cspare;
                 for (size_t j = 0; j < l->n_cpages; j++) have += l->cpages[j] != NULL;
                 for (; have < hold; have++) {
-                    uint8_t *p = malloc(tq_kv_cpage_bytes(c, l));
+                    uint8_t *p = tq_kv_page_alloc(tq_kv_cpage_bytes(c, l));
                     if (!p) return TQ_ERR_NOMEM;
                     spare_cpage(l, p);
                 }
@@ -173,4 +223,35 @@ void tq_kv_drop_old(tq_kv_layer *l, size_t pos) {
     if (l->n_rpages == 0 && l->raw_base < hp) l->raw_base = hp;
     if (!l->compress_none && l->n_comp < hp) l->n_comp = hp;
     l->dropped = hp;
+}
+
+/* Page slot *slot (of `bytes`) made the layer's own: a shared page is copied into a spare or
+ * new page, and the layer's reference to it dropped. */
+static tq_status own_page(void **slot, void **spares, size_t *n_spare, size_t bytes) {
+    if (!*slot || tq_kv_page_refs(*slot) == 1) return TQ_OK;
+    void *p = *n_spare ? spares[--*n_spare] : tq_kv_page_alloc(bytes);
+    if (!p) return TQ_ERR_NOMEM;
+    memcpy(p, *slot, bytes);
+    tq_kv_page_drop(*slot);
+    *slot = p;
+    return TQ_OK;
+}
+
+tq_status tq_kv_own_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t to) {
+    for (size_t i = from / TQ_KV_P; i * TQ_KV_P < to && i < l->n_cpages; i++) {
+        tq_status st = own_page((void **)&l->cpages[i], (void **)l->cspare, &l->n_cspare,
+                                tq_kv_cpage_bytes(c, l));
+        if (st) return st;
+    }
+    return TQ_OK;
+}
+
+tq_status tq_kv_own_rpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t to) {
+    if (from < l->raw_base) from = l->raw_base;
+    for (size_t j = (from - l->raw_base) / TQ_KV_P; l->raw_base + j * TQ_KV_P < to && j < l->n_rpages; j++) {
+        tq_status st = own_page((void **)&l->rpages[j], (void **)l->rspare, &l->n_rspare,
+                                c->rpage_bytes);
+        if (st) return st;
+    }
+    return TQ_OK;
 }

@@ -29,10 +29,11 @@ void tq_kv_cache_config_init(tq_kv_cache_config *cfg, int n_layers, int n_kv_hea
 static void layer_free(tq_kv_layer *l) {
     tq_codec_free(l->k.codec);
     tq_codec_free(l->v.codec);
-    for (size_t i = 0; i < l->n_cpages; i++) free(l->cpages[i]);
-    for (size_t i = 0; i < l->n_rpages; i++) free(l->rpages[i]);
-    for (size_t i = 0; i < l->n_rspare; i++) free(l->rspare[i]);
-    for (size_t i = 0; i < l->n_cspare; i++) free(l->cspare[i]);
+    /* Pages a fork shares lose a reference; the last holder frees them. */
+    for (size_t i = 0; i < l->n_cpages; i++) tq_kv_page_drop(l->cpages[i]);
+    for (size_t i = 0; i < l->n_rpages; i++) tq_kv_page_drop(l->rpages[i]);
+    for (size_t i = 0; i < l->n_rspare; i++) tq_kv_page_drop(l->rspare[i]);
+    for (size_t i = 0; i < l->n_cspare; i++) tq_kv_page_drop(l->cspare[i]);
     free(l->cpages);
     free(l->rpages);
     free(l->rspare);
@@ -269,6 +270,7 @@ tq_status tq_kv_layer_restore(tq_kv_cache *c, int layer, size_t len, size_t n_co
 static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
     if (target <= l->n_comp) return TQ_OK;
     tq_status st = tq_kv_ensure_cpages(c, l, l->n_comp, target);
+    if (!st) st = tq_kv_own_cpages(c, l, l->n_comp, target);
     if (st) return st;
     fit_keys(c, l);
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
@@ -311,6 +313,7 @@ static tq_status store_raw(tq_kv_cache *c, tq_kv_layer *l, const float *k, const
         !check_values(v, n_tokens * (size_t)H * (size_t)dv, &st))
         return st;
     st = tq_kv_ensure_rpages(c, l, l->len + n_tokens);
+    if (!st) st = tq_kv_own_rpages(c, l, l->len, l->len + n_tokens);
     if (st) return st;
     for (size_t i = 0; i < n_tokens; i++) {
         size_t t = l->len + i;

@@ -153,6 +153,21 @@ const tq_key_transform *tq_kv_layer_key_transform(const tq_kv_cache *c, int laye
 tq_status tq_kv_layer_restore(tq_kv_cache *c, int layer, size_t len, size_t n_comp,
                               int compress_started, tq_key_transform *kt);
 
+/* Pages carry a reference count (a fork shares them; kv_pages.c). A page of `bytes` data
+ * bytes held once; NULL when out of memory. */
+void *tq_kv_page_alloc(size_t bytes);
+/* One more holder of page. */
+void tq_kv_page_share(void *page);
+/* How many caches hold page (1: its one holder may write it). */
+size_t tq_kv_page_refs(const void *page);
+/* Drops one reference to page (NULL: nothing), freeing it on the last. */
+void tq_kv_page_drop(void *page);
+/* Before writing tokens [from, to) of the compressed (raw) part: the pages holding them that
+ * are shared are replaced by the layer's own copies. Errors: TQ_ERR_NOMEM. */
+tq_status tq_kv_own_cpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t to);
+tq_status tq_kv_own_rpages(const tq_kv_cache *c, tq_kv_layer *l, size_t from, size_t to);
+
+
 /* The most raw tokens the key mean is taken from at a layer's first compression (default and
  * 0: TQ_KV_KEY_SCALE_TOKENS). Writers before 2026-12 took it from the first `batch` tokens;
  * tests/test_cachefile.c sets that count to rebuild the caches of its older golden files. */
