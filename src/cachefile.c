@@ -359,7 +359,7 @@ tq_status tq_kv_cache_save_memory(const tq_kv_cache *c, void *dst, size_t capaci
                                   size_t *written) {
     if (written) *written = 0;
     if (!c || !dst) return TQ_ERR_NULL;
-    if (has_dropped(c)) return TQ_ERR_INVALID;
+    if (has_dropped(c)) return TQ_ERR_STATE;
     size_t need = tq_kv_cache_save_bound(c);
     if (need == 0 || capacity < need) return TQ_ERR_CAPACITY;
     crc_tab *ct = malloc(sizeof *ct);
@@ -438,7 +438,7 @@ static int create_temp(const char *path, size_t pn, char *tmp) {
 tq_status tq_kv_cache_save(const tq_kv_cache *c, const char *path) {
     if (!c || !path) return TQ_ERR_NULL;
     if (!*path) return TQ_ERR_IO;
-    if (tq_kv_cache_save_bound(c) == 0) return TQ_ERR_INVALID;
+    if (tq_kv_cache_save_bound(c) == 0) return TQ_ERR_STATE;
     size_t pn = strlen(path);
     char *tmp = malloc(pn + sizeof CF_TMP_SUFFIX + CF_TMP_RANDOM);
     crc_tab *ct = malloc(sizeof *ct);
@@ -894,6 +894,9 @@ tq_status tq_kv_cache_load_memory_expect(const void *data, size_t size,
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
     if (!data) return TQ_ERR_NULL;
+    tq_kv_cache_config expect_in;
+    if (expect && tq_kv_cache_config_in(&expect_in, expect)) return TQ_ERR_INVALID;
+    if (expect) expect = &expect_in;
     crc_tab *ct = malloc(sizeof *ct);
     if (!ct) return TQ_ERR_NOMEM;
     crc_tab_init(ct);
@@ -954,6 +957,9 @@ tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_config *ex
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
     if (!path) return TQ_ERR_NULL;
+    tq_kv_cache_config expect_in;
+    if (expect && tq_kv_cache_config_in(&expect_in, expect)) return TQ_ERR_INVALID;
+    if (expect) expect = &expect_in;
     struct stat sb;
     int fd = open_regular(path, &sb);
     if (fd < 0) return TQ_ERR_IO;

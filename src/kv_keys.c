@@ -201,11 +201,15 @@ tq_status tq_kv_cache_observe_queries(tq_kv_cache *c, int layer, const float *q,
     return TQ_OK;
 }
 
-tq_status tq_kv_cache_key_scale(const tq_kv_cache *c, int layer, float *out) {
+tq_status tq_kv_cache_key_scale(const tq_kv_cache *c, int layer, float *out,
+                                size_t out_capacity) {
     if (!c || !out) return TQ_ERR_NULL;
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     const tq_kv_layer *l = &c->layers[layer];
-    if (!l->key_scale || !l->scale_set) return TQ_ERR_INVALID;
-    memcpy(out, l->key_scale, (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k * sizeof(float));
+    if (!l->key_scale) return TQ_ERR_INVALID;
+    if (!l->scale_set) return TQ_ERR_STATE;
+    size_t n = (size_t)c->cfg.n_kv_heads * (size_t)c->cfg.head_dim_k;
+    if (out_capacity < n) return TQ_ERR_CAPACITY;
+    memcpy(out, l->key_scale, n * sizeof(float));
     return TQ_OK;
 }
