@@ -1,5 +1,5 @@
 /*
- * The one thread pool of the project (include/turboquant.h): attention and the engine's
+ * The one thread pool of the project (include/turboquant/kv.h): attention and the engine's
  * matmuls run on it. Workers sleep on a condition variable until the run generation changes;
  * a run hands out tasks through one atomic counter, and the caller works as thread 0. The
  * run's fields are written under the lock before the broadcast and read by workers after

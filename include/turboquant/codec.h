@@ -189,7 +189,7 @@ TQ_API void tq_codec_config_init_sized(tq_codec_config *cfg, size_t cfg_size, in
 
 typedef struct tq_codec tq_codec;
 
-/* Creates a codec (bit-width rules: doc/codec.md, "Bit widths"). Errors: TQ_ERR_NULL,
+/* Creates a codec (bit-width rules: doc/api.md, "Codec bit widths"). Errors: TQ_ERR_NULL,
  * TQ_ERR_DIM, TQ_ERR_BITS, TQ_ERR_VARIANT, TQ_ERR_INVALID (norm correction with PROD, missing
  * or non-finite channel_energy, a bad struct_size), TQ_ERR_NOMEM. */
 TQ_API tq_status tq_codec_create(tq_codec **out, const tq_codec_config *cfg);
