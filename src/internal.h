@@ -32,7 +32,8 @@ int tq_rotation_rounds(const tq_rotation *rot);
  * (first field: size_t struct_size) over *dst, which holds the defaults and is `known` bytes;
  * fields src does not have keep their defaults and dst's struct_size becomes `known`.
  * TQ_ERR_INVALID for a size below `min` (the fields every version has), or above `known` with a
- * non-zero byte past `known`. */
+ * non-zero byte past `known`, or above TQ_SIZED_MAX (never read). */
+#define TQ_SIZED_MAX ((size_t)4096)
 tq_status tq_sized_in(void *dst, const void *src, size_t known, size_t min);
 /* Copies `known` bytes of src into the caller's out of out_size bytes: the first
  * min(out_size, known) bytes, the rest of out zeroed. TQ_ERR_CAPACITY when out_size < min. With

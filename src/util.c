@@ -10,7 +10,8 @@ const char *tq_version_string(void) { return TQ_VERSION_STRING; }
 tq_status tq_sized_in(void *dst, const void *src, size_t known, size_t min) {
     size_t size;
     memcpy(&size, src, sizeof size);
-    if (size < min || size < sizeof size) return TQ_ERR_INVALID;
+    /* An uninitialized size is refused unread rather than scanned. */
+    if (size < min || size < sizeof size || size > TQ_SIZED_MAX) return TQ_ERR_INVALID;
     for (size_t i = known; i < size; i++)
         if (((const unsigned char *)src)[i]) return TQ_ERR_INVALID;
     memcpy(dst, src, size < known ? size : known);

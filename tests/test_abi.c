@@ -130,6 +130,8 @@ static void test_codec_config(void) {
     CHECK(tq_codec_create(&a, &old) == TQ_ERR_INVALID && a == NULL);
     old.struct_size = 0;
     CHECK(tq_codec_config_bytes(&old, &got) == TQ_ERR_INVALID);
+    old.struct_size = (size_t)-1; /* uninitialized: refused without reading past the struct */
+    CHECK(tq_codec_config_bytes(&old, &got) == TQ_ERR_INVALID);
     /* Newer: accepted with zeros past what this version knows, refused with anything else. */
     bigger big;
     memset(&big, 0, sizeof big);
