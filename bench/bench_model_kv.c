@@ -135,9 +135,11 @@ static double decode_tail_bytes(const model *m, const run *r, int ctx) {
     const model_config *c = &m->cfg;
     double extra = 0.0;
     for (int il = 0; il < c->n_layer; il++) {
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(model_kv_cache(m), il);
+        tq_kv_layer_scheme ls;
         size_t kb = 0, vb = 0;
-        if (tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) != TQ_OK) continue;
+        if (tq_kv_cache_get_layer_scheme(model_kv_cache(m), il, &ls, sizeof ls) != TQ_OK ||
+            tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) != TQ_OK)
+            continue;
         extra += tail * c->n_head_kv * ((double)(2 * (c->head_dim + c->head_dim_v)) - (double)(kb + vb));
     }
     return extra;

@@ -474,7 +474,7 @@ model_status model_set_kv_scheme(model *m, const tq_kv_scheme *scheme) {
 
 model_status model_kv_memory(const model *m, tq_kv_memory *mem) {
     if (m == NULL || mem == NULL) return MODEL_ERR_ARG;
-    return tq_kv_cache_memory(m->kv, mem) == TQ_OK ? MODEL_OK : MODEL_ERR_INTERNAL;
+    return tq_kv_cache_memory(m->kv, mem, sizeof *mem) == TQ_OK ? MODEL_OK : MODEL_ERR_INTERNAL;
 }
 
 const tq_kv_cache *model_kv_cache(const model *m) { return m == NULL ? NULL : m->kv; }
@@ -603,7 +603,7 @@ static model_status forward_layer(model *m, int il, int n, int pos0) {
         ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
     ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->pool, m->attn_work, m->attn_work_size,
-                         s->att);
+                         s->att, (size_t)m->params.max_batch * (size_t)c->n_head * (size_t)c->head_dim_v);
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
     TRY(mm(m, &L->wo, s->att, s->xb2, n, "attn_output"));
     for (int t = 0; t < n; t++) {

@@ -30,7 +30,7 @@ int main(void) {
     if ((st = tq_codec_encode(codec, x, N, codes, bpv * N)) != TQ_OK ||
         (st = tq_codec_decode(codec, codes, N, y, (size_t)N * D)) != TQ_OK ||
         (st = tq_codec_prepare_query(codec, q, prep, D)) != TQ_OK ||
-        (st = tq_codec_scores(codec, prep, codes, N, scores)) != TQ_OK) {
+        (st = tq_codec_scores(codec, prep, codes, N, scores, N)) != TQ_OK) {
         fprintf(stderr, "codec call failed: %s\n", tq_error_name(st));
         return 1;
     }

@@ -28,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(buf);
         return 0;
     }
-    tq_kv_cache_config cfg = tq_kv_cache_get_config(c);
+    tq_kv_cache_config cfg;
+    if (tq_kv_cache_get_config(c, &cfg, sizeof cfg) != TQ_OK) abort();
     for (int l = 0; cfg.layer_windows && l < cfg.n_layers; l++)
         if (cfg.layer_windows[l] > ((size_t)1 << 30)) abort();
     int nqh = 2 * cfg.n_kv_heads;
@@ -41,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         tq_attn_params_init(&p, cfg.head_dim_k);
         size_t wb = tq_kv_attention_workspace_size(c, l, nqh, 1, 1);
         void *w = malloc(wb);
-        st = tq_kv_attention(c, l, q, nqh, 1, &p, NULL, w, wb, o);
+        st = tq_kv_attention(c, l, q, nqh, 1, &p, NULL, w, wb, o, on);
         if (st != TQ_OK) abort();
         for (size_t i = 0; i < on; i++)
             if (!isfinite(o[i])) abort();

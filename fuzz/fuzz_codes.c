@@ -43,7 +43,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* Copy to an exact-size heap buffer so ASan catches any read past the records. */
     uint8_t *codes = malloc(n * bpv);
     memcpy(codes, data + 2, n * bpv);
-    int dim = tq_codec_get_config(c).dim;
+    tq_codec_config cfg;
+    if (tq_codec_get_config(c, &cfg, sizeof cfg) != TQ_OK) abort();
+    int dim = cfg.dim;
     float *x = malloc(sizeof(float) * n * (size_t)dim);
     tq_status st = tq_codec_decode(c, codes, n, x, n * (size_t)dim);
     if (st != TQ_OK && st != TQ_ERR_CORRUPT) abort();
@@ -54,9 +56,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < dim; i++) q[i] = (float)((i % 7) - 3);
     for (size_t t = 0; t < n; t++) w[t] = 1.0f / (float)(t + 1);
     if (tq_codec_prepare_query(c, q, prep, 2 * TQ_MAX_DIM) != TQ_OK) abort();
-    st = tq_codec_scores(c, prep, codes, n, scores);
+    st = tq_codec_scores(c, prep, codes, n, scores, 64);
     if (st != TQ_OK && st != TQ_ERR_CORRUPT) abort();
-    st = tq_codec_weighted_sum(c, codes, n, w, out);
+    st = tq_codec_weighted_sum(c, codes, n, w, out, TQ_MAX_DIM);
     if (st != TQ_OK && st != TQ_ERR_CORRUPT) abort();
     for (int i = 0; i < dim; i++)
         if (!isfinite(out[i])) abort();

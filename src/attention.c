@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/attn_kernels.h"
+#include "internal.h"
 #include "kvcache_internal.h"
 
 #define KB 64 /* keys per tile */
@@ -40,17 +41,31 @@
 #define SPLIT_KEYS 2048
 #define SPLIT_MAX_TASKS 32
 
-void tq_attn_params_init(tq_attn_params *p, int head_dim_k) {
+/* The fields every sized tq_attn_params has (doc/api.md): struct_size and scale. */
+#define ATTN_PARAMS_MIN offsetof(tq_attn_params, causal)
+
+static void attn_params_defaults(tq_attn_params *p, int head_dim_k) {
     memset(p, 0, sizeof *p);
+    p->struct_size = sizeof *p;
     p->scale = head_dim_k > 0 ? (float)(1.0 / sqrt((double)head_dim_k)) : 1.0f;
     p->causal = 1;
 }
 
-/* pos: the query positions (tq_kv_attention_at), or NULL: the last n_queries. */
+void tq_attn_params_init_sized(tq_attn_params *p, size_t p_size, int head_dim_k) {
+    tq_attn_params d;
+    attn_params_defaults(&d, head_dim_k);
+    if (p) tq_sized_out(p, p_size, &d, sizeof d, ATTN_PARAMS_MIN, 1);
+}
+
+/* Checks the arguments of an attention call; *p becomes the caller's params as this version's
+ * struct (missing fields at their defaults). pos: the query positions (tq_kv_attention_at), or
+ * NULL: the last n_queries. */
 static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
-                            size_t n_queries, const int64_t *pos, const tq_attn_params *p,
-                            const float *out) {
-    if (!c || !p || (n_queries && (!q || !out))) return TQ_ERR_NULL;
+                            size_t n_queries, const int64_t *pos, const tq_attn_params *given,
+                            const float *out, size_t out_capacity, tq_attn_params *p) {
+    if (!c || !given || (n_queries && (!q || !out))) return TQ_ERR_NULL;
+    attn_params_defaults(p, 1);
+    if (tq_sized_in(p, given, sizeof *p, ATTN_PARAMS_MIN)) return TQ_ERR_INVALID;
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     if (n_q_heads < 1 || n_q_heads % c->cfg.n_kv_heads) return TQ_ERR_INVALID;
     if (!pos && n_queries > c->layers[layer].len) return TQ_ERR_INVALID;
@@ -68,6 +83,8 @@ static tq_status check_args(const tq_kv_cache *c, int layer, const float *q, int
         size_t w = (size_t)p->sliding_window;
         if (!p->causal || !w || first + 1 < w || first + 1 - w < l->dropped) return TQ_ERR_INVALID;
     }
+    if (out_capacity / (size_t)n_q_heads / (size_t)c->cfg.head_dim_v < n_queries)
+        return TQ_ERR_CAPACITY;
     return TQ_OK;
 }
 
@@ -423,9 +440,9 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
         }
         if (lanes) {
             tq_record_from_lanes(&l->v, p0 + 2, nat);
-            tq_codec_accum_finish(l->v.codec, nat, vout);
+            tq_codec_accum_finish(l->v.codec, nat, (size_t)pl->vt, vout, (size_t)pl->dv);
         } else if (l->v.format == TQ_KV_TURBO)
-            tq_codec_accum_finish(l->v.codec, p0 + 2, vout);
+            tq_codec_accum_finish(l->v.codec, p0 + 2, (size_t)pl->va, vout, (size_t)pl->dv);
         else
             memcpy(vout, p0 + 2, sizeof(float) * (size_t)pl->dv);
         float inv = 1.0f / L;
@@ -437,8 +454,10 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
 static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
                            size_t n_queries, const int64_t *positions,
                            const tq_attn_params *params, tq_threadpool *pool, void *work,
-                           size_t work_bytes, float *out) {
-    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, positions, params, out);
+                           size_t work_bytes, float *out, size_t out_capacity) {
+    tq_attn_params p;
+    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, positions, params, out,
+                              out_capacity, &p);
     if (st) return st;
     if (n_queries == 0) return TQ_OK;
     if (!work) return TQ_ERR_NULL;
@@ -454,7 +473,7 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
     x.l = l;
     x.ks = tq_kernel_set_get();
     x.ak = x.ks->attn;
-    x.p = *params;
+    x.p = p;
     x.n_q = n_queries;
     x.len = l->len;
     x.q0 = l->len - n_queries;
@@ -501,26 +520,29 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
 
 tq_status tq_kv_attention(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
                           size_t n_queries, const tq_attn_params *params, tq_threadpool *pool,
-                          void *work, size_t work_bytes, float *out) {
+                          void *work, size_t work_bytes, float *out, size_t out_capacity) {
     return attention(c, layer, q, n_q_heads, n_queries, NULL, params, pool, work, work_bytes,
-                     out);
+                     out, out_capacity);
 }
 
 tq_status tq_kv_attention_at(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
                              size_t n_queries, const int64_t *positions,
                              const tq_attn_params *params, tq_threadpool *pool, void *work,
-                             size_t work_bytes, float *out) {
+                             size_t work_bytes, float *out, size_t out_capacity) {
     if (n_queries && !positions) return TQ_ERR_NULL;
     return attention(c, layer, q, n_q_heads, n_queries, positions, params, pool, work,
-                     work_bytes, out);
+                     work_bytes, out, out_capacity);
 }
 
 /* ---- the reference path ---- */
 
 static tq_status attention_ref(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
                                size_t n_queries, const int64_t *positions,
-                               const tq_attn_params *p, float *out) {
-    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, positions, p, out);
+                               const tq_attn_params *params, float *out, size_t out_capacity) {
+    tq_attn_params params_in;
+    const tq_attn_params *p = &params_in;
+    tq_status st = check_args(c, layer, q, n_q_heads, n_queries, positions, params, out,
+                              out_capacity, &params_in);
     if (st) return st;
     if (n_queries == 0) return TQ_OK;
     size_t len = c->layers[layer].len, H = (size_t)c->cfg.n_kv_heads;
@@ -537,7 +559,8 @@ static tq_status attention_ref(const tq_kv_cache *c, int layer, const float *q, 
         st = TQ_ERR_NOMEM;
         goto done;
     }
-    st = tq_kv_cache_read(c, layer, base, len - base, K, V);
+    st = tq_kv_cache_read(c, layer, base, len - base, K, (len - base) * H * dk, V,
+                          (len - base) * H * dv);
     if (st && st != TQ_ERR_CORRUPT) goto done;
     size_t q0 = len - n_queries;
     for (size_t i = 0; i < n_queries; i++) {
@@ -579,13 +602,14 @@ done:
 }
 
 tq_status tq_kv_attention_ref(const tq_kv_cache *c, int layer, const float *q, int n_q_heads,
-                              size_t n_queries, const tq_attn_params *p, float *out) {
-    return attention_ref(c, layer, q, n_q_heads, n_queries, NULL, p, out);
+                              size_t n_queries, const tq_attn_params *p, float *out,
+                              size_t out_capacity) {
+    return attention_ref(c, layer, q, n_q_heads, n_queries, NULL, p, out, out_capacity);
 }
 
 tq_status tq_kv_attention_ref_at(const tq_kv_cache *c, int layer, const float *q,
                                  int n_q_heads, size_t n_queries, const int64_t *positions,
-                                 const tq_attn_params *p, float *out) {
+                                 const tq_attn_params *p, float *out, size_t out_capacity) {
     if (n_queries && !positions) return TQ_ERR_NULL;
-    return attention_ref(c, layer, q, n_q_heads, n_queries, positions, p, out);
+    return attention_ref(c, layer, q, n_q_heads, n_queries, positions, p, out, out_capacity);
 }

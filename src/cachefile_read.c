@@ -270,6 +270,9 @@ tq_status tq_kv_cache_load_memory_expect(const void *data, size_t size,
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
     if (!data) return TQ_ERR_NULL;
+    tq_kv_cache_config expect_in;
+    if (expect && tq_kv_cache_config_in(&expect_in, expect)) return TQ_ERR_INVALID;
+    if (expect) expect = &expect_in;
     tq_cf_crc *ct = malloc(sizeof *ct);
     if (!ct) return TQ_ERR_NOMEM;
     tq_cf_crc_init(ct);
@@ -330,6 +333,9 @@ tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_config *ex
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
     if (!path) return TQ_ERR_NULL;
+    tq_kv_cache_config expect_in;
+    if (expect && tq_kv_cache_config_in(&expect_in, expect)) return TQ_ERR_INVALID;
+    if (expect) expect = &expect_in;
     struct stat sb;
     int fd = open_regular(path, &sb);
     if (fd < 0) return TQ_ERR_IO;

@@ -209,7 +209,7 @@ tq_status tq_kv_cache_save_memory(const tq_kv_cache *c, void *dst, size_t capaci
                                   size_t *written) {
     if (written) *written = 0;
     if (!c || !dst) return TQ_ERR_NULL;
-    if (has_dropped(c)) return TQ_ERR_INVALID;
+    if (has_dropped(c)) return TQ_ERR_STATE;
     size_t need = tq_kv_cache_save_bound(c);
     if (need == 0 || capacity < need) return TQ_ERR_CAPACITY;
     tq_cf_crc *ct = malloc(sizeof *ct);
@@ -288,7 +288,7 @@ static int create_temp(const char *path, size_t pn, char *tmp) {
 tq_status tq_kv_cache_save(const tq_kv_cache *c, const char *path) {
     if (!c || !path) return TQ_ERR_NULL;
     if (!*path) return TQ_ERR_IO;
-    if (tq_kv_cache_save_bound(c) == 0) return TQ_ERR_INVALID;
+    if (tq_kv_cache_save_bound(c) == 0) return TQ_ERR_STATE;
     size_t pn = strlen(path);
     char *tmp = malloc(pn + sizeof CF_TMP_SUFFIX + CF_TMP_RANDOM);
     tq_cf_crc *ct = malloc(sizeof *ct);

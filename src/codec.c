@@ -57,8 +57,12 @@ struct tq_codec {
 static const float sign_centroids[2] = {-1.0f, 1.0f};
 static const float sign_boundary[1] = {0.0f};
 
-void tq_codec_config_init(tq_codec_config *cfg, int dim, float bits, tq_variant variant) {
+/* The fields every sized tq_codec_config has (doc/api.md): struct_size, dim, bits, variant. */
+#define CODEC_CONFIG_MIN offsetof(tq_codec_config, norm_correction)
+
+static void codec_config_defaults(tq_codec_config *cfg, int dim, float bits, tq_variant variant) {
     memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
     cfg->dim = dim;
     cfg->bits = bits;
     cfg->variant = variant;
@@ -68,6 +72,24 @@ void tq_codec_config_init(tq_codec_config *cfg, int dim, float bits, tq_variant 
     cfg->seed = 0x5475726230ull;
     cfg->split = TQ_SPLIT_FIXED;
     cfg->channel_energy = NULL;
+}
+
+void tq_codec_config_init_sized(tq_codec_config *cfg, size_t cfg_size, int dim, float bits,
+                                tq_variant variant) {
+    tq_codec_config d;
+    codec_config_defaults(&d, dim, bits, variant);
+    if (cfg) tq_sized_out(cfg, cfg_size, &d, sizeof d, CODEC_CONFIG_MIN, 1);
+}
+
+/* The caller's config as this version's struct, missing fields at their defaults. */
+static tq_status codec_config_in(tq_codec_config *dst, const tq_codec_config *src) {
+    if (!src) return TQ_ERR_NULL;
+    tq_codec_config given;
+    memset(&given, 0, sizeof given);
+    tq_status st = tq_sized_in(&given, src, sizeof given, CODEC_CONFIG_MIN);
+    if (st) return st;
+    codec_config_defaults(dst, given.dim, given.bits, given.variant);
+    return tq_sized_in(dst, src, sizeof *dst, CODEC_CONFIG_MIN);
 }
 
 /* The shape of a configuration: how many coordinates at how many bits. */
@@ -197,10 +219,14 @@ static tq_status layout(tq_codec *c, const shape *sh, int codebooks) {
     return TQ_OK;
 }
 
-tq_status tq_codec_config_bytes(const tq_codec_config *cfg, size_t *bytes) {
-    if (!cfg || !bytes) return TQ_ERR_NULL;
+tq_status tq_codec_config_bytes(const tq_codec_config *given, size_t *bytes) {
+    if (!given || !bytes) return TQ_ERR_NULL;
+    tq_codec_config local;
+    const tq_codec_config *cfg = &local;
+    tq_status st = codec_config_in(&local, given);
+    if (st) return st;
     shape sh;
-    tq_status st = check_config(cfg, &sh);
+    st = check_config(cfg, &sh);
     if (st) return st;
     tq_codec tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -247,11 +273,15 @@ static void sort_ints(int *a, int n) {
     }
 }
 
-tq_status tq_codec_create(tq_codec **out, const tq_codec_config *cfg) {
+tq_status tq_codec_create(tq_codec **out, const tq_codec_config *given) {
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
+    tq_codec_config local;
+    const tq_codec_config *cfg = &local;
+    tq_status st = codec_config_in(&local, given);
+    if (st) return st;
     shape sh;
-    tq_status st = check_config(cfg, &sh);
+    st = check_config(cfg, &sh);
     if (st) return st;
     tq_codec *c = calloc(1, sizeof *c);
     if (!c) return TQ_ERR_NOMEM;
@@ -301,11 +331,9 @@ fail:
     return st;
 }
 
-tq_codec_config tq_codec_get_config(const tq_codec *c) {
-    tq_codec_config cfg;
-    if (c) return c->cfg;
-    memset(&cfg, 0, sizeof cfg);
-    return cfg;
+tq_status tq_codec_get_config(const tq_codec *c, tq_codec_config *out, size_t out_size) {
+    if (!c || !out) return TQ_ERR_NULL;
+    return tq_sized_out(out, out_size, &c->cfg, sizeof c->cfg, CODEC_CONFIG_MIN, 1);
 }
 
 size_t tq_codec_bytes_per_vector(const tq_codec *c) { return c ? c->record_bytes : 0; }
@@ -595,8 +623,9 @@ tq_status tq_codec_prepare_query(const tq_codec *c, const float *q, float *prepa
 }
 
 tq_status tq_codec_scores(const tq_codec *c, const float *prepared, const void *codes, size_t n,
-                          float *scores) {
+                          float *scores, size_t scores_capacity) {
     if (!c || (n && (!prepared || !codes || !scores))) return TQ_ERR_NULL;
+    if (scores_capacity < n) return TQ_ERR_CAPACITY;
     const tq_kernel_table *k = tq_kernels();
     const uint8_t *in = codes;
     tq_status st = TQ_OK;
@@ -645,8 +674,9 @@ tq_status tq_codec_accum_zero(const tq_codec *c, float *acc, size_t capacity) {
 }
 
 tq_status tq_codec_accumulate(const tq_codec *c, const void *codes, size_t n,
-                              const float *weights, float *acc) {
+                              const float *weights, float *acc, size_t acc_capacity) {
     if (!c || (n && (!codes || !weights || !acc))) return TQ_ERR_NULL;
+    if (n && acc_capacity < tq_codec_accum_floats(c)) return TQ_ERR_CAPACITY;
     const tq_kernel_table *k = tq_kernels();
     const uint8_t *in = codes;
     tq_status st = TQ_OK;
@@ -680,20 +710,25 @@ tq_status tq_codec_accumulate(const tq_codec *c, const void *codes, size_t n,
     return st;
 }
 
-tq_status tq_codec_accum_finish(const tq_codec *c, float *acc, float *out) {
+tq_status tq_codec_accum_finish(const tq_codec *c, float *acc, size_t acc_capacity, float *out,
+                                size_t out_capacity) {
     if (!c || !acc || !out) return TQ_ERR_NULL;
+    if (acc_capacity < tq_codec_accum_floats(c) || out_capacity < (size_t)c->dim)
+        return TQ_ERR_CAPACITY;
     if (c->cfg.variant == TQ_VARIANT_PROD) matvec_t_add(c->sketch, c->dim, acc + c->dim, acc);
     finish_rotated(c, acc, out);
     return TQ_OK;
 }
 
 tq_status tq_codec_weighted_sum(const tq_codec *c, const void *codes, size_t n,
-                                const float *weights, float *out) {
+                                const float *weights, float *out, size_t out_capacity) {
     float acc[2 * TQ_MAX_DIM];
     tq_status st = tq_codec_accum_zero(c, acc, 2 * TQ_MAX_DIM);
     if (st) return st;
-    tq_status acc_st = tq_codec_accumulate(c, codes, n, weights, acc);
+    if (!out) return TQ_ERR_NULL;
+    if (out_capacity < (size_t)c->dim) return TQ_ERR_CAPACITY;
+    tq_status acc_st = tq_codec_accumulate(c, codes, n, weights, acc, 2 * TQ_MAX_DIM);
     if (acc_st && acc_st != TQ_ERR_CORRUPT) return acc_st;
-    st = tq_codec_accum_finish(c, acc, out);
+    st = tq_codec_accum_finish(c, acc, 2 * TQ_MAX_DIM, out, out_capacity);
     return st ? st : acc_st;
 }

@@ -28,6 +28,19 @@ void tq_rotation_forward_raw(const tq_rotation *rot, float *x, float *scale);
 const float *tq_rotation_signs(const tq_rotation *rot, int round);
 int tq_rotation_rounds(const tq_rotation *rot);
 
+/* The sized-struct rule (doc/api.md, "Sized structs"). tq_sized_in copies a caller's struct src
+ * (first field: size_t struct_size) over *dst, which holds the defaults and is `known` bytes;
+ * fields src does not have keep their defaults and dst's struct_size becomes `known`.
+ * TQ_ERR_INVALID for a size below `min` (the fields every version has), or above `known` with a
+ * non-zero byte past `known`, or above TQ_SIZED_MAX (never read). */
+#define TQ_SIZED_MAX ((size_t)4096)
+tq_status tq_sized_in(void *dst, const void *src, size_t known, size_t min);
+/* Copies `known` bytes of src into the caller's out of out_size bytes: the first
+ * min(out_size, known) bytes, the rest of out zeroed. TQ_ERR_CAPACITY when out_size < min. With
+ * has_size, out's first field (struct_size) becomes the bytes copied. */
+tq_status tq_sized_out(void *out, size_t out_size, const void *src, size_t known, size_t min,
+                       int has_size);
+
 static inline int tq_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 static inline int tq_log2i(int n) {

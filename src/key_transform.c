@@ -93,8 +93,10 @@ const float *tq_key_transform_mean(const tq_key_transform *kt) {
     return kt && kt->mean && kt->mean_set ? kt->mean : NULL;
 }
 
-tq_status tq_key_transform_get_scale(const tq_key_transform *kt, float *out) {
-    if (!kt || !kt->scale || !kt->scale_set) return TQ_ERR_INVALID;
+tq_status tq_key_transform_get_scale(const tq_key_transform *kt, float *out, size_t capacity) {
+    if (!kt || !kt->scale) return TQ_ERR_INVALID;
+    if (!kt->scale_set) return TQ_ERR_STATE;
+    if (capacity < nm_of(kt)) return TQ_ERR_CAPACITY;
     memcpy(out, kt->scale, nm_of(kt) * sizeof(float));
     return TQ_OK;
 }
@@ -444,13 +446,21 @@ int tq_key_split_codec(tq_codec_config *cc) {
 
 /* ---- the public calls (include/turboquant.h, "keys") ---- */
 
-void tq_key_transform_config_init(tq_key_transform_config *cfg, int n_heads, int head_dim,
-                                  float bits) {
+static void config_defaults(tq_key_transform_config *cfg, int n_heads, int head_dim,
+                            float bits) {
     memset(cfg, 0, sizeof *cfg);
+    cfg->struct_size = sizeof *cfg;
     cfg->n_heads = n_heads;
     cfg->head_dim = head_dim;
     cfg->bits = bits;
     cfg->mean = cfg->scale = cfg->split = 1;
+}
+
+void tq_key_transform_config_init_sized(tq_key_transform_config *cfg, size_t cfg_size,
+                                        int n_heads, int head_dim, float bits) {
+    tq_key_transform_config d;
+    config_defaults(&d, n_heads, head_dim, bits);
+    if (cfg) tq_sized_out(cfg, cfg_size, &d, sizeof d, sizeof d, 1);
 }
 
 static int all_finite(const float *x, size_t n) {
@@ -475,12 +485,16 @@ static int q_heads_ok(int n_heads, int n_q_heads) {
     return n_q_heads >= n_heads && n_q_heads % n_heads == 0;
 }
 
-tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_config *cfg,
+tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_config *given,
                                const float *keys, size_t n_keys, const float *queries,
                                int n_q_heads, size_t n_queries) {
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
-    if (!cfg || (n_keys && !keys) || (n_queries && !queries)) return TQ_ERR_NULL;
+    if (!given || (n_keys && !keys) || (n_queries && !queries)) return TQ_ERR_NULL;
+    tq_key_transform_config local;
+    const tq_key_transform_config *cfg = &local;
+    config_defaults(&local, 0, 0, 0.0f);
+    if (tq_sized_in(&local, given, sizeof local, sizeof local)) return TQ_ERR_INVALID;
     int H = cfg->n_heads, d = cfg->head_dim;
     if (d < TQ_MIN_DIM || d > TQ_MAX_DIM) return TQ_ERR_DIM;
     if (H < 1 || H > 1024 || (n_queries && !q_heads_ok(H, n_q_heads))) return TQ_ERR_INVALID;

@@ -33,7 +33,7 @@ int tq_key_transform_scale_set(const tq_key_transform *kt);
 const float *tq_key_transform_mean(const tq_key_transform *kt);
 /* The scale ((n_heads, dim) floats) into out once set. Errors: TQ_ERR_INVALID (none, or not
  * set yet). */
-tq_status tq_key_transform_get_scale(const tq_key_transform *kt, float *out);
+tq_status tq_key_transform_get_scale(const tq_key_transform *kt, float *out, size_t capacity);
 /* Bytes of stored data (mean, scale, order) and of allocations (the statistics and the object
  * too). */
 void tq_key_transform_memory(const tq_key_transform *kt, size_t *data, size_t *allocated);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "kvcache_internal.h"
 
 /* Holds pages[0, n) of one layer of src (n ≤ src's count) in dst's table too. */
@@ -135,8 +136,7 @@ static int cmp_use(const void *a, const void *b) {
 
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
-tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_memory *m) {
-    if (!m || (n && !caches)) return TQ_ERR_NULL;
+static tq_status caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_memory *m) {
     memset(m, 0, sizeof *m);
     size_t n_use = 0, k = 0, got;
     for (size_t i = 0; i < n; i++) {
@@ -152,7 +152,7 @@ tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_
         for (size_t j = 0; j < i && !seen; j++) seen = caches[j] == caches[i];
         if (seen) continue;
         tq_kv_memory one;
-        tq_kv_cache_memory(caches[i], &one);
+        tq_kv_cache_memory(caches[i], &one, sizeof one);
         m->tokens += one.tokens;
         m->compressed_tokens += one.compressed_tokens;
         m->data_bytes += one.data_bytes;
@@ -186,4 +186,13 @@ tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_
     }
     free(u);
     return TQ_OK;
+}
+
+tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n, tq_kv_memory *mem,
+                              size_t mem_size) {
+    if (!mem || (n && !caches)) return TQ_ERR_NULL;
+    tq_kv_memory m;
+    tq_status st = caches_memory(caches, n, &m);
+    if (st) return st;
+    return tq_sized_out(mem, mem_size, &m, sizeof m, sizeof m, 0);
 }

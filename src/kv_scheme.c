@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "kvcache_internal.h"
 
 static const char scheme_help[] =
@@ -51,11 +52,26 @@ static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, t
 
 void tq_kv_scheme_defaults(tq_kv_scheme *s) {
     memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
     layer_scheme_set(&s->layer, TQ_KV_F16, 0, TQ_KV_F16, 0);
     s->edge = s->layer;
     s->batch = 64;
     s->prefill_raw = 1;
     s->seed = 0x5475726230ull;
+}
+
+/* The fields every sized tq_kv_scheme has (doc/api.md): struct_size and the layer scheme. */
+#define KV_SCHEME_MIN offsetof(tq_kv_scheme, edge)
+
+tq_status tq_kv_scheme_in(tq_kv_scheme *dst, const tq_kv_scheme *src) {
+    if (!src) return TQ_ERR_NULL;
+    tq_kv_scheme_defaults(dst);
+    tq_status st = tq_sized_in(dst, src, sizeof *dst, KV_SCHEME_MIN);
+    size_t size;
+    memcpy(&size, src, sizeof size);
+    if (!st && size < offsetof(tq_kv_scheme, edge) + sizeof dst->edge)
+        dst->edge = dst->layer; /* as tq_kv_scheme_parse without an edge form */
+    return st;
 }
 
 /* The largest window=, batch=, start=, first= and last= (2^30). */
@@ -215,8 +231,10 @@ static tq_status scheme_error(char *err, size_t cap, const char *text, const cha
     return TQ_ERR_SCHEME;
 }
 
-tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, size_t cap) {
+tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t out_size, char *err,
+                                   size_t cap) {
     if (!text || !out) return TQ_ERR_NULL;
+    if (out_size < KV_SCHEME_MIN) return TQ_ERR_CAPACITY;
     if (err && cap) err[0] = 0;
     tq_kv_scheme s;
     tq_kv_scheme_defaults(&s);
@@ -322,7 +340,7 @@ tq_status tq_kv_scheme_parse(const char *text, tq_kv_scheme *out, char *err, siz
             norm > 0)
             return scheme_error(err, cap, text, "norm correction is MSE only", "", 0);
     }
-    *out = s;
+    tq_sized_out(out, out_size, &s, sizeof s, KV_SCHEME_MIN, 1);
     return TQ_OK;
 }
 
@@ -351,8 +369,11 @@ static void format_flag(char *buf, size_t cap, const char *name, int layer, int 
     else buf[0] = 0;
 }
 
-tq_status tq_kv_scheme_format(const tq_kv_scheme *s, char *buf, size_t cap) {
-    if (!s || !buf) return TQ_ERR_NULL;
+tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) {
+    if (!given || !buf) return TQ_ERR_NULL;
+    tq_kv_scheme local;
+    const tq_kv_scheme *s = &local;
+    if (tq_kv_scheme_in(&local, given)) return TQ_ERR_INVALID;
     if (!tq_kv_layer_scheme_valid(&s->layer) || !tq_kv_layer_scheme_valid(&s->edge)) return TQ_ERR_INVALID;
     const tq_kv_layer_scheme *l = &s->layer, *e = &s->edge;
     char k[24], v[24], ek[24], ev[24], edge[64] = "", mean[16], kscale[16], ksplit[16];

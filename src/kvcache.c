@@ -10,20 +10,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "kvcache_internal.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Cache objects                                                                              */
 /* ---------------------------------------------------------------------------------------- */
 
-void tq_kv_cache_config_init(tq_kv_cache_config *cfg, int n_layers, int n_kv_heads, int dk,
-                             int dv) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->n_layers = n_layers;
-    cfg->n_kv_heads = n_kv_heads;
-    cfg->head_dim_k = dk;
-    cfg->head_dim_v = dv;
-    tq_kv_scheme_defaults(&cfg->scheme);
+/* The fields every sized tq_kv_cache_config has (doc/api.md): the shapes and the scheme. */
+#define KV_CACHE_CONFIG_MIN offsetof(tq_kv_cache_config, layer_schemes)
+
+void tq_kv_cache_config_init_sized(tq_kv_cache_config *cfg, size_t cfg_size, int n_layers,
+                                   int n_kv_heads, int dk, int dv) {
+    tq_kv_cache_config d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.n_layers = n_layers;
+    d.n_kv_heads = n_kv_heads;
+    d.head_dim_k = dk;
+    d.head_dim_v = dv;
+    tq_kv_scheme_defaults(&d.scheme);
+    if (cfg) tq_sized_out(cfg, cfg_size, &d, sizeof d, KV_CACHE_CONFIG_MIN, 1);
+}
+
+tq_status tq_kv_cache_config_in(tq_kv_cache_config *dst, const tq_kv_cache_config *src) {
+    if (!src) return TQ_ERR_NULL;
+    memset(dst, 0, sizeof *dst);
+    tq_kv_scheme_defaults(&dst->scheme);
+    tq_status st = tq_sized_in(dst, src, sizeof *dst, KV_CACHE_CONFIG_MIN);
+    if (st) return st;
+    /* The embedded scheme's layout is the container's: it cannot be larger than this one. */
+    tq_kv_scheme s;
+    if (dst->scheme.struct_size > sizeof s) return TQ_ERR_INVALID;
+    st = tq_kv_scheme_in(&s, &dst->scheme);
+    dst->scheme = s;
+    return st;
 }
 
 static void layer_free(tq_kv_layer *l) {
@@ -57,10 +78,13 @@ static tq_kv_layer_scheme resolve_scheme(const tq_kv_cache_config *cfg, int i) {
     return cfg->scheme.layer;
 }
 
-tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
+tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given) {
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
-    if (!cfg) return TQ_ERR_NULL;
+    tq_kv_cache_config local;
+    const tq_kv_cache_config *cfg = &local;
+    tq_status st = tq_kv_cache_config_in(&local, given);
+    if (st) return st;
     const tq_kv_scheme *s = &cfg->scheme;
     if (cfg->n_layers < 1 || cfg->n_layers > 4096 || cfg->n_kv_heads < 1 ||
         cfg->n_kv_heads > 1024 || s->batch < 1 || s->raw_window < 0 ||
@@ -81,7 +105,6 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *cfg) {
     c->cfg.layer_windows = NULL;
     c->cfg.reserve_tokens = 0;
     c->layers = calloc((size_t)cfg->n_layers, sizeof *c->layers);
-    tq_status st = TQ_OK;
     if (windowed) { /* the cache's copy, which get_config hands out */
         size_t wb = (size_t)cfg->n_layers * sizeof *c->windows;
         c->windows = malloc(wb);
@@ -136,18 +159,18 @@ fail:
     return st;
 }
 
-tq_kv_cache_config tq_kv_cache_get_config(const tq_kv_cache *c) {
-    tq_kv_cache_config cfg;
-    if (c) return c->cfg;
-    memset(&cfg, 0, sizeof cfg);
-    return cfg;
+tq_status tq_kv_cache_get_config(const tq_kv_cache *c, tq_kv_cache_config *out,
+                                 size_t out_size) {
+    if (!c || !out) return TQ_ERR_NULL;
+    return tq_sized_out(out, out_size, &c->cfg, sizeof c->cfg, KV_CACHE_CONFIG_MIN, 1);
 }
 
-tq_kv_layer_scheme tq_kv_cache_layer_scheme(const tq_kv_cache *c, int layer) {
-    tq_kv_layer_scheme l;
-    if (c && layer >= 0 && layer < c->cfg.n_layers) return c->layers[layer].scheme;
-    memset(&l, 0, sizeof l);
-    return l;
+tq_status tq_kv_cache_get_layer_scheme(const tq_kv_cache *c, int layer, tq_kv_layer_scheme *out,
+                                       size_t out_size) {
+    if (!c || !out) return TQ_ERR_NULL;
+    if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
+    const tq_kv_layer_scheme *ls = &c->layers[layer].scheme;
+    return tq_sized_out(out, out_size, ls, sizeof *ls, sizeof *ls, 0);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -156,15 +179,18 @@ tq_kv_layer_scheme tq_kv_cache_layer_scheme(const tq_kv_cache *c, int layer) {
 
 /* How many leading tokens the scheme wants compressed at length len: a pure function of the
  * length, so every history reaching a length can reach the same state (doc/kvcache.md). */
-size_t tq_kv_scheme_compressed_length(const tq_kv_scheme *s, size_t len) {
-    if (!s || s->batch < 1 || s->raw_window < 0 || s->quantized_kv_start < 0) return 0;
+size_t tq_kv_scheme_compressed_length(const tq_kv_scheme *given, size_t len) {
+    tq_kv_scheme local, *s = &local;
+    if (!given || tq_kv_scheme_in(&local, given)) return 0;
+    if (s->batch < 1 || s->raw_window < 0 || s->quantized_kv_start < 0) return 0;
     if (len < (size_t)s->quantized_kv_start || len <= (size_t)s->raw_window) return 0;
     size_t avail = len - (size_t)s->raw_window;
     return avail / (size_t)s->batch * (size_t)s->batch;
 }
 
-size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *s, size_t pos, size_t max_n) {
-    if (!s || max_n == 0) return 0;
+size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *given, size_t pos, size_t max_n) {
+    tq_kv_scheme local, *s = &local;
+    if (!given || max_n == 0 || tq_kv_scheme_in(&local, given)) return 0;
     if (s->batch < 1 || s->raw_window < 0 || s->quantized_kv_start < 0 || pos >= SIZE_MAX / 2) return 1;
     /* A query at position j of the chunk sees the compressed length of pos + n (the whole
      * chunk is appended first); decode would give it that of j + 1. */
@@ -241,10 +267,11 @@ tq_status tq_kv_cache_observe_queries(tq_kv_cache *c, int layer, const float *q,
     return tq_key_transform_observe(l->kt, q, n_q_heads, n);
 }
 
-tq_status tq_kv_cache_key_scale(const tq_kv_cache *c, int layer, float *out) {
+tq_status tq_kv_cache_key_scale(const tq_kv_cache *c, int layer, float *out,
+                                size_t out_capacity) {
     if (!c || !out) return TQ_ERR_NULL;
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
-    return tq_key_transform_get_scale(c->layers[layer].kt, out);
+    return tq_key_transform_get_scale(c->layers[layer].kt, out, out_capacity);
 }
 
 /* ---- what cache files use ---- */
@@ -407,13 +434,16 @@ tq_status tq_kv_cache_truncate(tq_kv_cache *c, size_t length) {
 }
 
 tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t n, float *k,
-                           float *v) {
+                           size_t k_capacity, float *v, size_t v_capacity) {
     if (!c) return TQ_ERR_NULL;
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     const tq_kv_layer *l = &c->layers[layer];
     if (start > l->len || n > l->len - start) return TQ_ERR_INVALID;
     if (n && start < l->dropped) return TQ_ERR_INVALID;
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
+    if ((k && k_capacity / (size_t)H / (size_t)dk < n) ||
+        (v && v_capacity / (size_t)H / (size_t)dv < n))
+        return TQ_ERR_CAPACITY;
     tq_status st = TQ_OK;
     for (size_t i = 0; i < n; i++) {
         size_t t = start + i;
@@ -448,8 +478,10 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
     return st;
 }
 
-tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *m) {
-    if (!c || !m) return TQ_ERR_NULL;
+tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *out, size_t out_size) {
+    if (!c || !out) return TQ_ERR_NULL;
+    if (out_size < sizeof(tq_kv_memory)) return TQ_ERR_CAPACITY; /* the first release's size */
+    tq_kv_memory mem, *m = &mem;
     memset(m, 0, sizeof *m);
     size_t H = (size_t)c->cfg.n_kv_heads, dk = (size_t)c->cfg.head_dim_k,
            dv = (size_t)c->cfg.head_dim_v;
@@ -473,7 +505,7 @@ tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *m) {
         m->data_bytes += kt_data;
         m->allocated_bytes += kt_alloc;
     }
-    return TQ_OK;
+    return tq_sized_out(out, out_size, m, sizeof *m, sizeof *m, 0);
 }
 
 tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme,
@@ -482,10 +514,13 @@ tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme
     *out = NULL;
     if (!src || !scheme) return TQ_ERR_NULL;
     tq_kv_cache_config cfg = src->cfg;
-    cfg.scheme = *scheme;
+    tq_status st = tq_kv_scheme_in(&cfg.scheme, scheme);
+    if (st) return st;
+    for (int i = 0; i < cfg.n_layers; i++)
+        if (src->layers[i].dropped) return TQ_ERR_STATE;
     cfg.reserve_tokens = 0;
     tq_kv_cache *dst;
-    tq_status st = tq_kv_cache_create(&dst, &cfg);
+    st = tq_kv_cache_create(&dst, &cfg);
     if (st) return st;
     size_t H = (size_t)cfg.n_kv_heads, chunk = TQ_KV_P;
     float *kb = malloc(chunk * H * (size_t)cfg.head_dim_k * sizeof(float));
@@ -499,7 +534,8 @@ tq_status tq_kv_cache_convert(const tq_kv_cache *src, const tq_kv_scheme *scheme
         tq_key_transform_copy_statistics(dl->kt, sl->kt);
         for (size_t t = 0; !st && t < len; t += chunk) {
             size_t n = len - t < chunk ? len - t : chunk;
-            st = tq_kv_cache_read(src, i, t, n, kb, vb);
+            st = tq_kv_cache_read(src, i, t, n, kb, chunk * H * (size_t)cfg.head_dim_k, vb,
+                                  chunk * H * (size_t)cfg.head_dim_v);
             if (!st) st = store_raw(dst, &dst->layers[i], kb, vb, n);
         }
         if (!st) st = tq_kv_cache_compress(dst, i);

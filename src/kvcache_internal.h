@@ -99,6 +99,10 @@ static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer
 
 /* *s = the default scheme: f16 keys and values, batch 64, prefill_raw on, the default seed. */
 void tq_kv_scheme_defaults(tq_kv_scheme *s);
+/* A caller's sized scheme or cache config as this version's struct, missing fields at their
+ * defaults (the sized-struct rule, doc/api.md); TQ_ERR_NULL, TQ_ERR_INVALID. */
+tq_status tq_kv_scheme_in(tq_kv_scheme *dst, const tq_kv_scheme *src);
+tq_status tq_kv_cache_config_in(tq_kv_cache_config *dst, const tq_kv_cache_config *src);
 /* 1 if l's formats and key variant are known values (what tq_kv_scheme_format can write). */
 int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l);
 

@@ -1,9 +1,10 @@
 /*
- * The one thread pool of the project (include/turboquant.h): attention and the engine's
+ * The one thread pool of the project (include/turboquant/kv.h): attention and the engine's
  * matmuls run on it. Workers sleep on a condition variable until the run generation changes;
  * a run hands out tasks through one atomic counter, and the caller works as thread 0. The
  * run's fields are written under the lock before the broadcast and read by workers after
- * taking it, so ThreadSanitizer sees no race.
+ * taking it, so ThreadSanitizer sees no race. A custom pool (tq_threadpool_create_custom) has
+ * no workers: each run goes to the embedder's parallel for, one run at a time as well.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -26,6 +27,8 @@ struct tq_threadpool {
     unsigned long generation;
     int active;             /* workers still in the current run */
     int stop;
+    tq_parallel_for_fn custom; /* the embedder's parallel for, or NULL */
+    void *custom_user;
     void (*fn)(void *, size_t, int);
     void *ctx;
     size_t n_tasks;
@@ -68,7 +71,7 @@ void tq_threadpool_free(tq_threadpool *p) {
     p->stop = 1;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < p->n_threads - 1; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; !p->custom && i < p->n_threads - 1; i++) pthread_join(p->threads[i], NULL);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
     pthread_mutex_destroy(&p->lock);
@@ -111,15 +114,39 @@ tq_status tq_threadpool_create(tq_threadpool **out, int n_threads) {
     return TQ_OK;
 }
 
+tq_status tq_threadpool_create_custom(tq_threadpool **out, int n_threads, tq_parallel_for_fn fn,
+                                      void *user) {
+    if (!out) return TQ_ERR_NULL;
+    *out = NULL;
+    if (!fn) return TQ_ERR_NULL;
+    if (n_threads < 1 || n_threads > 256) return TQ_ERR_INVALID;
+    tq_threadpool *p = calloc(1, sizeof *p);
+    if (!p) return TQ_ERR_NOMEM;
+    pthread_mutex_init(&p->run_lock, NULL);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->next, 0);
+    p->n_threads = n_threads;
+    p->custom = fn;
+    p->custom_user = user;
+    *out = p;
+    return TQ_OK;
+}
+
 int tq_threadpool_size(const tq_threadpool *p) { return p ? p->n_threads : 1; }
 
-void tq_threadpool_run(tq_threadpool *p, void (*fn)(void *ctx, size_t task, int thread),
-                       void *ctx, size_t n_tasks) {
+void tq_threadpool_run(tq_threadpool *p, tq_task_fn fn, void *ctx, size_t n_tasks) {
     if (!p || p->n_threads == 1 || n_tasks <= 1) {
         for (size_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
     pthread_mutex_lock(&p->run_lock);
+    if (p->custom) {
+        p->custom(p->custom_user, fn, ctx, n_tasks);
+        pthread_mutex_unlock(&p->run_lock);
+        return;
+    }
     pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->ctx = ctx;

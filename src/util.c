@@ -7,6 +7,28 @@
 int tq_version_number(void) { return TQ_VERSION_NUMBER; }
 const char *tq_version_string(void) { return TQ_VERSION_STRING; }
 
+tq_status tq_sized_in(void *dst, const void *src, size_t known, size_t min) {
+    size_t size;
+    memcpy(&size, src, sizeof size);
+    /* An uninitialized size is refused unread rather than scanned. */
+    if (size < min || size < sizeof size || size > TQ_SIZED_MAX) return TQ_ERR_INVALID;
+    for (size_t i = known; i < size; i++)
+        if (((const unsigned char *)src)[i]) return TQ_ERR_INVALID;
+    memcpy(dst, src, size < known ? size : known);
+    memcpy(dst, &known, sizeof known);
+    return TQ_OK;
+}
+
+tq_status tq_sized_out(void *out, size_t out_size, const void *src, size_t known, size_t min,
+                       int has_size) {
+    if (out_size < min) return TQ_ERR_CAPACITY;
+    size_t n = out_size < known ? out_size : known;
+    memcpy(out, src, n);
+    memset((unsigned char *)out + n, 0, out_size - n);
+    if (has_size) memcpy(out, &n, sizeof n);
+    return TQ_OK;
+}
+
 static const struct {
     const char *name;
     const char *message;

@@ -17,6 +17,7 @@
 #include "codec_record.h"
 #include "kernels.h"
 #include "kvcache_internal.h"
+#include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -79,7 +80,7 @@ static int append_random(tq_kv_cache *c, int H, int dk, int dv, size_t n, int si
 /* max |fast − ref| over one attention call; -1 on an API error. */
 static double compare(const tq_kv_cache *c, int nqh, size_t nq, const tq_attn_params *p,
                       tq_threadpool *pool) {
-    tq_kv_cache_config cfg = tq_kv_cache_get_config(c);
+    tq_kv_cache_config cfg = test_cache_config(c);
     size_t qn = nq * (size_t)nqh * (size_t)cfg.head_dim_k, on = nq * (size_t)nqh * (size_t)cfg.head_dim_v;
     float *q = malloc(sizeof(float) * qn), *o1 = malloc(sizeof(float) * on),
           *o2 = malloc(sizeof(float) * on);
@@ -89,8 +90,8 @@ static double compare(const tq_kv_cache *c, int nqh, size_t nq, const tq_attn_pa
     size_t wb = tq_kv_attention_workspace_size(c, 0, nqh, nq, T);
     void *work = malloc(wb);
     double err = -1;
-    tq_status s1 = tq_kv_attention(c, 0, q, nqh, nq, p, pool, work, wb, o1);
-    tq_status s2 = tq_kv_attention_ref(c, 0, q, nqh, nq, p, o2);
+    tq_status s1 = tq_kv_attention(c, 0, q, nqh, nq, p, pool, work, wb, o1, on);
+    tq_status s2 = tq_kv_attention_ref(c, 0, q, nqh, nq, p, o2, on);
     if (s1 || s2) {
         fprintf(stderr, "attention: %s / %s\n", tq_error_name(s1), tq_error_name(s2));
     } else {
@@ -341,23 +342,25 @@ static void test_errors(void) {
     size_t wb = tq_kv_attention_workspace_size(c, 0, 4, 1, 1);
     CHECK(wb > 0);
     void *w = malloc(wb);
-    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o) == TQ_OK);
-    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb - 65, o) == TQ_ERR_CAPACITY);
-    CHECK(tq_kv_attention(c, 1, q, 4, 1, &p, NULL, w, wb, o) == TQ_ERR_INVALID);
-    CHECK(tq_kv_attention(c, 0, q, 3, 1, &p, NULL, w, wb, o) == TQ_ERR_INVALID);
-    CHECK(tq_kv_attention(c, 0, q, 4, 11, &p, NULL, w, wb, o) == TQ_ERR_INVALID);
-    CHECK(tq_kv_attention(NULL, 0, q, 4, 1, &p, NULL, w, wb, o) == TQ_ERR_NULL);
-    CHECK(tq_kv_attention(c, 0, q, 4, 1, NULL, NULL, w, wb, o) == TQ_ERR_NULL);
-    CHECK(tq_kv_attention(c, 0, q, 4, 0, &p, NULL, w, wb, o) == TQ_OK);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o, 4 * 64) == TQ_OK);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb - 65, o, 4 * 64) == TQ_ERR_CAPACITY);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o, 4 * 64 - 1) == TQ_ERR_CAPACITY);
+    CHECK(tq_kv_attention_ref(c, 0, q, 4, 1, &p, o, 4 * 64 - 1) == TQ_ERR_CAPACITY);
+    CHECK(tq_kv_attention(c, 1, q, 4, 1, &p, NULL, w, wb, o, 4 * 64) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(c, 0, q, 3, 1, &p, NULL, w, wb, o, 4 * 64) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(c, 0, q, 4, 11, &p, NULL, w, wb, o, 4 * 64) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(NULL, 0, q, 4, 1, &p, NULL, w, wb, o, 4 * 64) == TQ_ERR_NULL);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, NULL, NULL, w, wb, o, 4 * 64) == TQ_ERR_NULL);
+    CHECK(tq_kv_attention(c, 0, q, 4, 0, &p, NULL, w, wb, o, 4 * 64) == TQ_OK);
     tq_attn_params bad = p;
     bad.scale = NAN;
-    CHECK(tq_kv_attention(c, 0, q, 4, 1, &bad, NULL, w, wb, o) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &bad, NULL, w, wb, o, 4 * 64) == TQ_ERR_INVALID);
     bad = p;
     bad.softcap = -1;
-    CHECK(tq_kv_attention(c, 0, q, 4, 1, &bad, NULL, w, wb, o) == TQ_ERR_INVALID);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &bad, NULL, w, wb, o, 4 * 64) == TQ_ERR_INVALID);
     q[5] = NAN;
-    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o) == TQ_ERR_NONFINITE);
-    CHECK(tq_kv_attention_ref(c, 0, q, 4, 1, &p, o) == TQ_ERR_NONFINITE);
+    CHECK(tq_kv_attention(c, 0, q, 4, 1, &p, NULL, w, wb, o, 4 * 64) == TQ_ERR_NONFINITE);
+    CHECK(tq_kv_attention_ref(c, 0, q, 4, 1, &p, o, 4 * 64) == TQ_ERR_NONFINITE);
     CHECK(tq_kv_attention_workspace_size(c, 0, 3, 1, 1) == 0);
     free(w);
     tq_kv_cache_free(c);
@@ -383,8 +386,8 @@ static void test_key_mean(void) {
         for (int i = 0; i < 4 * d; i++) q[i] = 3.0f * grand();
         tq_attn_params p;
         tq_attn_params_init(&p, d);
-        tq_kv_attention_ref(f16, 0, q, 4, 1, &p, o1);
-        tq_kv_attention_ref(tq, 0, q, 4, 1, &p, o2);
+        tq_kv_attention_ref(f16, 0, q, 4, 1, &p, o1, 4 * 128);
+        tq_kv_attention_ref(tq, 0, q, 4, 1, &p, o2, 4 * 128);
         double e = 0;
         for (int i = 0; i < 4 * d; i++) e += (o1[i] - o2[i]) * (double)(o1[i] - o2[i]);
         err[m] = sqrt(e / (4 * d));
@@ -429,9 +432,9 @@ static void test_key_scale(void) {
         if (m >= 2) CHECK(tq_kv_cache_observe_queries(tq, 0, qs, nqh, n) == TQ_OK);
         tq_kv_cache_append(f16, 0, k, v, n);
         tq_kv_cache_append(tq, 0, k, v, n);
-        CHECK(tq_kv_cache_key_scale(tq, 0, sc) == TQ_ERR_INVALID); /* prefill: not fixed yet */
+        CHECK(tq_kv_cache_key_scale(tq, 0, sc, 128) == (m ? TQ_ERR_STATE : TQ_ERR_INVALID)); /* prefill: not fixed yet */
         tq_kv_cache_compress(tq, -1);
-        CHECK(tq_kv_cache_key_scale(tq, 0, sc) == (m ? TQ_OK : TQ_ERR_INVALID));
+        CHECK(tq_kv_cache_key_scale(tq, 0, sc, 128) == (m ? TQ_OK : TQ_ERR_INVALID));
         if (m) {
             /* geometric mean 1, loud key channels scaled down; with queries, their loud
              * channels up */
@@ -454,8 +457,8 @@ static void test_key_scale(void) {
         for (int r = 0; r < rows; r++) {
             float q[4 * 128], o1[4 * 128], o2[4 * 128];
             make_aniso_query(q, nqh, d);
-            tq_kv_attention_ref(f16, 0, q, nqh, 1, &p, o1);
-            tq_kv_attention_ref(tq, 0, q, nqh, 1, &p, o2);
+            tq_kv_attention_ref(f16, 0, q, nqh, 1, &p, o1, 4 * 128);
+            tq_kv_attention_ref(tq, 0, q, nqh, 1, &p, o2, 4 * 128);
             for (int i = 0; i < nqh * d; i++) e += (o1[i] - o2[i]) * (double)(o1[i] - o2[i]);
         }
         err[m] = sqrt(e / (rows * nqh * d));
@@ -463,7 +466,7 @@ static void test_key_scale(void) {
         CHECK_MSG(fe >= 0 && fe <= TOL, "%s: fast vs ref %g", names[m], fe);
         /* The key read back is the key: within turbo3's error of the original. */
         float kr[128];
-        CHECK(tq_kv_cache_read(tq, 0, 10, 1, kr, NULL) == TQ_OK);
+        CHECK(tq_kv_cache_read(tq, 0, 10, 1, kr, 128, NULL, 0) == TQ_OK);
         double ke = 0, kn = 0;
         for (int i = 0; i < d; i++) {
             ke += (kr[i] - k[10 * (size_t)d + (size_t)i]) * (double)(kr[i] - k[10 * (size_t)d + (size_t)i]);
@@ -947,8 +950,8 @@ static void test_int8_scores(void) {
                 fill(q, qn, 0.0f);
                 size_t wb = tq_kv_attention_workspace_size(c, 0, G * H, 1, 3);
                 void *work = malloc(wb);
-                CHECK(tq_kv_attention(c, 0, q, G * H, 1, &p, NULL, work, wb, o1) == TQ_OK);
-                CHECK(tq_kv_attention(c, 0, q, G * H, 1, &p, pool, work, wb, o2) == TQ_OK);
+                CHECK(tq_kv_attention(c, 0, q, G * H, 1, &p, NULL, work, wb, o1, qn) == TQ_OK);
+                CHECK(tq_kv_attention(c, 0, q, G * H, 1, &p, pool, work, wb, o2, qn) == TQ_OK);
                 double dt = 0;
                 for (size_t i = 0; i < qn; i++) dt = fmax(dt, fabs((double)o1[i] - o2[i]));
                 CHECK_MSG(dt <= 1e-3, "%s d %d: threads differ by %g", schemes[si], d, dt);
@@ -998,7 +1001,7 @@ static void test_decode_chunks(void) {
                 st = tq_kv_cache_append(c, 0, k + pos * H * D, v + pos * H * D, n);
                 if (st == TQ_OK)
                     st = tq_kv_attention(c, 0, q + pos * NQH * D, NQH, n, &p, NULL, work, wb,
-                                         out[r] + pos * NQH * D);
+                                         out[r] + pos * NQH * D, (L - pos) * NQH * D);
                 if (r == 0 && tq_kv_cache_compressed_length(c, 0) != tq_kv_scheme_compressed_length(&sc, pos + 1))
                     state_ok = 0;
                 if ((int)n > longest && r == 1) longest = (int)n;

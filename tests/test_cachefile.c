@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include "kvcache_internal.h"
+#include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -328,7 +330,7 @@ static tq_kv_cache *build(const char *scheme, int n_layers, int H, int d, size_t
 
 /* 1 if a and b have the same layer windows (get_config: NULL when none). */
 static int same_windows(const tq_kv_cache *a, const tq_kv_cache *b) {
-    tq_kv_cache_config ca = tq_kv_cache_get_config(a), cb = tq_kv_cache_get_config(b);
+    tq_kv_cache_config ca = test_cache_config(a), cb = test_cache_config(b);
     if (!ca.layer_windows || !cb.layer_windows) return !ca.layer_windows && !cb.layer_windows;
     return memcmp(ca.layer_windows, cb.layer_windows, sizeof(size_t) * (size_t)ca.n_layers) == 0;
 }
@@ -347,7 +349,7 @@ static uint8_t *save_image(const tq_kv_cache *c, size_t *size) {
 /* 1 if a and b hold the same state: lengths, boundaries, windows, read-back bits, attention
  * bits. */
 static int same_cache(const tq_kv_cache *a, const tq_kv_cache *b, int nqh) {
-    tq_kv_cache_config ca = tq_kv_cache_get_config(a), cb = tq_kv_cache_get_config(b);
+    tq_kv_cache_config ca = test_cache_config(a), cb = test_cache_config(b);
     if (ca.n_layers != cb.n_layers || ca.n_kv_heads != cb.n_kv_heads ||
         ca.head_dim_k != cb.head_dim_k || ca.head_dim_v != cb.head_dim_v || !same_windows(a, b))
         return 0;
@@ -358,15 +360,15 @@ static int same_cache(const tq_kv_cache *a, const tq_kv_cache *b, int nqh) {
     int ok = 1;
     size_t row = (size_t)ca.n_kv_heads * (size_t)ca.head_dim_k;
     for (int l = 0; l < ca.n_layers && ok; l++) {
-        tq_kv_layer_scheme la = tq_kv_cache_layer_scheme(a, l), lb = tq_kv_cache_layer_scheme(b, l);
+        tq_kv_layer_scheme la = test_layer_scheme(a, l), lb = test_layer_scheme(b, l);
         if (memcmp(&la, &lb, sizeof la)) return 0;
         size_t n = tq_kv_cache_length(a, l);
         if (n != tq_kv_cache_length(b, l) ||
             tq_kv_cache_compressed_length(a, l) != tq_kv_cache_compressed_length(b, l))
             return 0;
         float *x = malloc(sizeof(float) * (n * row * 2 + 1)), *y = malloc(sizeof(float) * (n * row * 2 + 1));
-        tq_kv_cache_read(a, l, 0, n, x, x + n * row);
-        tq_kv_cache_read(b, l, 0, n, y, y + n * row);
+        tq_kv_cache_read(a, l, 0, n, x, n * row, x + n * row, n * row);
+        tq_kv_cache_read(b, l, 0, n, y, n * row, y + n * row, n * row);
         ok = memcmp(x, y, sizeof(float) * n * row * 2) == 0;
         free(x);
         free(y);
@@ -381,8 +383,8 @@ static int same_cache(const tq_kv_cache *a, const tq_kv_cache *b, int nqh) {
             tq_attn_params_init(&p, ca.head_dim_k);
             size_t wb = tq_kv_attention_workspace_size(a, l, nqh, nq, 1);
             void *w = malloc(wb);
-            tq_status s1 = tq_kv_attention(a, l, q, nqh, nq, &p, NULL, w, wb, o1);
-            tq_status s2 = tq_kv_attention(b, l, q, nqh, nq, &p, NULL, w, wb, o2);
+            tq_status s1 = tq_kv_attention(a, l, q, nqh, nq, &p, NULL, w, wb, o1, nq * (size_t)nqh * (size_t)ca.head_dim_v);
+            tq_status s2 = tq_kv_attention(b, l, q, nqh, nq, &p, NULL, w, wb, o2, nq * (size_t)nqh * (size_t)ca.head_dim_v);
             ok = s1 == TQ_OK && s2 == TQ_OK &&
                  memcmp(o1, o2, sizeof(float) * nq * (size_t)nqh * (size_t)ca.head_dim_v) == 0;
             free(q);
@@ -396,7 +398,7 @@ static int same_cache(const tq_kv_cache *a, const tq_kv_cache *b, int nqh) {
 
 /* Appends the same decode token to every layer of both caches. */
 static int append_both(tq_kv_cache *a, tq_kv_cache *b, uint32_t seed) {
-    tq_kv_cache_config c = tq_kv_cache_get_config(a);
+    tq_kv_cache_config c = test_cache_config(a);
     size_t row = (size_t)c.n_kv_heads * (size_t)c.head_dim_k;
     float *k = malloc(sizeof(float) * row), *v = malloc(sizeof(float) * row);
     fill(k, row, seed, 1);
@@ -431,8 +433,8 @@ static void roundtrip_one(const char *scheme, const tq_kv_layer_scheme *ov, int 
         for (uint32_t s = 0; s < 70; s++) CHECK(append_both(a, b, 5000u + s));
         CHECK_MSG(same_cache(a, b, 8), "%s after appends", scheme);
         tq_kv_memory ma, mb;
-        tq_kv_cache_memory(a, &ma);
-        tq_kv_cache_memory(b, &mb);
+        tq_kv_cache_memory(a, &ma, sizeof ma);
+        tq_kv_cache_memory(b, &mb, sizeof mb);
         CHECK(ma.data_bytes == mb.data_bytes && ma.compressed_tokens == mb.compressed_tokens);
     }
     free(img);
@@ -568,9 +570,9 @@ static void test_golden(void) {
         CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
         CHECK(b && same_cache(c, b, 4));
         CHECK(tq_kv_cache_length(b, 1) == 20 && tq_kv_cache_compressed_length(b, 1) == 16);
-        CHECK(b && tq_kv_cache_layer_scheme(b, 1).key_split == 1 && tq_kv_cache_layer_scheme(b, 0).key_split == 0);
+        CHECK(b && test_layer_scheme(b, 1).key_split == 1 && test_layer_scheme(b, 0).key_split == 0);
         float sa[2 * 16], sb[2 * 16];
-        CHECK(b && tq_kv_cache_key_scale(c, 1, sa) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb) == TQ_OK);
+        CHECK(b && tq_kv_cache_key_scale(c, 1, sa, 32) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb, 32) == TQ_OK);
         CHECK(memcmp(sa, sb, sizeof sa) == 0);
         tq_kv_cache_free(b);
     }
@@ -583,11 +585,11 @@ static void test_golden(void) {
     tq_kv_cache_free(w3);
     tq_kv_cache *v2 = golden_cache_v2(), *v1 = golden_cache_v1();
     check_old_version(GOLDEN_V2, v2, 6);
-    CHECK(tq_kv_cache_layer_scheme(v2, 1).key_split == 0 && tq_kv_cache_layer_scheme(v2, 1).key_scale == 1);
+    CHECK(test_layer_scheme(v2, 1).key_split == 0 && test_layer_scheme(v2, 1).key_scale == 1);
     {
         /* Today's "turbo3" (key split on, of no effect at a whole width) expects it fine. */
         tq_kv_cache *t3 = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL), *b = NULL;
-        tq_kv_cache_config e = tq_kv_cache_get_config(t3);
+        tq_kv_cache_config e = test_cache_config(t3);
         uint8_t *g2 = read_file(GOLDEN_V2, &gn);
         CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &e, &b) == TQ_OK && b);
         tq_kv_cache_free(b);
@@ -595,7 +597,7 @@ static void test_golden(void) {
         free(g2);
     }
     check_old_version(GOLDEN_V1, v1, 5);
-    CHECK(tq_kv_cache_layer_scheme(v1, 1).key_scale == 0 && tq_kv_cache_layer_scheme(v1, 1).key_mean == 1);
+    CHECK(test_layer_scheme(v1, 1).key_scale == 0 && test_layer_scheme(v1, 1).key_mean == 1);
     /* A file of this version whose key mean came from the first `batch` tokens keeps it. */
     tq_kv_cache *v3 = build_old_mean("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0");
     check_old_version(GOLDEN_V3_MEAN8, v3, -1);
@@ -699,7 +701,7 @@ static void test_mismatch(void) {
     tq_kv_cache *c = golden_cache();
     size_t n = 0;
     uint8_t *img = save_image(c, &n);
-    tq_kv_cache_config e = tq_kv_cache_get_config(c);
+    tq_kv_cache_config e = test_cache_config(c);
     tq_kv_cache *b = NULL;
     CHECK(tq_kv_cache_load_memory_expect(img, n, &e, &b) == TQ_OK && b);
     tq_kv_cache_free(b);
@@ -732,7 +734,7 @@ static void test_mismatch(void) {
     e2 = e;
     e2.scheme.raw_window = 0;
     CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_ERR_MISMATCH);
-    tq_kv_layer_scheme ls[2] = {tq_kv_cache_layer_scheme(c, 0), tq_kv_cache_layer_scheme(c, 1)};
+    tq_kv_layer_scheme ls[2] = {test_layer_scheme(c, 0), test_layer_scheme(c, 1)};
     e2 = e;
     e2.layer_schemes = ls;
     CHECK(tq_kv_cache_load_memory_expect(img, n, &e2, &b) == TQ_OK);
@@ -1124,7 +1126,7 @@ static void test_load_size_bound(void) {
     signal(SIGXFSZ, old);
     if (fd >= 0) close(fd);
     if (size) {
-        tq_kv_cache_config e = tq_kv_cache_get_config(a);
+        tq_kv_cache_config e = test_cache_config(a);
         for (int with_expect = 0; with_expect < 2; with_expect++) {
             double t = 0;
             load_args la = {path, with_expect ? &e : NULL};
@@ -1171,7 +1173,7 @@ static void test_load_file_equals_memory(void) {
     size_t n = 0;
     uint8_t *img = save_image(c, &n);
     CHECK(img != NULL);
-    tq_kv_cache_config e = tq_kv_cache_get_config(c);
+    tq_kv_cache_config e = test_cache_config(c);
     uint8_t *p = malloc(n + 64);
     int bad = 0, cases = 0;
     for (size_t k = 0; img && k < n + 3 * n / 7 + 40; k++) {
@@ -1350,14 +1352,14 @@ static void test_windows_persist(void) {
     tq_kv_cache *a = build_w("turbo3:batch=16", 2, 2, 64, 200, NULL, win), *b = NULL;
     CHECK(a != NULL);
     if (!a) return;
-    tq_kv_cache_config ca = tq_kv_cache_get_config(a);
+    tq_kv_cache_config ca = test_cache_config(a);
     CHECK(ca.layer_windows && ca.layer_windows[0] == 0 && ca.layer_windows[1] == 40);
     size_t n = 0;
     uint8_t *img = save_image(a, &n);
     CHECK(img && tq_kv_cache_load_memory(img, n, &b) == TQ_OK && b);
     if (!img || !b) return;
     CHECK(same_cache(a, b, 4));
-    tq_kv_cache_config cb = tq_kv_cache_get_config(b);
+    tq_kv_cache_config cb = test_cache_config(b);
     CHECK(cb.layer_windows && cb.layer_windows[1] == 40 && cb.layer_windows[0] == 0);
     /* Converting keeps them too. */
     tq_kv_cache *cv = NULL;
@@ -1381,7 +1383,7 @@ static void test_windows_persist(void) {
     size_t da = tq_kv_cache_dropped_length(a, 1);
     CHECK(da > 0 && da == tq_kv_cache_dropped_length(b, 1) && tq_kv_cache_dropped_length(b, 0) == 0);
     tq_kv_memory ma, mb;
-    CHECK(tq_kv_cache_memory(a, &ma) == TQ_OK && tq_kv_cache_memory(b, &mb) == TQ_OK);
+    CHECK(tq_kv_cache_memory(a, &ma, sizeof ma) == TQ_OK && tq_kv_cache_memory(b, &mb, sizeof mb) == TQ_OK);
     CHECK(ma.tokens == mb.tokens && ma.data_bytes == mb.data_bytes &&
           ma.allocated_bytes == mb.allocated_bytes);
     float q[4 * 64], o1[4 * 64], o2[4 * 64];
@@ -1391,8 +1393,8 @@ static void test_windows_persist(void) {
     p.sliding_window = 40;
     size_t wb = tq_kv_attention_workspace_size(a, 1, 4, 1, 1);
     void *w = malloc(wb);
-    CHECK(tq_kv_attention(a, 1, q, 4, 1, &p, NULL, w, wb, o1) == TQ_OK);
-    CHECK(tq_kv_attention(b, 1, q, 4, 1, &p, NULL, w, wb, o2) == TQ_OK);
+    CHECK(tq_kv_attention(a, 1, q, 4, 1, &p, NULL, w, wb, o1, SIZE_MAX) == TQ_OK);
+    CHECK(tq_kv_attention(b, 1, q, 4, 1, &p, NULL, w, wb, o2, SIZE_MAX) == TQ_OK);
     CHECK(memcmp(o1, o2, sizeof o1) == 0);
     free(w);
     /* A window beyond 2^30: refused by create, and in a file (checksums valid). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -41,7 +42,7 @@ static tq_codec *make(int dim, float bits, tq_variant v, int norm_corr) {
 
 /* Mean of ‖x − x̂‖²/‖x‖² over n vectors; optionally the mean of ‖x̂‖/‖x‖. */
 static double measure_mse(const tq_codec *c, const float *x, size_t n, double *norm_ratio) {
-    int d = tq_codec_get_config(c).dim;
+    int d = test_codec_config(c).dim;
     size_t bpv = tq_codec_bytes_per_vector(c);
     uint8_t *codes = malloc(n * bpv);
     float *y = malloc(n * (size_t)d * sizeof(float));
@@ -144,7 +145,7 @@ static void test_prod_unbiased(void) {
             }
             float s;
             CHECK(tq_codec_prepare_query(c, qv, prep, 2 * d) == TQ_OK);
-            CHECK(tq_codec_scores(c, prep, codes + v * bpv, 1, &s) == TQ_OK);
+            CHECK(tq_codec_scores(c, prep, codes + v * bpv, 1, &s, 1) == TQ_OK);
             double e = s - ip;
             sum += e, sq += e * e;
             pred += 1.5707963267948966 / d * nq * r2;
@@ -181,7 +182,7 @@ static void test_mse_ip_is_biased(void) {
         for (int i = 0; i < d; i++) nx += (double)xv[i] * xv[i];
         float s;
         tq_codec_prepare_query(c, xv, prep, d);
-        tq_codec_scores(c, prep, codes + v * bpv, 1, &s);
+        tq_codec_scores(c, prep, codes + v * bpv, 1, &s, 1);
         double e = s / nx - 1;
         sum += e, sq += e * e;
     }
@@ -405,7 +406,7 @@ static void test_block_split(void) {
 /* ---- decode-free scores and sums agree with decoding ---- */
 
 static void check_scores_and_sums(const tq_codec *c, const char *what) {
-    tq_codec_config cfg = tq_codec_get_config(c);
+    tq_codec_config cfg = test_codec_config(c);
     int d = cfg.dim;
     const size_t n = 37;
     size_t bpv = tq_codec_bytes_per_vector(c);
@@ -418,8 +419,8 @@ static void check_scores_and_sums(const tq_codec *c, const char *what) {
     CHECK(tq_codec_encode(c, x, n, codes, n * bpv) == TQ_OK);
     CHECK(tq_codec_decode(c, codes, n, y, n * (size_t)d) == TQ_OK);
     CHECK(tq_codec_prepare_query(c, q, prep, 2 * TQ_MAX_DIM) == TQ_OK);
-    CHECK(tq_codec_scores(c, prep, codes, n, scores) == TQ_OK);
-    CHECK(tq_codec_weighted_sum(c, codes, n, w, out) == TQ_OK);
+    CHECK(tq_codec_scores(c, prep, codes, n, scores, n) == TQ_OK);
+    CHECK(tq_codec_weighted_sum(c, codes, n, w, out, TQ_MAX_DIM) == TQ_OK);
     double max_err = 0, scale = 0;
     for (size_t t = 0; t < n; t++) {
         double ip = 0, mag = 0;
@@ -562,7 +563,7 @@ static void test_deterministic(void) {
     CHECK(tq_codec_encode(a, x, 4, ca, sizeof ca) == TQ_OK);
     CHECK(tq_codec_encode(b, x, 4, cb, sizeof cb) == TQ_OK);
     CHECK(memcmp(ca, cb, sizeof ca) == 0);
-    tq_codec_config cfg = tq_codec_get_config(a);
+    tq_codec_config cfg = test_codec_config(a);
     cfg.seed = 7;
     tq_codec *c;
     CHECK(tq_codec_create(&c, &cfg) == TQ_OK);

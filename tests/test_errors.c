@@ -133,22 +133,27 @@ static void test_call_errors(void) {
     bad[0] = NAN;
     CHECK(tq_codec_prepare_query(c, bad, prep, 64) == TQ_ERR_NONFINITE);
     CHECK(tq_codec_prepare_query(c, x, prep, 64) == TQ_OK);
-    CHECK(tq_codec_scores(c, NULL, codes, 2, scores) == TQ_ERR_NULL);
-    CHECK(tq_codec_scores(c, prep, codes, 2, scores) == TQ_OK);
+    CHECK(tq_codec_scores(c, NULL, codes, 2, scores, 2) == TQ_ERR_NULL);
+    CHECK(tq_codec_scores(c, prep, codes, 2, scores, 1) == TQ_ERR_CAPACITY);
+    CHECK(tq_codec_scores(c, prep, codes, 2, scores, 2) == TQ_OK);
     CHECK(tq_codec_accum_zero(c, acc, 63) == TQ_ERR_CAPACITY);
     CHECK(tq_codec_accum_zero(c, acc, 64) == TQ_OK);
-    CHECK(tq_codec_accumulate(c, codes, 2, NULL, acc) == TQ_ERR_NULL);
-    CHECK(tq_codec_accumulate(c, codes, 2, w, acc) == TQ_OK);
-    CHECK(tq_codec_accum_finish(c, acc, NULL) == TQ_ERR_NULL);
-    CHECK(tq_codec_weighted_sum(NULL, codes, 2, w, y) == TQ_ERR_NULL);
+    CHECK(tq_codec_accumulate(c, codes, 2, NULL, acc, 64) == TQ_ERR_NULL);
+    CHECK(tq_codec_accumulate(c, codes, 2, w, acc, 63) == TQ_ERR_CAPACITY);
+    CHECK(tq_codec_accumulate(c, codes, 2, w, acc, 64) == TQ_OK);
+    CHECK(tq_codec_accum_finish(c, acc, 64, NULL, 64) == TQ_ERR_NULL);
+    CHECK(tq_codec_accum_finish(c, acc, 63, y, 64) == TQ_ERR_CAPACITY);
+    CHECK(tq_codec_accum_finish(c, acc, 64, y, 63) == TQ_ERR_CAPACITY);
+    CHECK(tq_codec_weighted_sum(NULL, codes, 2, w, y, 64) == TQ_ERR_NULL);
+    CHECK(tq_codec_weighted_sum(c, codes, 2, w, y, 63) == TQ_ERR_CAPACITY);
     /* Corrupt norms: decode writes zeros for that vector and reports it. */
     uint16_t nan16 = 0x7E00, neg16 = 0xBC00; /* NaN, −1.0 */
     memcpy(codes + bpv - 2, &nan16, 2);
     for (int i = 0; i < 64; i++) y[i] = 7;
     CHECK(tq_codec_decode(c, codes, 2, y, 128) == TQ_ERR_CORRUPT);
     CHECK(y[0] == 0 && y[63] == 0);
-    CHECK(tq_codec_scores(c, prep, codes, 2, scores) == TQ_ERR_CORRUPT);
-    CHECK(tq_codec_weighted_sum(c, codes, 2, w, y) == TQ_ERR_CORRUPT);
+    CHECK(tq_codec_scores(c, prep, codes, 2, scores, 2) == TQ_ERR_CORRUPT);
+    CHECK(tq_codec_weighted_sum(c, codes, 2, w, y, 128) == TQ_ERR_CORRUPT);
     memcpy(codes + bpv - 2, &neg16, 2);
     CHECK(tq_codec_decode(c, codes, 2, y, 128) == TQ_ERR_CORRUPT);
     tq_codec_free(c);

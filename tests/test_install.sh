@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build into a temporary prefix and builds examples/encode_decode.c against it
-# with pkg-config, statically and dynamically, as a user of the library would, and checks that
-# the shared library exports exactly the public API. A step whose tool is missing (pkg-config,
+# with pkg-config, statically and dynamically, as a user of the library would; compiles each
+# installed header alone (C and, when there is a C++ compiler, C++) and a program that uses one
+# call of each layer; and checks that the shared library exports exactly the public API. A step whose tool is missing (pkg-config,
 # nm) is reported skipped; exit 77 (ctest: skipped) if nothing ran, 1 if anything failed.
 set -u
 build=${1:?usage: test_install.sh BUILD_DIR SOURCE_DIR}
@@ -13,12 +14,44 @@ skip() { skipped=$((skipped+1)); echo "skip $1: $2"; }
 step() { local name=$1; shift; if "$@" >"$prefix/log" 2>&1; then pass=$((pass+1)); echo "ok   $name";
   else fail=$((fail+1)); echo "FAIL $name"; cat "$prefix/log"; fi; }
 step "cmake --install" cmake --install "$build" --prefix "$prefix"
-step "header installed" test -f "$prefix/include/turboquant.h"
+headers="turboquant.h turboquant/codec.h turboquant/kv.h turboquant/experimental.h"
+for h in $headers; do step "header $h installed" test -f "$prefix/include/$h"; done
+cc=${CC:-cc}
+# Each layer's header stands alone: a file that includes only it compiles.
+for h in $headers; do
+  step "$h compiles alone" sh -c "printf '#include <$h>\nint tq_abi_probe;\n' |
+    $cc -std=c11 -Wall -Wextra -Werror -fsyntax-only -I'$prefix/include' -x c -"
+done
+if command -v c++ >/dev/null 2>&1; then
+  step "turboquant.h compiles as C++" sh -c "printf '#include <turboquant.h>\nint tq_abi_probe;\n' |
+    c++ -Wall -Werror -fsyntax-only -I'$prefix/include' -x c++ -"
+fi
+# One call of each layer, built and run against the installed headers and static library.
+cat > "$prefix/layers.c" <<'PROG'
+#include <stdio.h>
+#include <turboquant.h>
+int main(void) {
+    tq_codec_config cc;
+    tq_codec_config_init(&cc, 64, 3.0f, TQ_VARIANT_MSE);
+    size_t bytes = 0;
+    tq_kv_scheme s;
+    if (tq_codec_config_bytes(&cc, &bytes) != TQ_OK ||
+        tq_kv_scheme_parse("turbo3", &s, NULL, 0) != TQ_OK ||
+        tq_kv_scheme_decode_chunk(&s, 0, 8) == 0 || tq_version_number() != TQ_VERSION_NUMBER)
+        return 1;
+    printf("%s: %zu bytes per vector\n", tq_version_string(), bytes);
+    return 0;
+}
+PROG
+step "build a program on all three layers" $cc -std=c11 -Wall -Wextra -Werror "$prefix/layers.c" \
+  -I"$prefix/include" "$(find "$prefix" -name libturboquant.a | head -1)" -lm -lpthread -o "$prefix/layers"
+step "run it" "$prefix/layers"
 pcdir=$(dirname "$(find "$prefix" -name turboquant.pc | head -1)")
 export PKG_CONFIG_PATH="$pcdir"
-cc=${CC:-cc}
 if command -v pkg-config >/dev/null 2>&1; then
   step "pkg-config finds turboquant" pkg-config --exists turboquant
+  step "pkg-config's version is the header's" grep -q \
+    "define TQ_VERSION_STRING \"$(pkg-config --modversion turboquant)\"" "$prefix/include/turboquant/codec.h"
   # shellcheck disable=SC2046
   step "build against the shared library" $cc -std=c11 "$src/examples/encode_decode.c" -o "$prefix/ex_shared" \
     $(pkg-config --cflags --libs turboquant) -lm
@@ -95,7 +128,8 @@ exports_match() {
   [ -z "$extra" ] && [ -z "$missing" ]
 }
 if command -v nm >/dev/null 2>&1; then
-  step "exports exactly the TQ_API functions" exports_match "$prefix/include/turboquant.h" "$so"
+  cat "$prefix/include/turboquant.h" "$prefix"/include/turboquant/*.h > "$prefix/all_headers.h"
+  step "exports exactly the TQ_API functions" exports_match "$prefix/all_headers.h" "$so"
 else
   skip "exports exactly the TQ_API functions" "nm is not installed (apt-get install binutils)"
 fi

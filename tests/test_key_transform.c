@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvcache_internal.h"
+#include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -71,7 +72,7 @@ static void test_same_as_cache(void) {
         tq_kv_cache *c = cache_of(s, k, q, k16);
         CHECK_MSG(c != NULL, "%s", s);
         if (!c) continue;
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(c, 0);
+        tq_kv_layer_scheme ls = test_layer_scheme(c, 0);
         tq_key_transform_config cfg;
         tq_key_transform_config_init(&cfg, H, D, ls.key_bits);
         cfg.mean = ls.key_mean;
@@ -88,7 +89,7 @@ static void test_same_as_cache(void) {
         /* The codec for the transformed keys: its records are the cache's. */
         tq_codec_config cc;
         tq_codec_config_init(&cc, D, ls.key_bits, TQ_VARIANT_MSE);
-        cc.seed = tq_kv_cache_get_config(c).scheme.seed;
+        cc.seed = test_cache_config(c).scheme.seed;
         CHECK(tq_key_transform_codec_config(kt, &cc) == TQ_OK);
         CHECK_MSG((cc.split == TQ_SPLIT_BLOCK) == (ls.key_split != 0), "%s", s);
         tq_codec *codec = NULL;

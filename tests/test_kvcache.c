@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvcache_internal.h"
+#include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -52,8 +53,8 @@ static int same_state(const tq_kv_cache *a, const tq_kv_cache *b) {
     if (n != tq_kv_cache_length(b, 0)) return 0;
     if (tq_kv_cache_compressed_length(a, 0) != tq_kv_cache_compressed_length(b, 0)) return 0;
     float *x = malloc(sizeof(float) * n * H * D * 2 + 4), *y = malloc(sizeof(float) * n * H * D * 2 + 4);
-    tq_kv_cache_read(a, 0, 0, n, x, x + n * H * D);
-    tq_kv_cache_read(b, 0, 0, n, y, y + n * H * D);
+    tq_kv_cache_read(a, 0, 0, n, x, n * H * D, x + n * H * D, n * H * D);
+    tq_kv_cache_read(b, 0, 0, n, y, n * H * D, y + n * H * D, n * H * D);
     int eq = memcmp(x, y, sizeof(float) * n * H * D * 2) == 0;
     free(x);
     free(y);
@@ -277,7 +278,7 @@ static void test_two_phase(void) {
     for (size_t t = 101; t < 113; t++) tq_kv_cache_append(c, 0, kat(t), vat(t), 1);
     CHECK(tq_kv_cache_compressed_length(c, 0) == 96);
     tq_kv_memory m;
-    CHECK(tq_kv_cache_memory(c, &m) == TQ_OK);
+    CHECK(tq_kv_cache_memory(c, &m, sizeof m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
     /* 96 compressed tokens, 17 raw fp16 ones, and the per-head key mean and key scale (on by
      * default) */
@@ -302,7 +303,7 @@ static void test_two_phase(void) {
     tq_kv_cache_append(c, 0, kat(600), vat(600), 1);
     CHECK(tq_kv_cache_compressed_length(c, 0) == 0 && tq_kv_cache_length(c, 0) == 601);
     float k[H * D];
-    CHECK(tq_kv_cache_read(c, 0, 555, 1, k, NULL) == TQ_OK);
+    CHECK(tq_kv_cache_read(c, 0, 555, 1, k, H * D, NULL, 0) == TQ_OK);
     for (int i = 0; i < H * D; i++) CHECK_NEAR(k[i], kat(555)[i], 2e-3 * fabs(k[i]) + 1e-7);
     tq_kv_cache_free(c);
 }
@@ -346,7 +347,7 @@ static void test_key_split(void) {
         {"turbo3.5:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0}, {"turbo0v4", 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tq_kv_cache *c = cache_for(cases[i].s, 1);
-        CHECK_MSG(c && tq_kv_cache_layer_scheme(c, 0).key_split == cases[i].split, "%s", cases[i].s);
+        CHECK_MSG(c && test_layer_scheme(c, 0).key_split == cases[i].split, "%s", cases[i].s);
         tq_kv_cache_free(c);
     }
     enum { N = 600 };
@@ -363,7 +364,7 @@ static void test_key_split(void) {
         tq_kv_cache_compress(c, 0);
         double e = 0, n2 = 0;
         for (size_t t = 0; t < N; t += 7) {
-            CHECK(tq_kv_cache_read(c, 0, t, 1, k, NULL) == TQ_OK);
+            CHECK(tq_kv_cache_read(c, 0, t, 1, k, H * D, NULL, 0) == TQ_OK);
             for (int j = 0; j < H * D; j++) {
                 double a = j % D < 16 ? 64.0 : 1.0;
                 e += a * (k[j] - kat(t)[j]) * (double)(k[j] - kat(t)[j]);
@@ -431,34 +432,35 @@ static void test_key_scale_state(void) {
     qbad[7] = NAN;
     CHECK(tq_kv_cache_observe_queries(c, 0, qbad, H, 1) == TQ_ERR_NONFINITE);
     CHECK(tq_kv_cache_observe_queries(f, 0, vat(0), H, 4) == TQ_OK); /* fp16 keys: no scale */
-    CHECK(tq_kv_cache_key_scale(NULL, 0, sc) == TQ_ERR_NULL);
-    CHECK(tq_kv_cache_key_scale(c, 0, NULL) == TQ_ERR_NULL);
-    CHECK(tq_kv_cache_key_scale(c, 5, sc) == TQ_ERR_INVALID);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_key_scale(NULL, 0, sc, H * D) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_key_scale(c, 0, NULL, H * D) == TQ_ERR_NULL);
+    CHECK(tq_kv_cache_key_scale(c, 5, sc, H * D) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc, H * D) == TQ_ERR_STATE);
     tq_kv_cache_append(f, 0, kat(0), vat(0), 100);
     tq_kv_cache_compress(f, 0);
-    CHECK(tq_kv_cache_key_scale(f, 0, sc) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_key_scale(f, 0, sc, H * D) == TQ_ERR_INVALID);
     tq_kv_cache_append(c, 0, kat(0), vat(0), 100);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc) == TQ_ERR_INVALID); /* prefill: not fixed yet */
+    CHECK(tq_kv_cache_key_scale(c, 0, sc, H * D) == TQ_ERR_STATE); /* prefill: not fixed yet */
     tq_kv_cache_compress(c, 0);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc) == TQ_OK);
-    CHECK(tq_kv_cache_key_scale(c, 1, sc2) == TQ_ERR_INVALID); /* per layer */
+    CHECK(tq_kv_cache_key_scale(c, 0, sc, H * D - 1) == TQ_ERR_CAPACITY);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc, H * D) == TQ_OK);
+    CHECK(tq_kv_cache_key_scale(c, 1, sc2, H * D) == TQ_ERR_STATE); /* per layer */
     for (int i = 0; i < H * D; i++) CHECK(isfinite(sc[i]) && sc[i] > 0.5f && sc[i] < 2.0f);
     /* Fixed: later queries and tokens leave it alone. */
     CHECK(tq_kv_cache_observe_queries(c, 0, kat(0), H, 50) == TQ_OK);
     tq_kv_cache_append(c, 0, kat(100), vat(100), 200);
     tq_kv_cache_compress(c, 0);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_OK && memcmp(sc, sc2, sizeof sc) == 0);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2, H * D) == TQ_OK && memcmp(sc, sc2, sizeof sc) == 0);
     /* A shorter rollback keeps it; truncating to 0 starts a new sequence. */
     tq_kv_cache_append(c, 1, kat(0), vat(0), 100);
     CHECK(tq_kv_cache_truncate(c, 10) == TQ_OK);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_OK);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2, H * D) == TQ_OK);
     CHECK(tq_kv_cache_truncate(c, 0) == TQ_OK);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2, H * D) == TQ_ERR_STATE);
     /* The same tokens again give the same scale. */
     tq_kv_cache_append(c, 0, kat(0), vat(0), 100);
     tq_kv_cache_compress(c, 0);
-    CHECK(tq_kv_cache_key_scale(c, 0, sc2) == TQ_OK && memcmp(sc, sc2, sizeof sc) == 0);
+    CHECK(tq_kv_cache_key_scale(c, 0, sc2, H * D) == TQ_OK && memcmp(sc, sc2, sizeof sc) == 0);
     tq_kv_cache_free(c);
     tq_kv_cache_free(f);
 }
@@ -508,12 +510,12 @@ static void test_convert(void) {
     CHECK(conv && same_state(conv, direct));
     CHECK(tq_kv_cache_compressed_length(conv, 1) == 448);
     tq_kv_memory m1, m2;
-    tq_kv_cache_memory(f, &m1);
-    tq_kv_cache_memory(conv, &m2);
+    tq_kv_cache_memory(f, &m1, sizeof m1);
+    tq_kv_cache_memory(conv, &m2, sizeof m2);
     CHECK(m2.data_bytes * 3 < m1.data_bytes);
     /* Compressed tokens decode close to the input (turbo3: relative MSE ≈ 0.034). */
     float k[H * D];
-    tq_kv_cache_read(conv, 0, 7, 1, k, NULL);
+    tq_kv_cache_read(conv, 0, 7, 1, k, H * D, NULL, 0);
     double e = 0, n = 0;
     for (int i = 0; i < H * D; i++) e += (k[i] - kat(7)[i]) * (double)(k[i] - kat(7)[i]), n += kat(7)[i] * (double)kat(7)[i];
     CHECK(e / n < 0.08);
@@ -527,7 +529,7 @@ static void test_layer_schemes(void) {
     CHECK(c != NULL);
     if (!c) return;
     for (int l = 0; l < 6; l++) {
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(c, l);
+        tq_kv_layer_scheme ls = test_layer_scheme(c, l);
         float want = (l < 2 || l == 5) ? 8.0f : 3.0f;
         CHECK_MSG(ls.key_bits == want, "layer %d: %g", l, ls.key_bits);
     }
@@ -543,8 +545,8 @@ static void test_layer_schemes(void) {
     cfg.layer_schemes = ov;
     cfg.reserve_tokens = 1000;
     CHECK(tq_kv_cache_create(&c, &cfg) == TQ_OK);
-    CHECK(tq_kv_cache_layer_scheme(c, 0).key_format == TQ_KV_Q8_0);
-    CHECK(tq_kv_cache_layer_scheme(c, 1).key_bits == 2.0f);
+    CHECK(test_layer_scheme(c, 0).key_format == TQ_KV_Q8_0);
+    CHECK(test_layer_scheme(c, 1).key_bits == 2.0f);
     tq_kv_cache_free(c);
     /* A fraction that does not split the dim. */
     tq_kv_cache_config_init(&cfg, 1, 1, 64, 64);
@@ -569,7 +571,7 @@ static void test_errors(void) {
     CHECK(tq_kv_cache_append(c, 1, kat(0), vat(0), 1) == TQ_ERR_INVALID);
     CHECK(tq_kv_cache_append(c, 0, NULL, vat(0), 1) == TQ_ERR_NULL);
     CHECK(tq_kv_cache_append(NULL, 0, kat(0), vat(0), 1) == TQ_ERR_NULL);
-    CHECK(tq_kv_cache_read(c, 0, 0, 1, k, v) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_read(c, 0, 0, 1, k, H * D, v, H * D) == TQ_ERR_INVALID);
     CHECK(tq_kv_cache_compress(c, 3) == TQ_ERR_INVALID);
     CHECK(tq_kv_cache_truncate(NULL, 0) == TQ_ERR_NULL);
     CHECK(tq_kv_cache_length(NULL, 0) == 0);
@@ -584,7 +586,7 @@ static int attend(const tq_kv_cache *c, size_t w, const float *q, float *out, tq
     p.sliding_window = (int)w;
     size_t wb = tq_kv_attention_workspace_size(c, 0, H, 1, 1);
     void *work = malloc(wb);
-    *st = work ? tq_kv_attention(c, 0, q, H, 1, &p, NULL, work, wb, out) : TQ_ERR_NOMEM;
+    *st = work ? tq_kv_attention(c, 0, q, H, 1, &p, NULL, work, wb, out, H * D) : TQ_ERR_NOMEM;
     free(work);
     return *st == TQ_OK;
 }
@@ -623,13 +625,13 @@ static void test_windowed(void) {
             if (t % 211 != 0 && t != N - 1) continue;
             CHECK_MSG(attend(cw, W, q, o1, &st), "%s t %zu: %s", sch, t, tq_error_name(st));
             CHECK(attend(cf, W, q, o2, &st));
-            CHECK(tq_kv_attention_ref(cw, 0, q, H, 1, &(tq_attn_params){.scale = 1.0f / sqrtf(D), .causal = 1, .sliding_window = (int)W}, o3) == TQ_OK);
+            CHECK(tq_kv_attention_ref(cw, 0, q, H, 1, &(tq_attn_params){.struct_size = sizeof(tq_attn_params), .scale = 1.0f / sqrtf(D), .causal = 1, .sliding_window = (int)W}, o3, H * D) == TQ_OK);
             double e = 0.0;
             for (int i = 0; i < H * D; i++) e = fmax(e, fabs((double)o1[i] - o3[i]));
             CHECK_MSG(e <= 2e-4, "%s t %zu: windowed fast vs reference %g", sch, t, e);
             if (exact) CHECK_MSG(memcmp(o1, o2, sizeof o1) == 0, "%s t %zu", sch, t);
             tq_kv_memory m;
-            CHECK(tq_kv_cache_memory(cw, &m) == TQ_OK);
+            CHECK(tq_kv_cache_memory(cw, &m, sizeof m) == TQ_OK);
             CHECK_MSG(m.tokens <= hold_max, "%s: holds %zu tokens", sch, m.tokens);
             if (t >= 1500 && !alloc_mid) alloc_mid = m.allocated_bytes;
             if (alloc_mid) CHECK_MSG(m.allocated_bytes == alloc_mid, "%s: memory grew %zu -> %zu", sch, alloc_mid, m.allocated_bytes);
@@ -639,16 +641,18 @@ static void test_windowed(void) {
         CHECK(tq_kv_cache_dropped_length(cf, 0) == 0);
         /* What the dropped positions rule out. */
         float row[2 * H * D];
-        CHECK(tq_kv_cache_read(cw, 0, dr - 1, 1, row, row + H * D) == TQ_ERR_INVALID);
-        CHECK(tq_kv_cache_read(cw, 0, dr, 1, row, row + H * D) == TQ_OK);
+        CHECK(tq_kv_cache_read(cw, 0, dr - 1, 1, row, H * D, row + H * D, H * D) == TQ_ERR_INVALID);
+        CHECK(tq_kv_cache_read(cw, 0, dr, 1, row, H * D, row + H * D, H * D) == TQ_OK);
+        CHECK(tq_kv_cache_read(cw, 0, dr, 1, row, H * D - 1, row + H * D, H * D) == TQ_ERR_CAPACITY);
+        CHECK(tq_kv_cache_read(cw, 0, dr, 1, row, H * D, row + H * D, H * D - 1) == TQ_ERR_CAPACITY);
         CHECK(!attend(cw, 0, q, o1, &st) && st == TQ_ERR_INVALID);
         CHECK(!attend(cw, N, q, o1, &st) && st == TQ_ERR_INVALID);
         CHECK(tq_kv_cache_save_bound(cw) == 0);
         uint8_t small[64];
         size_t wr;
-        CHECK(tq_kv_cache_save_memory(cw, small, sizeof small, &wr) == TQ_ERR_INVALID);
+        CHECK(tq_kv_cache_save_memory(cw, small, sizeof small, &wr) == TQ_ERR_STATE);
         tq_kv_cache *cv = NULL;
-        CHECK(tq_kv_cache_convert(cw, &cfg.scheme, &cv) != TQ_OK && cv == NULL);
+        CHECK(tq_kv_cache_convert(cw, &cfg.scheme, &cv) == TQ_ERR_STATE && cv == NULL);
         /* Rewinding: by the slack is fine, past the kept range is refused, to 0 resets. */
         CHECK(tq_kv_cache_truncate(cw, N - TQ_KV_WINDOW_SLACK) == TQ_OK);
         CHECK(tq_kv_cache_truncate(cf, N - TQ_KV_WINDOW_SLACK) == TQ_OK);

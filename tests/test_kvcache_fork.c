@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kvcache_internal.h"
+#include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -89,12 +90,12 @@ static size_t snapshot(const tq_kv_cache *c, const size_t *windows, size_t nq, f
         p.sliding_window = windows ? (int)windows[l] : 0;
         size_t wb = tq_kv_attention_workspace_size(c, l, G * H, nq, 2);
         void *work = malloc(wb);
-        tq_status st = tq_kv_attention(c, l, Q, G * H, nq, &p, NULL, work, wb, buf + n);
+        tq_status st = tq_kv_attention(c, l, Q, G * H, nq, &p, NULL, work, wb, buf + n, SIZE_MAX);
         free(work);
         if (st) return 0;
         n += nq * G * H * D;
         size_t len = tq_kv_cache_length(c, l), lo = tq_kv_cache_dropped_length(c, l);
-        if (tq_kv_cache_read(c, l, lo, len - lo, buf + n, buf + n + (len - lo) * H * D)) return 0;
+        if (tq_kv_cache_read(c, l, lo, len - lo, buf + n, SIZE_MAX, buf + n + (len - lo) * H * D, SIZE_MAX)) return 0;
         n += 2 * (len - lo) * H * D;
     }
     return n;
@@ -149,20 +150,20 @@ static void test_fork_diverge(void) {
         CHECK(tq_kv_cache_fork(a, &b) == TQ_OK && b);
         if (!b) continue;
         CHECK_MSG(same(a, b, NULL, 3), "%s: fork differs from its source", sch);
-        if (!strcmp(sch, "turbo3.5")) CHECK(tq_kv_cache_layer_scheme(b, 0).key_split == 1);
+        if (!strcmp(sch, "turbo3.5")) CHECK(test_layer_scheme(b, 0).key_split == 1);
         /* Right after the fork every page holding a token is shared. */
         size_t sa = 0, sb = 0, held = held_page_bytes(a);
         CHECK(tq_kv_cache_shared_bytes(a, &sa) == TQ_OK && tq_kv_cache_shared_bytes(b, &sb) == TQ_OK);
         CHECK_MSG(sa == held && sb == held && held > 0, "%s: shared %zu %zu, prefix pages %zu", sch, sa, sb, held);
         tq_kv_memory ma, mb, mu, m1;
         const tq_kv_cache *both[3] = {a, b, a};
-        CHECK(tq_kv_cache_memory(a, &ma) == TQ_OK && tq_kv_cache_memory(b, &mb) == TQ_OK);
-        CHECK(tq_kv_caches_memory(both, 3, &mu) == TQ_OK);
+        CHECK(tq_kv_cache_memory(a, &ma, sizeof ma) == TQ_OK && tq_kv_cache_memory(b, &mb, sizeof mb) == TQ_OK);
+        CHECK(tq_kv_caches_memory(both, 3, &mu, sizeof mu) == TQ_OK);
         /* Together: the tokens once, the key statistics each cache has its own copy of. */
         CHECK(mu.tokens == ma.tokens && mu.f16_bytes == ma.f16_bytes && mu.compressed_tokens == ma.compressed_tokens);
         CHECK(mu.data_bytes == ma.data_bytes + key_bytes(b));
         CHECK_MSG(mu.allocated_bytes == ma.allocated_bytes + mb.allocated_bytes - held, "%s", sch);
-        CHECK(tq_kv_caches_memory(both, 1, &m1) == TQ_OK && memcmp(&m1, &ma, sizeof m1) == 0);
+        CHECK(tq_kv_caches_memory(both, 1, &m1, sizeof m1) == TQ_OK && memcmp(&m1, &ma, sizeof m1) == 0);
         /* Diverge. */
         CHECK(feed(a, 1, 0, 150, 1) && feed(ia, 1, 0, 150, 1));
         CHECK(feed(b, 2, 0, 150, 1) && feed(ib, 2, 0, 150, 1));
@@ -174,12 +175,12 @@ static void test_fork_diverge(void) {
         CHECK(tq_kv_cache_shared_bytes(a, &sa) == TQ_OK && tq_kv_cache_shared_bytes(b, &sb) == TQ_OK);
         CHECK_MSG(sa == sb && sa < held, "%s: shared %zu %zu after diverging (%zu)", sch, sa, sb, held);
         if (strcmp(sch, "f16") != 0) CHECK_MSG(sa > 0, "%s: nothing shared after diverging", sch);
-        CHECK(tq_kv_cache_memory(a, &ma) == TQ_OK && tq_kv_cache_memory(b, &mb) == TQ_OK);
-        CHECK(tq_kv_caches_memory(both, 2, &mu) == TQ_OK);
+        CHECK(tq_kv_cache_memory(a, &ma, sizeof ma) == TQ_OK && tq_kv_cache_memory(b, &mb, sizeof mb) == TQ_OK);
+        CHECK(tq_kv_caches_memory(both, 2, &mu, sizeof mu) == TQ_OK);
         CHECK(mu.allocated_bytes == ma.allocated_bytes + mb.allocated_bytes - sa);
         CHECK(mu.tokens < ma.tokens + mb.tokens && mu.tokens > ma.tokens);
         tq_kv_memory mia;
-        CHECK(tq_kv_cache_memory(ia, &mia) == TQ_OK && ma.data_bytes == mia.data_bytes && ma.tokens == mia.tokens);
+        CHECK(tq_kv_cache_memory(ia, &mia, sizeof mia) == TQ_OK && ma.data_bytes == mia.data_bytes && ma.tokens == mia.tokens);
         /* A saved fork is a normal cache: the same bytes as the independent one's file. */
         size_t fb = tq_kv_cache_save_bound(b);
         uint8_t *f1 = malloc(fb + 1), *f2 = malloc(fb + 1);
@@ -298,10 +299,10 @@ static void test_fork_errors(void) {
     CHECK(tq_kv_cache_shared_bytes(a, NULL) == TQ_ERR_NULL);
     tq_kv_memory m;
     const tq_kv_cache *list[2] = {a, NULL};
-    CHECK(tq_kv_caches_memory(NULL, 1, &m) == TQ_ERR_NULL);
-    CHECK(tq_kv_caches_memory(list, 1, NULL) == TQ_ERR_NULL);
-    CHECK(tq_kv_caches_memory(list, 2, &m) == TQ_ERR_NULL);
-    CHECK(tq_kv_caches_memory(NULL, 0, &m) == TQ_OK && m.allocated_bytes == 0 && m.tokens == 0);
+    CHECK(tq_kv_caches_memory(NULL, 1, &m, sizeof m) == TQ_ERR_NULL);
+    CHECK(tq_kv_caches_memory(list, 1, NULL, sizeof(tq_kv_memory)) == TQ_ERR_NULL);
+    CHECK(tq_kv_caches_memory(list, 2, &m, sizeof m) == TQ_ERR_NULL);
+    CHECK(tq_kv_caches_memory(NULL, 0, &m, sizeof m) == TQ_OK && m.allocated_bytes == 0 && m.tokens == 0);
     tq_kv_cache_free(a);
 }
 
@@ -323,7 +324,7 @@ static void *worker_main(void *arg) {
     w->ok = work != NULL;
     for (size_t t = 0; w->ok && t < 200; t++) {
         w->ok = feed(w->c, w->stream, t, 1, 1);
-        if (w->ok && t % 50 == 49) w->ok = tq_kv_attention(w->c, 1, Q, G * H, 1, &p, NULL, work, wb, w->out) == TQ_OK;
+        if (w->ok && t % 50 == 49) w->ok = tq_kv_attention(w->c, 1, Q, G * H, 1, &p, NULL, work, wb, w->out, SIZE_MAX) == TQ_OK;
     }
     if (w->ok) w->ok = tq_kv_cache_truncate(w->c, 300) == TQ_OK && feed(w->c, w->stream, 0, 30, 1);
     free(work);
@@ -360,7 +361,7 @@ static tq_status attend_at(const tq_kv_cache *c, int layer, size_t nq, const int
                            const tq_attn_params *p, tq_threadpool *pool, float *out) {
     size_t wb = tq_kv_attention_workspace_size(c, layer, G * H, nq, tq_threadpool_size(pool));
     void *work = malloc(wb);
-    tq_status st = work ? tq_kv_attention_at(c, layer, Q, G * H, nq, pos, p, pool, work, wb, out)
+    tq_status st = work ? tq_kv_attention_at(c, layer, Q, G * H, nq, pos, p, pool, work, wb, out, SIZE_MAX)
                         : TQ_ERR_NOMEM;
     free(work);
     return st;
@@ -391,12 +392,12 @@ static void test_positions(void) {
                 for (size_t i = 0; i < nq; i++) pos[i] = (int64_t)(len - nq + i);
                 size_t wb = tq_kv_attention_workspace_size(c, 1, G * H, nq, 3);
                 void *work = malloc(wb);
-                CHECK(tq_kv_attention(c, 1, Q, G * H, nq, &p, pool, work, wb, o1) == TQ_OK);
+                CHECK(tq_kv_attention(c, 1, Q, G * H, nq, &p, pool, work, wb, o1, SIZE_MAX) == TQ_OK);
                 free(work);
                 CHECK(attend_at(c, 1, nq, pos, &p, pool, o2) == TQ_OK);
                 CHECK_MSG(memcmp(o1, o2, nq * G * H * D * sizeof(float)) == 0, "%s nq %zu variant %d", psch[si], nq, variant);
-                CHECK(tq_kv_attention_ref(c, 1, Q, G * H, nq, &p, o1) == TQ_OK);
-                CHECK(tq_kv_attention_ref_at(c, 1, Q, G * H, nq, pos, &p, o2) == TQ_OK);
+                CHECK(tq_kv_attention_ref(c, 1, Q, G * H, nq, &p, o1, SIZE_MAX) == TQ_OK);
+                CHECK(tq_kv_attention_ref_at(c, 1, Q, G * H, nq, pos, &p, o2, SIZE_MAX) == TQ_OK);
                 CHECK(memcmp(o1, o2, nq * G * H * D * sizeof(float)) == 0);
             }
             /* Arbitrary positions: any order, repeats, in the compressed part, the raw part,
@@ -405,7 +406,7 @@ static void test_positions(void) {
             for (size_t nq = 1; nq <= NQ; nq += NQ - 1) {
                 for (size_t i = 0; i < nq; i++) pos[i] = any[(i + (nq == 1 ? 3 : 0)) % NQ];
                 CHECK(attend_at(c, 0, nq, pos, &p, pool, o1) == TQ_OK);
-                CHECK(tq_kv_attention_ref_at(c, 0, Q, G * H, nq, pos, &p, o2) == TQ_OK);
+                CHECK(tq_kv_attention_ref_at(c, 0, Q, G * H, nq, pos, &p, o2, SIZE_MAX) == TQ_OK);
                 double e = 0.0;
                 for (size_t i = 0; i < nq * G * H * D; i++) e = fmax(e, fabs((double)o1[i] - o2[i]));
                 CHECK_MSG(e <= TOL, "%s variant %d nq %zu: fast vs reference at positions %g", psch[si], variant, nq, e);
@@ -421,17 +422,17 @@ static void test_positions(void) {
         CHECK(s && feed(s, 0, 0, 3, 3));
         int64_t rep[NQ] = {2, 1, 0, 2, 1, 0, 0, 1};
         CHECK(attend_at(s, 0, NQ, rep, &p, NULL, o1) == TQ_OK);
-        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, NQ, rep, &p, o2) == TQ_OK);
+        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, NQ, rep, &p, o2, SIZE_MAX) == TQ_OK);
         for (size_t i = 0; i < NQ * G * H * D; i++) CHECK_NEAR(o1[i], o2[i], TOL);
         rep[5] = 3;
         CHECK(attend_at(s, 0, NQ, rep, &p, NULL, o1) == TQ_ERR_INVALID);
-        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, NQ, rep, &p, o2) == TQ_ERR_INVALID);
+        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, NQ, rep, &p, o2, SIZE_MAX) == TQ_ERR_INVALID);
         rep[5] = -1;
         CHECK(attend_at(s, 0, NQ, rep, &p, NULL, o1) == TQ_ERR_INVALID);
         rep[5] = INT64_MIN;
-        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, NQ, rep, &p, o2) == TQ_ERR_INVALID);
+        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, NQ, rep, &p, o2, SIZE_MAX) == TQ_ERR_INVALID);
         CHECK(attend_at(s, 0, 2, NULL, &p, NULL, o1) == TQ_ERR_NULL);
-        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, 2, NULL, &p, o2) == TQ_ERR_NULL);
+        CHECK(tq_kv_attention_ref_at(s, 0, Q, G * H, 2, NULL, &p, o2, SIZE_MAX) == TQ_ERR_NULL);
         CHECK(attend_at(s, 0, 0, NULL, &p, NULL, o1) == TQ_OK);
         tq_kv_cache_free(s);
         tq_kv_cache_free(c);
@@ -447,7 +448,7 @@ static void test_positions(void) {
     p.sliding_window = 100;
     int64_t pw[2] = {999, (int64_t)(dr + 99)};
     CHECK(attend_at(w, 0, 2, pw, &p, NULL, o1) == TQ_OK);
-    CHECK(tq_kv_attention_ref_at(w, 0, Q, G * H, 2, pw, &p, o2) == TQ_OK);
+    CHECK(tq_kv_attention_ref_at(w, 0, Q, G * H, 2, pw, &p, o2, SIZE_MAX) == TQ_OK);
     for (size_t i = 0; i < 2 * G * H * D; i++) CHECK_NEAR(o1[i], o2[i], TOL);
     pw[1] = (int64_t)(dr + 98);
     CHECK(attend_at(w, 0, 2, pw, &p, NULL, o1) == TQ_ERR_INVALID);

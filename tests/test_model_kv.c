@@ -29,6 +29,7 @@
 #include "../engine/sampler.h"
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
+#include "test_api.h"
 #include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -224,7 +225,7 @@ static void test_schemes_chunk(void) {
         tq_kv_memory mem;
         CHECK(model_kv_memory(g_model, &mem) == MODEL_OK);
         size_t kb = 0, vb = 0;
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(kv, 0);
+        tq_kv_layer_scheme ls = test_layer_scheme(kv, 0);
         CHECK(tq_kv_layer_scheme_bytes(&ls, g_model->cfg.head_dim, g_model->cfg.head_dim_v, &kb, &vb) == TQ_OK);
         /* plus, per layer, the per-head key mean and key scale (floats) and the key split's
          * channel order (u16) when the scheme keeps them */
@@ -311,7 +312,7 @@ static void test_bad_scheme(void) {
     CHECK_MSG(st == MODEL_OK, "%s: %s", model_status_name(st), err);
     if (st == MODEL_OK) {
         CHECK(m->params.kv_scheme == &m->kv_scheme && m->kv_scheme.layer.key_format == TQ_KV_Q8_0);
-        CHECK(tq_kv_cache_layer_scheme(model_kv_cache(m), 0).key_format == TQ_KV_Q8_0);
+        CHECK(test_layer_scheme(model_kv_cache(m), 0).key_format == TQ_KV_Q8_0);
         model_free(m);
     }
 }

@@ -91,7 +91,7 @@ static int attention_case(const char *scheme_text, int H, int G, int d, size_t l
         size_t wb = tq_kv_attention_workspace_size(c, 0, nq, n_q, T);
         void *work = malloc(wb);
         CHECK(work != NULL);
-        tq_status st = work ? tq_kv_attention(c, 0, q, nq, n_q, &p, pool, work, wb, ti ? out : out0)
+        tq_status st = work ? tq_kv_attention(c, 0, q, nq, n_q, &p, pool, work, wb, ti ? out : out0, n_q * (size_t)nq * (size_t)d)
                             : TQ_ERR_NOMEM;
         CHECK_MSG(st == TQ_OK, "%s threads %d: %s", scheme_text, T, tq_error_name(st));
         if (st == TQ_OK && ti &&

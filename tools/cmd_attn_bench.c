@@ -417,7 +417,7 @@ int cmd_attn_bench(int argc, char **argv) {
         /* Quality: against the exact fp32 attention (layer 0, or every recorded layer). */
         double e2 = 0.0, r2 = 0.0, emax = 0.0;
         for (int l = 0; !st && l < n_qual; l++) {
-            st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out);
+            st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out, qn);
             const double *rl = ref + (size_t)l * qn;
             for (size_t i = 0; i < qn; i++) {
                 double e = (double)out[i] - rl[i];
@@ -428,14 +428,14 @@ int cmd_attn_bench(int argc, char **argv) {
         /* Speed: one warm-up step, then the best of the timed steps. */
         double t0 = tool_now();
         for (int l = 0; !st && l < b.L; l++)
-            st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out);
+            st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out, qn);
         double first = tool_now() - t0, best = first;
         long n_reps = reps ? reps : (long)(1.0 / (first > 1e-6 ? first : 1e-6));
         if (!reps) n_reps = n_reps < 3 ? 3 : n_reps > 200 ? 200 : n_reps;
         for (long r = 0; !st && r < n_reps; r++) {
             t0 = tool_now();
             for (int l = 0; !st && l < b.L; l++)
-                st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out);
+                st = tq_kv_attention(c, l, LQ(l), (int)H, b.Q, LP(l), pool, work, wb, out, qn);
             double dt = tool_now() - t0;
             if (dt < best) best = dt;
         }
@@ -446,7 +446,7 @@ int cmd_attn_bench(int argc, char **argv) {
         size_t kb = 0, vb = 0;
         tq_kv_layer_scheme_bytes(&schemes[s].layer, (int)D, (int)D, &kb, &vb);
         result *r = &res[s];
-        snprintf(r->scheme, sizeof r->scheme, "%s", names[s]);
+        snprintf(r->scheme, sizeof r->scheme, "%.63s", names[s]);
         r->us = best * 1e6;
         r->bytes_per_token = (double)(kb + vb) * (double)G;
         r->ratio = 4.0 * (double)D * (double)G / r->bytes_per_token;

@@ -192,7 +192,7 @@ int cmd_codec_bench(int argc, char **argv) {
             mse += err / nx;
             float score;
             tq_codec_prepare_query(codec, qv, prep, 2 * (size_t)dim);
-            tq_codec_scores(codec, prep, codes + (size_t)v * bpv, 1, &score);
+            tq_codec_scores(codec, prep, codes + (size_t)v * bpv, 1, &score, 1);
             double e = (score - ip) / sqrt(nx * nq);
             ip_sum += e, ip_sq += e * e;
         }

@@ -231,9 +231,10 @@ size_t session_kv_bytes_per_token(const session_seq *q) {
     const tq_kv_cache *c = model_kv_cache(q->m);
     size_t total = 0;
     for (int l = 0; l < q->cfg->n_layer; l++) {
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(c, l);
+        tq_kv_layer_scheme ls;
         size_t kb = 0, vb = 0;
-        if (tq_kv_layer_scheme_bytes(&ls, q->cfg->head_dim, q->cfg->head_dim_v, &kb, &vb) != TQ_OK)
+        if (tq_kv_cache_get_layer_scheme(c, l, &ls, sizeof ls) != TQ_OK ||
+            tq_kv_layer_scheme_bytes(&ls, q->cfg->head_dim, q->cfg->head_dim_v, &kb, &vb) != TQ_OK)
             return 0;
         total += (kb + vb) * (size_t)q->cfg->n_head_kv;
     }
