@@ -12,7 +12,7 @@
  * compressed cache, an upper bound on what decode sees (decode keeps < 64 newest tokens raw).
  * -l S also runs S with the sliding-window layers kept f16 (per-layer override), shown as
  * "S/lf16". --as-decode: every run (the f16 reference too) feeds its scored pieces in the
- * chunks of tq_kv_scheme_decode_chunk (model_forward_as_decode: 63 tokens, then 1), so each query sees each key
+ * chunks of tq_kv_scheme_decode_chunk (context_forward_as_decode: 63 tokens, then 1), so each query sees each key
  * compressed or still fp16 exactly as the decode step at its position would (the newest
  * < 64 tokens raw): the figures of generation rather than the worst case. Its "ratio" column
  * is then the cache's mean over the scored decode steps (each layer's newest len − compressed
@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model.h"
+#include "context.h"
 #include "regular_file.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -79,7 +79,7 @@ static int32_t *tokenize_file(const model *m, const char *path, size_t *n_out) {
         gguf_vocab gv;
         tokenizer *tok = NULL;
         char err[200];
-        if (vocab_build(m->file, &gv, err, sizeof err) == VOCAB_OK) {
+        if (vocab_build(model_file(m), &gv, err, sizeof err) == VOCAB_OK) {
             if (tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
                 size_t cap = tokenizer_encode_bound(tok, len);
                 ids = malloc(cap * sizeof *ids);
@@ -107,35 +107,35 @@ static void log_softmax(const float *row, float *out, int n) {
     for (int i = 0; i < n; i++) out[i] = row[i] - lse;
 }
 
-static int set_scheme(model *m, const run *r) {
+static int set_scheme(model_context *x, const run *r) {
     model_status st;
     if (r->local_f16) {
-        const int nl = m->cfg.n_layer;
+        const int nl = context_config(x)->n_layer;
         tq_kv_layer_scheme *ls = malloc((size_t)nl * sizeof *ls);
         tq_kv_scheme f16;
         if (ls == NULL || tq_kv_scheme_parse("f16", &f16, NULL, 0) != TQ_OK) return 0;
-        for (int il = 0; il < nl; il++) ls[il] = m->w.layers[il].is_swa ? f16.layer : r->scheme.layer;
-        st = model_set_kv_layer_schemes(m, &r->scheme, ls);
+        for (int il = 0; il < nl; il++) ls[il] = model_layer_is_swa(context_model(x), il) ? f16.layer : r->scheme.layer;
+        st = context_set_kv_layer_schemes(x, &r->scheme, ls);
         free(ls);
     } else {
-        st = model_set_kv_scheme(m, &r->scheme);
+        st = context_set_kv_scheme(x, &r->scheme);
     }
-    if (st != MODEL_OK) fprintf(stderr, "%s: %s\n", r->name, model_last_error(m));
+    if (st != MODEL_OK) fprintf(stderr, "%s: %s\n", r->name, context_last_error(x));
     return st == MODEL_OK;
 }
 
 /* Bytes the decode steps of the scored half hold beyond the end-of-window (all compressed)
  * state, on average: per layer, the raw tail len − compressed length (the two-phase rule)
  * at fp16 instead of the layer's compressed bytes. */
-static double decode_tail_bytes(const model *m, const run *r, int ctx) {
+static double decode_tail_bytes(const model_context *x, const run *r, int ctx) {
     double tail = 0.0;
     for (int p = ctx / 2; p < ctx - 1; p++)
         tail += (double)(p + 1) - (double)tq_kv_scheme_compressed_length(&r->scheme, (size_t)(p + 1));
     tail /= (double)(ctx - 1 - ctx / 2);
-    const model_config *c = &m->cfg;
+    const model_config *c = context_config(x);
     double extra = 0.0;
     for (int il = 0; il < c->n_layer; il++) {
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(model_kv_cache(m), il);
+        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(context_kv_cache(x), il);
         size_t kb = 0, vb = 0;
         if (tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) != TQ_OK) continue;
         extra += tail * c->n_head_kv * ((double)(2 * (c->head_dim + c->head_dim_v)) - (double)(kb + vb));
@@ -144,20 +144,20 @@ static double decode_tail_bytes(const model *m, const run *r, int ctx) {
 }
 
 /* One window with run r; ref (rows, n_vocab) is filled when is_ref, else compared with. */
-static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref, float *ref, float *logits,
+static int run_window(model_context *x, const int32_t *toks, int ctx, run *r, int is_ref, float *ref, float *logits,
                       float *lp, long row_base) {
-    const int nv = m->cfg.n_vocab, first = ctx / 2;
-    if (!set_scheme(m, r)) return 0;
+    const int nv = context_config(x)->n_vocab, first = ctx / 2;
+    if (!set_scheme(x, r)) return 0;
     model_status st = MODEL_OK;
-    for (int p = 0; p < first && st == MODEL_OK; p += m->params.max_batch) {
-        const int n = first - p < m->params.max_batch ? first - p : m->params.max_batch;
-        st = model_forward(m, toks + p, n, p, 0, NULL);
+    for (int p = 0; p < first && st == MODEL_OK; p += context_get_params(x)->max_batch) {
+        const int n = first - p < context_get_params(x)->max_batch ? first - p : context_get_params(x)->max_batch;
+        st = context_forward(x, toks + p, n, p, 0, NULL);
     }
     for (int p = first; p < ctx && st == MODEL_OK; p += PIECE) {
         const int n = ctx - p < PIECE ? ctx - p : PIECE;
         /* --prompt: only the first piece starts with the prompt's first decode step */
         const int mode = r->as_decode == MODEL_ROWS_AFTER_PROMPT && p != first ? MODEL_ROWS_AS_DECODE : r->as_decode;
-        st = model_forward_rows(m, toks + p, n, p, (model_rows_mode)mode, logits);
+        st = context_forward_rows(x, toks + p, n, p, (model_rows_mode)mode, logits);
         for (int i = 0; i < n && st == MODEL_OK && p + i < ctx - 1; i++) {
             const int row = p + i - first;
             float *rf = ref + (size_t)row * (size_t)nv;
@@ -174,15 +174,15 @@ static int run_window(model *m, const int32_t *toks, int ctx, run *r, int is_ref
         }
     }
     if (st != MODEL_OK) {
-        fprintf(stderr, "%s: %s\n", r->name, model_last_error(m));
+        fprintf(stderr, "%s: %s\n", r->name, context_last_error(x));
         return 0;
     }
     if (r->ratio == 0.0) {
         tq_kv_memory mem;
-        if (model_kv_memory(m, &mem) == MODEL_OK && mem.data_bytes > 0)
+        if (context_kv_memory(x, &mem) == MODEL_OK && mem.data_bytes > 0)
             r->ratio = (double)mem.f16_bytes / (double)mem.data_bytes;
         if (r->as_decode && r->ratio > 0.0)
-            r->ratio = (double)mem.f16_bytes / ((double)mem.data_bytes + decode_tail_bytes(m, r, ctx));
+            r->ratio = (double)mem.f16_bytes / ((double)mem.data_bytes + decode_tail_bytes(x, r, ctx));
     }
     return 1;
 }
@@ -218,40 +218,40 @@ static void print_table(run *runs, int n_runs, int windows, int ctx) {
     fflush(stdout);
 }
 
-static void bench_speed(model *m, const int32_t *toks, int ctx) {
+static void bench_speed(model_context *x, const int32_t *toks, int ctx, int threads) {
     const char *names[] = {"f16", "turbo3"};
-    const int nv = m->cfg.n_vocab, n_dec = 64, n_pre = ctx - n_dec;
+    const int nv = context_config(x)->n_vocab, n_dec = 64, n_pre = ctx - n_dec;
     float *logits = malloc((size_t)nv * sizeof(float));
     if (logits == NULL) return;
     printf("\nspeed at ctx %d, %d threads (library defaults: prefill raw, compressed at the first decode step)\n",
-           ctx, m->params.n_threads);
+           ctx, threads);
     for (int s = 0; s < 2; s++) {
         tq_kv_scheme sc;
-        if (tq_kv_scheme_parse(names[s], &sc, NULL, 0) != TQ_OK || model_set_kv_scheme(m, &sc) != MODEL_OK) break;
-        const int B = m->params.max_batch;
+        if (tq_kv_scheme_parse(names[s], &sc, NULL, 0) != TQ_OK || context_set_kv_scheme(x, &sc) != MODEL_OK) break;
+        const int B = context_get_params(x)->max_batch;
         double t0 = now_s();
         model_status st = MODEL_OK;
         for (int p = 0; p < n_pre && st == MODEL_OK; p += B) {
             const int n = n_pre - p < B ? n_pre - p : B;
-            st = model_forward(m, toks + p, n, p, 0, p + n == n_pre ? logits : NULL);
+            st = context_forward(x, toks + p, n, p, 0, p + n == n_pre ? logits : NULL);
         }
         double t1 = now_s();
         int32_t next = sampler_argmax(logits, nv);
-        st = st == MODEL_OK ? model_forward(m, &next, 1, n_pre, 0, logits) : st;
+        st = st == MODEL_OK ? context_forward(x, &next, 1, n_pre, 0, logits) : st;
         double t2 = now_s();
         for (int i = 1; i < n_dec && st == MODEL_OK; i++) {
             next = sampler_argmax(logits, nv);
-            st = model_forward(m, &next, 1, n_pre + i, 0, logits);
+            st = context_forward(x, &next, 1, n_pre + i, 0, logits);
         }
         double t3 = now_s();
         if (st != MODEL_OK) {
-            fprintf(stderr, "speed %s: %s\n", names[s], model_last_error(m));
+            fprintf(stderr, "speed %s: %s\n", names[s], context_last_error(x));
             break;
         }
         tq_kv_memory mem;
-        model_kv_memory(m, &mem);
+        context_kv_memory(x, &mem);
         /* fp16 of every position of every layer: a cache without sliding-window page recycling */
-        const model_config *c = &m->cfg;
+        const model_config *c = context_config(x);
         double full = (double)ctx * c->n_layer * c->n_head_kv * 2.0 * (c->head_dim + c->head_dim_v);
         printf("%-7s prefill %d tokens: %7.1f tok/s; first decode step (compresses) %6.1f ms; decode %d..%d: %6.2f "
                "tok/s; KV %zu bytes (%.2fx smaller than f16 of the same tokens, %.2fx smaller than f16 of all "
@@ -292,14 +292,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctx must be a multiple of %d, windows and threads >= 1\n", 2 * PIECE);
         return 2;
     }
-    model_params p;
-    memset(&p, 0, sizeof p);
-    p.max_ctx = ctx;
-    p.max_batch = ctx / 2 < 512 ? ctx / 2 : 512;
-    p.n_threads = threads;
+    const context_params p = {ctx, ctx / 2 < 512 ? ctx / 2 : 512, 0, NULL};
     model *m = NULL;
+    model_context *x = NULL;
+    tq_threadpool *pool = NULL;
     char err[300];
-    model_status ms = model_load(model_path, &p, &m, err, sizeof err);
+    model_status ms = model_load(model_path, &m, err, sizeof err);
+    if (ms == MODEL_OK) ms = tq_threadpool_create(&pool, threads) == TQ_OK ? MODEL_OK : MODEL_ERR_ARG;
+    if (ms == MODEL_OK) ms = context_create(m, &p, pool, &x, err, sizeof err);
     if (ms != MODEL_OK) {
         fprintf(stderr, "%s: %s (%s)\n", model_path, err, model_status_name(ms));
         return 1;
@@ -308,7 +308,9 @@ int main(int argc, char **argv) {
     int32_t *toks = tokenize_file(m, text, &n_tok);
     if (toks == NULL || n_tok < (size_t)ctx) {
         fprintf(stderr, "cannot tokenize %s (or shorter than ctx)\n", text);
+        context_free(x);
         model_free(m);
+        tq_threadpool_free(pool);
         return 1;
     }
     if ((size_t)windows > n_tok / (size_t)ctx) windows = (int)(n_tok / (size_t)ctx);
@@ -337,7 +339,7 @@ int main(int argc, char **argv) {
             n_runs++;
         }
     }
-    const int nv = m->cfg.n_vocab, rows = ctx - 1 - ctx / 2;
+    const int nv = model_get_config(m)->n_vocab, rows = ctx - 1 - ctx / 2;
     float *ref = quality ? malloc((size_t)rows * (size_t)nv * sizeof(float)) : NULL;
     float *logits = malloc((size_t)PIECE * (size_t)nv * sizeof(float));
     float *lp = malloc((size_t)nv * sizeof(float));
@@ -346,11 +348,11 @@ int main(int argc, char **argv) {
     const double t_start = now_s();
     for (int w = 0; w < windows && quality; w++) {
         memcpy(win, toks + (size_t)w * (size_t)ctx, (size_t)ctx * sizeof *win);
-        win[0] = m->cfg.arch == MODEL_ARCH_GEMMA3 ? 2 : win[0];
+        win[0] = model_get_config(m)->arch == MODEL_ARCH_GEMMA3 ? 2 : win[0];
         for (int i = 0; i < n_runs; i++) {
             const double nll0 = runs[i].nll, kld0 = runs[i].kld;
             const long rows0 = runs[i].rows;
-            if (!run_window(m, win, ctx, &runs[i], i == 0, ref, logits, lp, (long)w * rows)) return 1;
+            if (!run_window(x, win, ctx, &runs[i], i == 0, ref, logits, lp, (long)w * rows)) return 1;
             const long nr = runs[i].rows - rows0;
             printf("window %2d %-14s ppl %9.4f kld %9.5f (%.0f s)\n", w, runs[i].name,
                    exp((runs[i].nll - nll0) / (double)nr), (runs[i].kld - kld0) / (double)nr, now_s() - t_start);
@@ -358,13 +360,15 @@ int main(int argc, char **argv) {
         }
         print_table(runs, n_runs, w + 1, ctx);
     }
-    if (speed) bench_speed(m, toks, ctx);
+    if (speed) bench_speed(x, toks, ctx, threads);
     for (int i = 0; i < n_runs; i++) free(runs[i].kld_rows);
     free(ref);
     free(logits);
     free(lp);
     free(win);
     free(toks);
+    context_free(x);
     model_free(m);
+    tq_threadpool_free(pool);
     return 0;
 }
