@@ -14,7 +14,8 @@
  * prefill_raw = 0 and the forward calls end at multiples of the scheme's batch (64), so
  * before each call's attention every key it sees, its own included, is compressed: the
  * figures are those of a fully compressed cache (checked: compressed length = CTX in every
- * layer). KLD is Σ p_f16 (log p_f16 − log p_scheme) per scored row, averaged.
+ * layer). The scores are engine/eval.c's (the same code as tq perplexity and bench_model_kv):
+ * KLD is Σ p_f16 (log p_f16 − log p_scheme) per scored row, averaged.
  *
  * Bounds, from the run that set them (2 threads, AVX-512, chunk of 256): see KLD_TURBO4_MAX.
  * Runtime: ~25 s of CPU on 2 threads (longer on a shared machine).
@@ -26,6 +27,7 @@
 #include <string.h>
 
 #include "model_fixture.h"
+#include "../engine/eval.h"
 #include "../engine/sampler.h"
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
@@ -42,7 +44,7 @@
 #define SANITIZED 0
 #endif
 
-enum { CTX = 256, PIECE = 64, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
+enum { CTX = 256, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
 
 /* Measured on this chunk (2 threads, AVX-512): mean KLD q8_0 0.0074, turbo0v4 0.017, turbo8v3
  * 0.037, turbo4 0.140, turbo4v3 0.146, q4_0 0.158, turbo3.5 0.336, turbo3 0.548, turbo2 2.76.
@@ -96,60 +98,50 @@ static int load_chunk(const char *path) {
     return ok;
 }
 
-static void log_softmax(const float *row, float *out, int n) {
-    double mx = row[0];
-    for (int i = 1; i < n; i++)
-        if (row[i] > mx) mx = row[i];
-    double s = 0.0;
-    for (int i = 0; i < n; i++) s += exp((double)row[i] - mx);
-    const double lse = mx + log(s);
-    for (int i = 0; i < n; i++) out[i] = (float)((double)row[i] - lse);
-}
-
 typedef struct {
     double ppl, kld, top1;
     int ok;
 } chunk_result;
 
 /* Runs the chunk with scheme (prefill_raw forced to 0; layer overrides optional) and scores it
- * against g_ref_logp, or fills g_ref_logp when store_ref. */
+ * (engine/eval.h, every key compressed) against g_ref_logp, or fills g_ref_logp when store_ref. */
 static chunk_result run_chunk(const char *name, const tq_kv_layer_scheme *layers, int store_ref) {
     chunk_result r = {0, 0, 0, 0};
     tq_kv_scheme s = scheme_of(name);
-    s.prefill_raw = 0;
+    eval_scheme_for_view(&s, EVAL_COMPRESSED, 0);
     model_status ms = context_set_kv_layer_schemes(g_fx.x, &s, layers);
     CHECK_MSG(ms == MODEL_OK, "%s: %s", name, context_last_error(g_fx.x));
     if (ms != MODEL_OK) return r;
     const int nv = g_fx.m->cfg.n_vocab;
-    float *logits = malloc((size_t)PIECE * (size_t)nv * sizeof(float));
+    float *logits = malloc((size_t)EVAL_PIECE * (size_t)nv * sizeof(float));
     float *lp = malloc((size_t)nv * sizeof(float));
-    CHECK(logits != NULL && lp != NULL);
-    if (logits == NULL || lp == NULL) goto done;
-    ms = context_forward(g_fx.x, g_chunk, FIRST, 0, 0, NULL);
-    double nll = 0.0, kld = 0.0;
-    long top = 0;
-    for (int p = FIRST; p < CTX && ms == MODEL_OK; p += PIECE) {
-        ms = context_forward(g_fx.x, g_chunk + p, PIECE, p, 1, logits);
-        for (int i = 0; i < PIECE && ms == MODEL_OK && p + i < CTX - 1; i++) {
-            const int row = p + i - FIRST;
-            float *ref = g_ref_logp + (size_t)row * (size_t)nv;
-            log_softmax(logits + (size_t)i * (size_t)nv, store_ref ? ref : lp, nv);
-            const float *mine = store_ref ? ref : lp;
-            nll -= mine[g_chunk[p + i + 1]];
-            double k = 0.0;
-            for (int j = 0; j < nv; j++) k += exp((double)ref[j]) * ((double)ref[j] - (double)mine[j]);
-            kld += k;
-            top += sampler_argmax(ref, nv) == sampler_argmax(mine, nv);
+    eval_piece plan[CTX / EVAL_PIECE];
+    eval_acc acc;
+    const int n_pieces = eval_plan(CTX, EVAL_COMPRESSED, plan, CTX / EVAL_PIECE);
+    const int acc_ok = eval_acc_init(&acc, N_SCORED) == 0;
+    CHECK(logits != NULL && lp != NULL && acc_ok && n_pieces == (CTX - FIRST) / EVAL_PIECE);
+    if (logits == NULL || lp == NULL || !acc_ok || n_pieces < 1) goto done;
+    ms = eval_prefill(g_fx.x, g_chunk, CTX);
+    for (int k = 0; k < n_pieces && ms == MODEL_OK; k++) {
+        const eval_piece *pc = &plan[k];
+        ms = eval_run_piece(g_fx.x, g_chunk, pc, logits);
+        for (int i = 0; i < pc->n_score && ms == MODEL_OK; i++) {
+            float *ref = g_ref_logp + (size_t)(pc->pos + i - FIRST) * (size_t)nv, *mine = store_ref ? ref : lp;
+            eval_log_softmax(logits + (size_t)i * (size_t)nv, mine, nv);
+            eval_score_row(&acc, ref, mine, nv, g_chunk[pc->pos + i + 1]);
         }
     }
     CHECK_MSG(ms == MODEL_OK, "%s: %s", name, context_last_error(g_fx.x));
     if (ms != MODEL_OK) goto done;
-    r.ppl = exp(nll / N_SCORED);
-    r.kld = kld / N_SCORED;
-    r.top1 = (double)top / N_SCORED;
+    eval_summary e;
+    CHECK(eval_summarize(&acc, &e) == 0 && e.rows == N_SCORED);
+    r.ppl = e.ppl;
+    r.kld = e.kld_mean;
+    r.top1 = e.top1;
     r.ok = isfinite(r.ppl) && isfinite(r.kld);
     CHECK_MSG(r.ok, "%s: ppl %g kld %g", name, r.ppl, r.kld);
 done:
+    if (acc_ok) eval_acc_free(&acc);
     free(logits);
     free(lp);
     return r;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "eval.h"
 #include "vocab.h"
 
 /* ---- schemes ------------------------------------------------------------------------------ */
@@ -221,18 +222,7 @@ size_t session_kv_f16_bytes(const model_config *cfg, size_t n_tokens) {
            (size_t)cfg->n_layer * n_tokens;
 }
 
-size_t session_kv_bytes_per_token(const session_seq *q) {
-    const tq_kv_cache *c = context_kv_cache(q->x);
-    size_t total = 0;
-    for (int l = 0; l < q->cfg->n_layer; l++) {
-        tq_kv_layer_scheme ls = tq_kv_cache_layer_scheme(c, l);
-        size_t kb = 0, vb = 0;
-        if (tq_kv_layer_scheme_bytes(&ls, q->cfg->head_dim, q->cfg->head_dim_v, &kb, &vb) != TQ_OK)
-            return 0;
-        total += (kb + vb) * (size_t)q->cfg->n_head_kv;
-    }
-    return total;
-}
+size_t session_kv_bytes_per_token(const session_seq *q) { return eval_kv_bytes_per_token(q->x); }
 
 int session_kv_memory(const session_seq *q, tq_kv_memory *mem) {
     memset(mem, 0, sizeof *mem);
