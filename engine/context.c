@@ -137,7 +137,7 @@ static model_status kv_fail(model_context *m, tq_status ts, const char *what) {
 }
 
 /* Builds a cache of scheme (NULL: f16) with the overrides, reserved for max_ctx, and its
- * attention workspace, then swaps them in; on error the model keeps what it had. */
+ * attention workspace, then swaps them in; on error the context keeps what it had. */
 static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const tq_kv_layer_scheme *layer_schemes) {
     const model_config *c = &m->cfg;
     tq_kv_cache_config kc;
