@@ -73,27 +73,7 @@ static int32_t *tokenize_file(const model *m, const char *path, size_t *n_out, i
     size_t got = text ? fread(text, 1, (size_t)sz, fp) : 0;
     fclose(fp);
     int32_t *ids = NULL;
-    if (text != NULL && got == (size_t)sz) {
-        size_t len = got;
-        if (len > 0 && text[len - 1] == '\n') len--; /* as llama-perplexity reads it */
-        gguf_vocab gv;
-        tokenizer *tok = NULL;
-        char err[200];
-        if (vocab_build(model_file(m), &gv, err, sizeof err) == VOCAB_OK) {
-            if (tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
-                *bos = tokenizer_bos_id(tok);
-                size_t cap = tokenizer_encode_bound(tok, len);
-                ids = malloc(cap * sizeof *ids);
-                if (ids != NULL &&
-                    tokenizer_encode(tok, text, len, TOKENIZER_ENCODE_ADD_SPECIAL, ids, cap, n_out) != TOKENIZER_OK) {
-                    free(ids);
-                    ids = NULL;
-                }
-            }
-            tokenizer_free(tok);
-            vocab_free(&gv);
-        }
-    }
+    if (text != NULL && got == (size_t)sz) ids = eval_tokenize(m, text, got, n_out, bos); /* as llama-perplexity */
     free(text);
     return ids;
 }

@@ -7,11 +7,11 @@
 #include "context.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "quants.h"
 
 /* ---- the context ------------------------------------------------------------------------- */
@@ -49,20 +49,6 @@ struct model_context {
     void *attn_hook_ctx;
     char err[256];                 /* message of the last failing call */
 };
-
-static model_status fail(model_context *m, model_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-#define TRY(expr)                          \
-    do {                                   \
-        model_status try_st_ = (expr);     \
-        if (try_st_ != MODEL_OK) return try_st_; \
-    } while (0)
 
 static float gelu_tanh(float x);
 

@@ -6,8 +6,35 @@
 #include <string.h>
 
 #include "sampler.h"
+#include "tokenizer.h"
+#include "vocab.h"
 
 /* ---- windows and pieces -------------------------------------------------------------------- */
+
+int32_t *eval_tokenize(const model *m, const char *text, size_t len, size_t *n_out, int32_t *bos) {
+    *n_out = 0;
+    *bos = -1;
+    if (len > 0 && text[len - 1] == '\n') len--;
+    gguf_vocab gv;
+    tokenizer *tok = NULL;
+    char err[200];
+    int32_t *ids = NULL;
+    if (vocab_build(model_file(m), &gv, err, sizeof err) != VOCAB_OK) return NULL;
+    if (tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
+        *bos = tokenizer_bos_id(tok);
+        const size_t cap = tokenizer_encode_bound(tok, len);
+        ids = cap > 0 ? malloc(cap * sizeof *ids) : NULL;
+        if (ids != NULL &&
+            tokenizer_encode(tok, text, len, TOKENIZER_ENCODE_ADD_SPECIAL, ids, cap, n_out) != TOKENIZER_OK) {
+            free(ids);
+            ids = NULL;
+            *n_out = 0;
+        }
+    }
+    tokenizer_free(tok);
+    vocab_free(&gv);
+    return ids;
+}
 
 void eval_scheme_for_view(tq_kv_scheme *s, eval_view v, int keep_prefill_raw) {
     /* As decode, a prompt's raw phase ends at the first decode step anyway (same state);

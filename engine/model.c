@@ -6,11 +6,11 @@
 #include "model.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "quants.h"
 
 /* ---- status and messages ---------------------------------------------------------------- */
@@ -34,14 +34,6 @@ const char *model_status_name(int status) {
         case MODEL_ERR_KV_SCHEME: return "MODEL_ERR_KV_SCHEME";
         default: return "MODEL_ERR_UNKNOWN";
     }
-}
-
-static model_status fail(model *m, model_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
-    va_end(ap);
-    return st;
 }
 
 /* ---- configuration ---------------------------------------------------------------------- */
@@ -77,12 +69,6 @@ static model_status key_f32(model *m, const char *arch, const char *key, float d
     *out = (float)v;
     return MODEL_OK;
 }
-
-#define TRY(expr)                          \
-    do {                                   \
-        model_status try_st_ = (expr);     \
-        if (try_st_ != MODEL_OK) return try_st_; \
-    } while (0)
 
 static model_status read_config(model *m) {
     model_config *c = &m->cfg;

@@ -32,6 +32,7 @@
 
 #include "../engine/gguf.h"
 #include "model_fixture.h"
+#include "../engine/eval.h"
 #include "../engine/sampler.h"
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
@@ -223,23 +224,8 @@ static int32_t *tokenize_text(const char *path, size_t *n_out) {
         free(text);
         return NULL;
     }
-    size_t len = (size_t)sz;
-    if (len > 0 && text[len - 1] == '\n') len--; /* one trailing newline removed */
-    gguf_vocab gv;
-    tokenizer *tok = NULL;
-    int32_t *ids = NULL;
-    char err[200];
-    if (vocab_build(model_file(g_fx.m), &gv, err, sizeof err) == VOCAB_OK && tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
-        size_t cap = tokenizer_encode_bound(tok, len);
-        ids = malloc(cap * sizeof *ids);
-        if (ids != NULL &&
-            tokenizer_encode(tok, text, len, TOKENIZER_ENCODE_ADD_SPECIAL, ids, cap, n_out) != TOKENIZER_OK) {
-            free(ids);
-            ids = NULL;
-        }
-    }
-    tokenizer_free(tok);
-    vocab_free(&gv);
+    int32_t bos;
+    int32_t *ids = eval_tokenize(g_fx.m, text, (size_t)sz, n_out, &bos); /* engine/eval.h */
     free(text);
     return ids;
 }
