@@ -465,14 +465,10 @@ model_status context_create(const model *mod, const context_params *p, tq_thread
                             char *err, size_t err_cap) {
     if (out != NULL) *out = NULL;
     if (mod == NULL || p == NULL || out == NULL || p->max_ctx < 1 || p->max_batch < 1) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "bad argument");
-        return MODEL_ERR_ARG;
+        return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
     }
     model_context *m = calloc(1, sizeof *m);
-    if (m == NULL) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "out of memory");
-        return MODEL_ERR_NOMEM;
-    }
+    if (m == NULL) return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory");
     m->model = mod;
     m->cfg = mod->cfg;
     m->w = &mod->w;
@@ -486,7 +482,7 @@ model_status context_create(const model *mod, const context_params *p, tq_thread
     if (st == MODEL_OK) st = build_state(m);
     if (st == MODEL_OK) st = build_kv(m, p->kv_scheme, NULL);
     if (st != MODEL_OK) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "%s", m->err);
+        report_error(err, err_cap, st, m->err);
         context_free(m);
         return st;
     }

@@ -349,17 +349,13 @@ static model_status load_into(model *m, const char *path) {
 model_status model_load(const char *path, model **out, char *err, size_t err_cap) {
     if (out != NULL) *out = NULL;
     if (path == NULL || out == NULL) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "bad argument");
-        return MODEL_ERR_ARG;
+        return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
     }
     model *m = calloc(1, sizeof *m);
-    if (m == NULL) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "out of memory");
-        return MODEL_ERR_NOMEM;
-    }
+    if (m == NULL) return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory");
     model_status st = load_into(m, path);
     if (st != MODEL_OK) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "%s", m->err);
+        report_error(err, err_cap, st, m->err);
         model_free(m);
         return st;
     }

@@ -95,17 +95,23 @@ static void check_shared(const model *m, const char *const schemes[2], int promp
 
 static const char *tiny_path = "/tmp/tq_test_contexts_tiny.gguf";
 
+/* The model at path, or NULL after a failed CHECK. */
+static model *load(const char *path) {
+    model *m = NULL;
+    char err[256];
+    model_status st = model_load(path, &m, err, sizeof err);
+    CHECK_MSG(st == MODEL_OK, "%s: %s: %s", path, model_status_name(st), err);
+    return m;
+}
+
 static void test_tiny_shared(void) {
     static tiny t;
     rng_state = 777;
     t.arch = MODEL_ARCH_GEMMA3;
     t.q8 = 1;
     CHECK(write_tiny(&t, tiny_path, NULL));
-    model *m = NULL;
-    char err[256];
-    model_status st = model_load(tiny_path, &m, err, sizeof err);
-    CHECK_MSG(st == MODEL_OK, "%s: %s", model_status_name(st), err);
-    if (st != MODEL_OK) return;
+    model *m = load(tiny_path);
+    if (m == NULL) return;
     static const char *const schemes[2] = {"f16", "turbo3:prefill_raw=0:batch=4"};
     check_shared(m, schemes, 24, 8, 8);
     model_free(m);
@@ -115,11 +121,8 @@ static void test_tiny_shared(void) {
 static void test_real_shared(void) {
     const char *path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
     if (access(path, R_OK) != 0) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", path);
-    model *m = NULL;
-    char err[256];
-    model_status st = model_load(path, &m, err, sizeof err);
-    CHECK_MSG(st == MODEL_OK, "%s: %s", model_status_name(st), err);
-    if (st != MODEL_OK) return;
+    model *m = load(path);
+    if (m == NULL) return;
     static const char *const schemes[2] = {"f16", "turbo3:prefill_raw=0:batch=64"};
     check_shared(m, schemes, 128, 4, 64);
     model_free(m);
