@@ -8,12 +8,12 @@
  * TQ_PPL_CHUNKS=N scores N chunks instead of 4 (40 for the figure in the report);
  * TQ_SPEED=1 prints prefill/decode speed; TQ_ONLY_SHORT=1 runs the first golden prompt and the
  * error tests only (for sanitizer builds); TQ_THREADS (default 2); TQ_GGML_ROUNDING=1 turns on
- * model_params.ggml_rounding.
+ * context_params.ggml_rounding.
  *
  * Tolerances, and why they are not tighter. llama.cpp quantizes every activation vector to
  * 8 bits before each matrix product (so does our matmul), rounds Q and the softmax weights to
  * fp16 in attention and takes GELU from an fp16 table. This model turns such roundings into
- * large logit changes: our own forward with and without those fp16 roundings (model_params.
+ * large logit changes: our own forward with and without those fp16 roundings (context_params.
  * ggml_rounding) differs by up to 3.9 on single logits, and the independent float32 numpy
  * forward (scripts/reference/numpy_forward.py) lands 1.4 and 3.2 from llama.cpp on the first
  * two prompts. Measured here over the 198 golden rows (top-20 and fixed ids): |dlogit| max

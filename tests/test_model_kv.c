@@ -270,7 +270,7 @@ static void test_local_layers_f16(void) {
     free(layers);
 }
 
-/* A scheme the model cannot use is refused at load and by model_set_kv_scheme, which then
+/* A scheme the model cannot use is refused at context_create and by context_set_kv_scheme, which then
  * leaves the cache and sequence as they were. */
 static void test_bad_scheme(void) {
     if (g_fx.m == NULL) SKIP_TEST("%s", g_missing);

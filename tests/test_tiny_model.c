@@ -206,7 +206,7 @@ static void test_archs_q8_0_threads(void) {
  * AVX-512 VNNI runs the single-query decode kernels). */
 void tq_attn_set_int8_scores(int on);
 
-/* model_forward_after_prompt (tq perplexity --prompt, bench_model_kv --prompt) against what it
+/* context_forward_after_prompt (tq perplexity --prompt, bench_model_kv --prompt) against what it
  * stands for: a prompt prefilled raw (prefill_raw = 1, multi-token calls), then single-token
  * decode steps. turbo3 with batch 4, so the steps compress every 4 tokens; F32 weights, and
  * int8 query scores off: single-query decode kernels then differ from the multi-query tile
