@@ -1,17 +1,16 @@
-/* The forward pass: configuration from GGUF metadata, weights as views into the mapping,
- * run state sized at load, and forward() for a batch of tokens. See model.h for the
- * contract and doc/gemma3.md for every fact about Gemma 3 used here.
+/* Loading a model: configuration from GGUF metadata, weights as views into the mapping. See
+ * model.h for the contract and doc/gemma3.md for every fact about Gemma 3 used here; the
+ * forward pass is in context.c.
  *
- * Sections, in dependency order: status and messages, configuration, weights, run state,
- * the KV cache, the math kernels (RMSNorm, RoPE, activations), forward, load/free. */
+ * Sections, in dependency order: status and messages, configuration, weights, load/free. */
 #include "model.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "quants.h"
 
 /* ---- status and messages ---------------------------------------------------------------- */
@@ -36,16 +35,6 @@ const char *model_status_name(int status) {
         default: return "MODEL_ERR_UNKNOWN";
     }
 }
-
-static model_status fail(model *m, model_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->err, sizeof m->err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-const char *model_last_error(const model *m) { return m == NULL ? "NULL model" : m->err; }
 
 /* ---- configuration ---------------------------------------------------------------------- */
 
@@ -80,12 +69,6 @@ static model_status key_f32(model *m, const char *arch, const char *key, float d
     *out = (float)v;
     return MODEL_OK;
 }
-
-#define TRY(expr)                          \
-    do {                                   \
-        model_status try_st_ = (expr);     \
-        if (try_st_ != MODEL_OK) return try_st_; \
-    } while (0)
 
 static model_status read_config(model *m) {
     model_config *c = &m->cfg;
@@ -337,450 +320,42 @@ static model_status read_weights(model *m) {
     return MODEL_OK;
 }
 
-static float gelu_tanh(float x);
-
-/* ---- run state ---------------------------------------------------------------------------- */
-
-static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads) {
-    size_t s = matmul_work_size(w, n, n_threads);
-    return s > cur ? s : cur;
-}
-
-static model_status build_state(model *m) {
-    const model_config *c = &m->cfg;
-    model_state *s = &m->s;
-    const size_t B = (size_t)m->params.max_batch;
-    const int nt = m->params.n_threads;
-    s->x = malloc(B * (size_t)c->n_embd * sizeof(float));
-    s->xb = malloc(B * (size_t)c->n_embd * sizeof(float));
-    s->xb2 = malloc(B * (size_t)c->n_embd * sizeof(float));
-    s->q = malloc(B * (size_t)c->n_head * (size_t)c->head_dim * sizeof(float));
-    s->k = malloc(B * (size_t)c->n_head_kv * (size_t)c->head_dim * sizeof(float));
-    s->v = malloc(B * (size_t)c->n_head_kv * (size_t)c->head_dim_v * sizeof(float));
-    s->att = malloc(B * (size_t)c->n_head * (size_t)c->head_dim_v * sizeof(float));
-    s->hb = malloc(B * (size_t)c->n_ff * sizeof(float));
-    s->hb2 = malloc(B * (size_t)c->n_ff * sizeof(float));
-    s->rope_cs = malloc(2 * B * (size_t)c->n_rot * sizeof(float));
-    if (m->params.ggml_rounding && c->ffn_act == MODEL_FFN_GELU_TANH) {
-        s->gelu_f16 = malloc(65536 * sizeof(float));
-        if (s->gelu_f16 == NULL) return fail(m, MODEL_ERR_NOMEM, "out of memory (gelu table)");
-        for (uint32_t h = 0; h < 65536; h++)
-            s->gelu_f16[h] = tq_f16_to_f32(tq_f32_to_f16(gelu_tanh(tq_f16_to_f32((uint16_t)h))));
-    }
-    size_t ws = max_work(0, &m->w.output, m->params.max_batch, nt);
-    for (int il = 0; il < c->n_layer; il++) {
-        const model_layer *L = &m->w.layers[il];
-        const matmul_weight *ms[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) ws = max_work(ws, ms[i], m->params.max_batch, nt);
-    }
-    s->work_size = ws;
-    s->work = malloc(ws);
-    if (s->x == NULL || s->xb == NULL || s->xb2 == NULL || s->q == NULL || s->k == NULL || s->v == NULL ||
-        s->att == NULL || s->hb == NULL || s->hb2 == NULL || s->rope_cs == NULL || s->work == NULL)
-        return fail(m, MODEL_ERR_NOMEM, "out of memory (run state)");
-    return MODEL_OK;
-}
-
-static void free_state(model_state *s) {
-    free(s->x);
-    free(s->xb);
-    free(s->xb2);
-    free(s->q);
-    free(s->k);
-    free(s->v);
-    free(s->att);
-    free(s->hb);
-    free(s->hb2);
-    free(s->rope_cs);
-    free(s->gelu_f16);
-    free(s->work);
-    memset(s, 0, sizeof *s);
-}
-
-/* ---- the KV cache ---------------------------------------------------------------------------- */
-
-/* A status of the library as a model status: the shape/scheme errors of create mean the
- * scheme does not fit this model; running out of memory is itself; the rest is a bug. */
-static model_status kv_fail(model *m, tq_status ts, const char *what) {
-    model_status st = ts == TQ_ERR_NOMEM ? MODEL_ERR_NOMEM
-                      : ts == TQ_ERR_DIM || ts == TQ_ERR_BITS || ts == TQ_ERR_VARIANT || ts == TQ_ERR_INVALID
-                          ? MODEL_ERR_KV_SCHEME
-                          : MODEL_ERR_INTERNAL;
-    return fail(m, st, "KV cache %s: %s (%s)", what, tq_error_message(ts), tq_error_name(ts));
-}
-
-/* Builds a cache of scheme (NULL: f16) with the overrides, reserved for max_ctx, and its
- * attention workspace, then swaps them in; on error the model keeps what it had. */
-static model_status build_kv(model *m, const tq_kv_scheme *scheme, const tq_kv_layer_scheme *layer_schemes) {
-    const model_config *c = &m->cfg;
-    tq_kv_cache_config kc;
-    tq_kv_cache_config_init(&kc, c->n_layer, c->n_head_kv, c->head_dim, c->head_dim_v);
-    if (scheme != NULL) kc.scheme = *scheme;
-    kc.layer_schemes = layer_schemes;
-    kc.reserve_tokens = (size_t)m->params.max_ctx;
-    /* Sliding-window layers keep only what their queries can see (the library recycles the
-     * pages of older positions): memory O(window) instead of O(context). */
-    size_t *windows = calloc((size_t)c->n_layer, sizeof *windows);
-    if (windows == NULL) return fail(m, MODEL_ERR_NOMEM, "KV cache windows");
-    for (int il = 0; il < c->n_layer; il++)
-        windows[il] = m->w.layers[il].is_swa ? (size_t)c->sliding_window : 0;
-    kc.layer_windows = windows;
-    tq_kv_cache *kv = NULL;
-    tq_status ts = tq_kv_cache_create(&kv, &kc);
-    free(windows); /* copied by create */
-    if (ts != TQ_OK) return kv_fail(m, ts, "create");
-    ts = tq_kv_cache_reserve(kv, (size_t)m->params.max_ctx); /* in case create took no reserve */
-    if (ts != TQ_OK) {
-        tq_kv_cache_free(kv);
-        return kv_fail(m, ts, "reserve");
-    }
-    /* The workspace depends on the layer's scheme, the batch and the threads, not on the cache
-     * length; the size for max_batch serves every smaller batch. */
-    const int nt = tq_threadpool_size(m->pool);
-    size_t ws = 0;
-    for (int il = 0; il < c->n_layer; il++) {
-        size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)m->params.max_batch, nt);
-        if (w == 0) {
-            tq_kv_cache_free(kv);
-            return fail(m, MODEL_ERR_KV_SCHEME, "KV cache: no attention workspace size for layer %d", il);
-        }
-        if (w > ws) ws = w;
-    }
-    void *work = malloc(ws);
-    if (work == NULL) {
-        tq_kv_cache_free(kv);
-        return fail(m, MODEL_ERR_NOMEM, "out of memory (attention workspace, %zu bytes)", ws);
-    }
-    tq_kv_cache_free(m->kv);
-    free(m->attn_work);
-    m->kv = kv;
-    m->attn_work = work;
-    m->attn_work_size = ws;
-    m->kv_scheme = kc.scheme;
-    m->params.kv_scheme = &m->kv_scheme;
-    return MODEL_OK;
-}
-
-model_status model_set_kv_layer_schemes(model *m, const tq_kv_scheme *scheme,
-                                        const tq_kv_layer_scheme *layer_schemes) {
-    if (m == NULL) return MODEL_ERR_ARG;
-    m->err[0] = '\0';
-    return build_kv(m, scheme, layer_schemes);
-}
-
-model_status model_set_kv_scheme(model *m, const tq_kv_scheme *scheme) {
-    return model_set_kv_layer_schemes(m, scheme, NULL);
-}
-
-model_status model_kv_memory(const model *m, tq_kv_memory *mem) {
-    if (m == NULL || mem == NULL) return MODEL_ERR_ARG;
-    return tq_kv_cache_memory(m->kv, mem, sizeof *mem) == TQ_OK ? MODEL_OK : MODEL_ERR_INTERNAL;
-}
-
-const tq_kv_cache *model_kv_cache(const model *m) { return m == NULL ? NULL : m->kv; }
-
-/* Drops every position >= len (no change when len is not below the length). Fails (0) only
- * when the sliding-window layers no longer hold what a query at len would see. */
-static int kv_rewind(model *m, int len) {
-    if (len < 0) len = 0;
-    if ((size_t)len < tq_kv_cache_length(m->kv, 0)) return tq_kv_cache_truncate(m->kv, (size_t)len) == TQ_OK;
-    return 1;
-}
-
-/* ---- math ---------------------------------------------------------------------------------- */
-
-/* out = x / sqrt(mean(x^2) + eps) * w (doc section 3: the Gemma "+1" is already in w).
- * Squares summed in double and the scale applied in float, as ggml does. out may be x. */
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
-    const float scale = 1.0f / sqrtf((float)(ss / n) + eps);
-    for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
-}
-
-/* cos/sin of theta_i = pos * freq_scale * base^(-2i/n_rot), i < n_rot/2, by repeated
- * multiplication as ggml does (doc section 4). cs: (n, n_rot/2, 2). */
-static void rope_table(float *cs, int pos0, int n, int n_rot, float base, float freq_scale) {
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    for (int t = 0; t < n; t++) {
-        float theta = (float)(pos0 + t) * freq_scale;
-        float *r = cs + (size_t)t * (size_t)n_rot;
-        for (int i = 0; i < n_rot / 2; i++) {
-            r[2 * i] = cosf(theta);
-            r[2 * i + 1] = sinf(theta);
-            theta *= theta_scale;
-        }
-    }
-}
-
-/* Rotates the first n_rot values of one head. NEOX pairs (i, i + n_rot/2); NORM pairs
- * (2i, 2i+1). cs: (n_rot/2, 2) for this token. */
-static void rope_head(float *x, const float *cs, int n_rot, model_rope_layout layout) {
-    const int half = n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        const int a = layout == MODEL_ROPE_NEOX ? i : 2 * i, b = layout == MODEL_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
-    }
-}
-
-/* 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), in ggml's operation order */
-static float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
-}
-
-/* ggml's GELU with GGML_GELU_FP16: 0 below -10, identity above 10, else the fp16 table. */
-static float gelu_ggml(const float *table, float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    return table[tq_f32_to_f16(x)];
-}
-
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-
-/* ---- forward ------------------------------------------------------------------------------- */
-
-static model_status mm(model *m, const matmul_weight *w, const float *x, float *y, int n, const char *what) {
-    int st = matmul(w, x, y, n, m->pool, m->s.work, m->s.work_size);
-    if (st != QUANT_OK) return fail(m, MODEL_ERR_INTERNAL, "matmul %s: %s", what, quant_status_name(st));
-    return MODEL_OK;
-}
-
-static void add_bias(float *y, const float *b, int n, int width) {
-    if (b == NULL) return;
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < width; i++) y[(size_t)t * (size_t)width + (size_t)i] += b[i];
-}
-
-/* Per-head RMSNorm (optional) then RoPE for n tokens of n_heads heads. */
-static void qk_prepare(const model_config *c, float *x, int n, int n_heads, const float *norm, const float *cs) {
-    for (int t = 0; t < n; t++)
-        for (int h = 0; h < n_heads; h++) {
-            float *xh = x + ((size_t)t * (size_t)n_heads + (size_t)h) * (size_t)c->head_dim;
-            if (norm != NULL) rmsnorm(xh, xh, norm, c->head_dim, c->rms_eps);
-            rope_head(xh, cs + (size_t)t * (size_t)c->n_rot, c->n_rot, c->rope_layout);
-        }
-}
-
-static model_status forward_layer(model *m, int il, int n, int pos0) {
-    const model_config *c = &m->cfg;
-    const model_layer *L = &m->w.layers[il];
-    model_state *s = &m->s;
-    const int E = c->n_embd;
-
-    /* attention sub-block: x += post_norm(W_o attn(rope(norm(W_q h)), rope(norm(W_k h)), W_v h)) */
-    for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->rms_eps);
-    TRY(mm(m, &L->wq, s->xb, s->q, n, "attn_q"));
-    TRY(mm(m, &L->wk, s->xb, s->k, n, "attn_k"));
-    TRY(mm(m, &L->wv, s->xb, s->v, n, "attn_v"));
-    add_bias(s->q, L->bq, n, c->n_head * c->head_dim);
-    add_bias(s->k, L->bk, n, c->n_head_kv * c->head_dim);
-    add_bias(s->v, L->bv, n, c->n_head_kv * c->head_dim_v);
-    const float *cs = s->rope_cs + (L->is_swa ? (size_t)m->params.max_batch * (size_t)c->n_rot : 0);
-    qk_prepare(c, s->q, n, c->n_head, L->q_norm, cs);
-    qk_prepare(c, s->k, n, c->n_head_kv, L->k_norm, cs);
-    if (m->params.ggml_rounding) { /* llama.cpp rounds the scaled Q to fp16 for K.q */
-        const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
-        for (size_t i = 0; i < nq; i++) s->q[i] = tq_f16_to_f32(tq_f32_to_f16(s->q[i] * c->attn_scale)) / c->attn_scale;
-    }
-    tq_attn_params ap;
-    tq_attn_params_init(&ap, c->head_dim);
-    ap.scale = c->attn_scale;
-    ap.causal = 1;
-    ap.sliding_window = L->is_swa ? c->sliding_window : 0;
-    ap.softcap = 0.0f; /* Gemma 3 has no attention soft-cap (doc/gemma3.md section 4) */
-    if (m->attn_hook != NULL) m->attn_hook(m->attn_hook_ctx, il, pos0, n, s->q, s->k, s->v, &ap);
-    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
-     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
-    /* The queries first: a layer's first compression (maybe inside this append) fixes its key
-     * scale from the queries seen so far (tq_kv_cache_observe_queries). */
-    tq_status ts = tq_kv_cache_observe_queries(m->kv, il, s->q, c->n_head, (size_t)n);
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
-    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
-        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->pool, m->attn_work, m->attn_work_size,
-                         s->att, (size_t)m->params.max_batch * (size_t)c->n_head * (size_t)c->head_dim_v);
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
-    TRY(mm(m, &L->wo, s->att, s->xb2, n, "attn_output"));
-    for (int t = 0; t < n; t++) {
-        float *a = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
-        if (L->post_attn_norm != NULL) rmsnorm(a, a, L->post_attn_norm, E, c->rms_eps);
-        for (int i = 0; i < E; i++) x[i] += a[i];
-    }
-
-    /* FFN sub-block: x += post_norm(W_down (act(W_gate h) * W_up h)), h = norm(x) */
-    for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->ffn_norm, E, c->rms_eps);
-    TRY(mm(m, &L->w_gate, s->xb, s->hb, n, "ffn_gate"));
-    TRY(mm(m, &L->w_up, s->xb, s->hb2, n, "ffn_up"));
-    const size_t nf = (size_t)n * (size_t)c->n_ff;
-    if (c->ffn_act == MODEL_FFN_GELU_TANH && s->gelu_f16 != NULL)
-        for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_ggml(s->gelu_f16, s->hb[i]) * s->hb2[i];
-    else if (c->ffn_act == MODEL_FFN_GELU_TANH)
-        for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_tanh(s->hb[i]) * s->hb2[i];
-    else
-        for (size_t i = 0; i < nf; i++) s->hb[i] = silu(s->hb[i]) * s->hb2[i];
-    TRY(mm(m, &L->w_down, s->hb, s->xb2, n, "ffn_down"));
-    for (int t = 0; t < n; t++) {
-        float *f = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
-        if (L->post_ffn_norm != NULL) rmsnorm(f, f, L->post_ffn_norm, E, c->rms_eps);
-        for (int i = 0; i < E; i++) x[i] += f[i];
-    }
-    return MODEL_OK;
-}
-
-model_status model_forward(model *m, const int32_t *tokens, int n, int pos0, int all_logits, float *logits) {
-    if (m == NULL) return MODEL_ERR_ARG;
-    m->err[0] = '\0';
-    const model_config *c = &m->cfg;
-    model_state *s = &m->s;
-    if (tokens == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens");
-    if (n > m->params.max_batch) return fail(m, MODEL_ERR_BATCH, "batch of %d > max_batch %d", n, m->params.max_batch);
-    const int len = model_seq_len(m);
-    if (pos0 < 0 || pos0 > len) return fail(m, MODEL_ERR_POS, "pos0 %d with %d positions stored", pos0, len);
-    if (pos0 > m->params.max_ctx - n)
-        return fail(m, MODEL_ERR_CONTEXT, "positions %d..%d past max_ctx %d", pos0, pos0 + n - 1, m->params.max_ctx);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
-            return fail(m, MODEL_ERR_TOKEN, "token %d at %d outside 0..%d", tokens[t], t, c->n_vocab - 1);
-    if (!kv_rewind(m, pos0))
-        return fail(m, MODEL_ERR_POS,
-                    "cannot rewind to position %d of %d: the sliding-window layers keep only the "
-                    "last %d + %d positions (rewind less, or restart from 0)",
-                    pos0, len, c->sliding_window, TQ_KV_WINDOW_SLACK);
-
-    /* x = embd[token] * embd_scale (sqrt(n_embd) for Gemma: doc section 5) */
-    const size_t row_bytes = quant_row_bytes(m->w.token_embd.type, c->n_embd);
-    for (int t = 0; t < n; t++) {
-        float *x = s->x + (size_t)t * (size_t)c->n_embd;
-        quant_dequantize_row(m->w.token_embd.type, (const char *)m->w.token_embd.data + (size_t)tokens[t] * row_bytes,
-                             x, c->n_embd);
-        if (c->embd_scale != 1.0f)
-            for (int i = 0; i < c->n_embd; i++) x[i] *= c->embd_scale;
-    }
-    rope_table(s->rope_cs, pos0, n, c->n_rot, c->rope_base, c->rope_freq_scale);
-    /* Local layers: their own base, and no linear scaling (llama.cpp's freq_scale_swa = 1). */
-    rope_table(s->rope_cs + (size_t)m->params.max_batch * (size_t)c->n_rot, pos0, n, c->n_rot, c->rope_base_swa,
-               c->arch == MODEL_ARCH_GEMMA3 ? 1.0f : c->rope_freq_scale);
-
-    for (int il = 0; il < c->n_layer; il++) {
-        model_status st = forward_layer(m, il, n, pos0);
-        if (st != MODEL_OK) {
-            if (!kv_rewind(m, pos0)) kv_rewind(m, 0); /* too far back for the windows: reset */
-            return st;
-        }
-    }
-    if (logits == NULL) return MODEL_OK;
-
-    /* logits = W_out . norm(x), for the last token or every token */
-    const int first = all_logits ? 0 : n - 1, n_out = n - first;
-    for (int t = first; t < n; t++)
-        rmsnorm(s->xb + (size_t)(t - first) * c->n_embd, s->x + (size_t)t * c->n_embd, m->w.output_norm, c->n_embd,
-                c->rms_eps);
-    TRY(mm(m, &m->w.output, s->xb, logits, n_out, "output"));
-    if (c->final_softcap > 0.0f) {
-        const float cap = c->final_softcap;
-        for (size_t i = 0; i < (size_t)n_out * (size_t)c->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
-    }
-    return MODEL_OK;
-}
-
-model_status model_forward_as_decode(model *m, const int32_t *tokens, int n, int pos0, float *logits) {
-    if (m == NULL) return MODEL_ERR_ARG;
-    if (tokens == NULL || logits == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens or no logits");
-    for (int q = 0; q < n;) {
-        const int most = n - q < m->params.max_batch ? n - q : m->params.max_batch;
-        const int k = (int)tq_kv_scheme_decode_chunk(&m->kv_scheme, (size_t)(pos0 + q), (size_t)most);
-        model_status st = model_forward(m, tokens + q, k, pos0 + q, 1, logits + (size_t)q * (size_t)m->cfg.n_vocab);
-        if (st != MODEL_OK) return st;
-        q += k;
-    }
-    return MODEL_OK;
-}
-
-model_status model_forward_after_prompt(model *m, const int32_t *tokens, int n, int pos0, float *logits) {
-    if (m == NULL) return MODEL_ERR_ARG;
-    if (tokens == NULL || logits == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens or no logits");
-    model_status st = model_forward(m, tokens, 1, pos0, 1, logits);
-    if (st != MODEL_OK || n == 1) return st;
-    return model_forward_as_decode(m, tokens + 1, n - 1, pos0 + 1, logits + (size_t)m->cfg.n_vocab);
-}
-
-model_status model_forward_rows(model *m, const int32_t *tokens, int n, int pos0, model_rows_mode mode,
-                                float *logits) {
-    switch (mode) {
-    case MODEL_ROWS_AS_DECODE: return model_forward_as_decode(m, tokens, n, pos0, logits);
-    case MODEL_ROWS_AFTER_PROMPT: return model_forward_after_prompt(m, tokens, n, pos0, logits);
-    default: return model_forward(m, tokens, n, pos0, 1, logits);
-    }
-}
-
 /* ---- load / free --------------------------------------------------------------------------- */
 
 const model_config *model_get_config(const model *m) { return m == NULL ? NULL : &m->cfg; }
 
-void model_set_attn_hook(model *m, model_attn_hook fn, void *ctx) {
-    if (m == NULL) return;
-    m->attn_hook = fn;
-    m->attn_hook_ctx = fn != NULL ? ctx : NULL;
-}
+const gguf_file *model_file(const model *m) { return m == NULL ? NULL : m->file; }
 
-int model_seq_len(const model *m) { return m == NULL ? 0 : (int)tq_kv_cache_length(m->kv, 0); }
-
-void model_truncate(model *m, int len) {
-    if (m != NULL && !kv_rewind(m, len)) kv_rewind(m, 0);
+int model_layer_is_swa(const model *m, int il) {
+    return m != NULL && il >= 0 && il < m->cfg.n_layer && m->w.layers[il].is_swa;
 }
 
 void model_free(model *m) {
     if (m == NULL) return;
-    free_state(&m->s);
-    tq_kv_cache_free(m->kv);
-    free(m->attn_work);
-    tq_threadpool_free(m->pool);
     free(m->w.layers);
     gguf_close(m->file);
     free(m);
 }
 
 static model_status load_into(model *m, const char *path) {
-    /* The pool first: an n_threads out of range is a bad argument, whatever the file. */
-    tq_status ts = tq_threadpool_create(&m->pool, m->params.n_threads);
-    if (ts == TQ_ERR_INVALID)
-        return fail(m, MODEL_ERR_ARG, "n_threads %d: want 1 .. 256", m->params.n_threads);
-    if (ts != TQ_OK)
-        return fail(m, MODEL_ERR_NOMEM, "cannot start %d threads: %s", m->params.n_threads, tq_error_name(ts));
     char gerr[200];
     gguf_status gs = gguf_open(path, &m->file, gerr, sizeof gerr);
     if (gs != GGUF_OK) return fail(m, MODEL_ERR_FILE, "%s: %s", path, gerr);
     TRY(read_config(m));
-    if (m->params.max_ctx > m->cfg.n_ctx_train)
-        return fail(m, MODEL_ERR_CONTEXT, "max_ctx %d > the model's context_length %d", m->params.max_ctx,
-                    m->cfg.n_ctx_train);
     TRY(read_weights(m));
-    TRY(build_state(m));
-    TRY(build_kv(m, m->params.kv_scheme, NULL));
     return MODEL_OK;
 }
 
-model_status model_load(const char *path, const model_params *p, model **out, char *err, size_t err_cap) {
+model_status model_load(const char *path, model **out, char *err, size_t err_cap) {
     if (out != NULL) *out = NULL;
-    if (path == NULL || p == NULL || out == NULL || p->max_ctx < 1 || p->max_batch < 1 || p->n_threads < 1) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "bad argument");
-        return MODEL_ERR_ARG;
+    if (path == NULL || out == NULL) {
+        return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
     }
     model *m = calloc(1, sizeof *m);
-    if (m == NULL) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "out of memory");
-        return MODEL_ERR_NOMEM;
-    }
-    m->params = *p;
-    if (m->params.max_batch > m->params.max_ctx) m->params.max_batch = m->params.max_ctx;
+    if (m == NULL) return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory");
     model_status st = load_into(m, path);
     if (st != MODEL_OK) {
-        if (err != NULL && err_cap > 0) snprintf(err, err_cap, "%s", m->err);
+        report_error(err, err_cap, st, m->err);
         model_free(m);
         return st;
     }

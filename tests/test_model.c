@@ -8,12 +8,12 @@
  * TQ_PPL_CHUNKS=N scores N chunks instead of 4 (40 for the figure in the report);
  * TQ_SPEED=1 prints prefill/decode speed; TQ_ONLY_SHORT=1 runs the first golden prompt and the
  * error tests only (for sanitizer builds); TQ_THREADS (default 2); TQ_GGML_ROUNDING=1 turns on
- * model_params.ggml_rounding.
+ * context_params.ggml_rounding.
  *
  * Tolerances, and why they are not tighter. llama.cpp quantizes every activation vector to
  * 8 bits before each matrix product (so does our matmul), rounds Q and the softmax weights to
  * fp16 in attention and takes GELU from an fp16 table. This model turns such roundings into
- * large logit changes: our own forward with and without those fp16 roundings (model_params.
+ * large logit changes: our own forward with and without those fp16 roundings (context_params.
  * ggml_rounding) differs by up to 3.9 on single logits, and the independent float32 numpy
  * forward (scripts/reference/numpy_forward.py) lands 1.4 and 3.2 from llama.cpp on the first
  * two prompts. Measured here over the 198 golden rows (top-20 and fixed ids): |dlogit| max
@@ -31,7 +31,8 @@
 #include <time.h>
 
 #include "../engine/gguf.h"
-#include "../engine/model.h"
+#include "model_fixture.h"
+#include "../engine/eval.h"
 #include "../engine/sampler.h"
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
@@ -46,7 +47,7 @@
 
 static const char *model_path;
 static char golden_dir[512];
-static model *g_model;
+static fixture g_fx;
 static int g_threads = 2;
 
 static double now_s(void) {
@@ -120,7 +121,7 @@ static void compare_row(const float *row, int n_vocab, const jl_node *rec, const
 }
 
 static void test_golden_logits(void) {
-    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     char path[600];
     snprintf(path, sizeof path, "%s/gemma3_logits.json", golden_dir);
     jl_doc doc;
@@ -130,7 +131,7 @@ static void test_golden_logits(void) {
         jl_free(&doc);
         return;
     }
-    const int nv = g_model->cfg.n_vocab;
+    const int nv = g_fx.m->cfg.n_vocab;
     const jl_node *fixed = jl_get(root, "fixed_token_ids"), *prompts = jl_get(root, "prompts");
     CHECK(prompts != NULL && prompts->n > 0);
     float *logits = malloc((size_t)512 * (size_t)nv * sizeof(float));
@@ -150,8 +151,8 @@ static void test_golden_logits(void) {
         int i = 0;
         for (const jl_node *t = ids->first; t && i < 512; t = t->next) toks[i++] = (int32_t)t->num;
         cmp_stats st = {0, 0, 0, 0, 0, 0, 0, 0};
-        model_status ms = model_forward(g_model, toks, n, 0, 1, logits);
-        CHECK_MSG(ms == MODEL_OK, "%s", model_last_error(g_model));
+        model_status ms = context_forward(g_fx.x, toks, n, 0, 1, logits);
+        CHECK_MSG(ms == MODEL_OK, "%s", context_last_error(g_fx.x));
         if (ms != MODEL_OK) continue;
         i = 0;
         for (const jl_node *p = positions->first; p; p = p->next, i++)
@@ -174,8 +175,8 @@ static void test_golden_logits(void) {
                 const jl_node *tl = jl_get(srec, "top_logits");
                 if (tie_at < 0 && jl_num(jl_at(tl, 0), 0) - jl_num(jl_at(tl, 1), 0) < NEAR_TIE) tie_at = k + 1;
             }
-            ms = model_forward(g_model, &want, 1, n + k, 0, logits);
-            CHECK_MSG(ms == MODEL_OK, "%s", model_last_error(g_model));
+            ms = context_forward(g_fx.x, &want, 1, n + k, 0, logits);
+            CHECK_MSG(ms == MODEL_OK, "%s", context_last_error(g_fx.x));
             if (ms != MODEL_OK) break;
             if (srec != NULL) {
                 compare_row(logits, nv, srec, fixed, &st, nm, n + k);
@@ -223,29 +224,14 @@ static int32_t *tokenize_text(const char *path, size_t *n_out) {
         free(text);
         return NULL;
     }
-    size_t len = (size_t)sz;
-    if (len > 0 && text[len - 1] == '\n') len--; /* one trailing newline removed */
-    gguf_vocab gv;
-    tokenizer *tok = NULL;
-    int32_t *ids = NULL;
-    char err[200];
-    if (vocab_build(g_model->file, &gv, err, sizeof err) == VOCAB_OK && tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
-        size_t cap = tokenizer_encode_bound(tok, len);
-        ids = malloc(cap * sizeof *ids);
-        if (ids != NULL &&
-            tokenizer_encode(tok, text, len, TOKENIZER_ENCODE_ADD_SPECIAL, ids, cap, n_out) != TOKENIZER_OK) {
-            free(ids);
-            ids = NULL;
-        }
-    }
-    tokenizer_free(tok);
-    vocab_free(&gv);
+    int32_t bos;
+    int32_t *ids = eval_tokenize(g_fx.m, text, (size_t)sz, n_out, &bos); /* engine/eval.h */
     free(text);
     return ids;
 }
 
 static void test_perplexity(void) {
-    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
     FILE *probe = fopen(text, "rb");
     if (probe == NULL) SKIP_TEST("WikiText-2 not found at %s (set TQ_WIKITEXT)", text);
@@ -274,7 +260,7 @@ static void test_perplexity(void) {
     int want_chunks = getenv("TQ_PPL_CHUNKS") ? atoi(getenv("TQ_PPL_CHUNKS")) : 4;
     if (want_chunks > (int)chunks->n) want_chunks = (int)chunks->n;
     if (want_chunks < 1) want_chunks = 1;
-    const int nv = g_model->cfg.n_vocab, sub = 64; /* logits rows per forward call */
+    const int nv = g_fx.m->cfg.n_vocab, sub = 64; /* logits rows per forward call */
     float *logits = malloc((size_t)sub * (size_t)nv * sizeof(float));
     int32_t *batch = malloc((size_t)n_ctx * sizeof *batch);
     double nll_ours = 0.0, nll_gold = 0.0, t0 = now_s();
@@ -283,16 +269,16 @@ static void test_perplexity(void) {
     for (int c = 0; c < want_chunks && logits && batch && ch; c++, ch = ch->next) {
         const int32_t *orig = toks + (size_t)c * (size_t)n_ctx;
         memcpy(batch, orig, (size_t)n_ctx * sizeof *batch);
-        batch[0] = g_model->cfg.arch == MODEL_ARCH_GEMMA3 ? 2 : batch[0];
+        batch[0] = g_fx.m->cfg.arch == MODEL_ARCH_GEMMA3 ? 2 : batch[0];
         double id_sum = 0;
         for (int i = 0; i < n_ctx; i++) id_sum += orig[i];
         CHECK_MSG(id_sum == jl_num(jl_get(ch, "token_id_sum"), -1), "chunk %d: token id sum differs", c);
         /* positions 0..first-1 need no logits; then rows first..n_ctx-2 are scored */
-        model_status ms = model_forward(g_model, batch, first, 0, 0, NULL);
+        model_status ms = context_forward(g_fx.x, batch, first, 0, 0, NULL);
         double s = 0.0;
         for (int p = first; p < n_ctx && ms == MODEL_OK; p += sub) {
             int n = n_ctx - p < sub ? n_ctx - p : sub;
-            ms = model_forward(g_model, batch + p, n, p, 1, logits);
+            ms = context_forward(g_fx.x, batch + p, n, p, 1, logits);
             for (int r = 0; r < n && ms == MODEL_OK; r++) {
                 int pos = p + r;
                 if (pos > n_ctx - 2) break;
@@ -300,7 +286,7 @@ static void test_perplexity(void) {
                 s += logsumexp(row, nv) - (double)row[orig[pos + 1]];
             }
         }
-        CHECK_MSG(ms == MODEL_OK, "%s", model_last_error(g_model));
+        CHECK_MSG(ms == MODEL_OK, "%s", context_last_error(g_fx.x));
         int n_scored = n_ctx - 1 - first;
         double gold = jl_num(jl_get(ch, "nll_sum"), 0);
         nll_ours += s;
@@ -325,21 +311,21 @@ static void test_perplexity(void) {
 
 static void test_speed(void) {
     if (getenv("TQ_SPEED") == NULL) SKIP_TEST("a measurement, not a check: set TQ_SPEED=1 to run it");
-    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     int32_t toks[512];
     for (int i = 0; i < 512; i++) toks[i] = i == 0 ? 2 : 1000 + (i * 7919) % 200000;
-    float *logits = malloc((size_t)g_model->cfg.n_vocab * sizeof(float));
+    float *logits = malloc((size_t)g_fx.m->cfg.n_vocab * sizeof(float));
     double t0 = now_s();
-    model_status ms = model_forward(g_model, toks, 512, 0, 0, logits);
+    model_status ms = context_forward(g_fx.x, toks, 512, 0, 0, logits);
     double t1 = now_s();
     CHECK(ms == MODEL_OK);
-    int32_t next = sampler_argmax(logits, g_model->cfg.n_vocab);
+    int32_t next = sampler_argmax(logits, g_fx.m->cfg.n_vocab);
     const int n_dec = 64;
-    model_truncate(g_model, 128);
+    context_truncate(g_fx.x, 128);
     double t2 = now_s();
     for (int i = 0; i < n_dec && ms == MODEL_OK; i++) {
-        ms = model_forward(g_model, &next, 1, 128 + i, 0, logits);
-        next = sampler_argmax(logits, g_model->cfg.n_vocab);
+        ms = context_forward(g_fx.x, &next, 1, 128 + i, 0, logits);
+        next = sampler_argmax(logits, g_fx.m->cfg.n_vocab);
     }
     double t3 = now_s();
     CHECK(ms == MODEL_OK);
@@ -371,21 +357,21 @@ static int write_prefix(const char *path, size_t n, long flip) {
 
 static void test_bad_files(void) {
     model_params p = {512, 64, 1, 0, NULL};
-    model *m = (model *)1;
+    fixture f;
     char err[256] = "";
-    CHECK(model_load("/nonexistent/model.gguf", &p, &m, err, sizeof err) == MODEL_ERR_FILE && m == NULL);
-    CHECK(model_load(NULL, &p, &m, err, sizeof err) == MODEL_ERR_ARG);
+    CHECK(fixture_open("/nonexistent/model.gguf", &p, &f, err, sizeof err) == MODEL_ERR_FILE && f.m == NULL);
+    CHECK(fixture_open(NULL, &p, &f, err, sizeof err) == MODEL_ERR_ARG);
     /* n_threads outside the pool's [1, 256]: a bad argument, checked before the file. */
     model_params pt = p;
     pt.n_threads = 257;
-    CHECK(model_load("/nonexistent/model.gguf", &pt, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
+    CHECK(fixture_open("/nonexistent/model.gguf", &pt, &f, err, sizeof err) == MODEL_ERR_ARG && f.m == NULL);
     CHECK_MSG(strstr(err, "n_threads 257") != NULL, "%s", err);
     pt.n_threads = 0;
-    CHECK(model_load("/nonexistent/model.gguf", &pt, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
+    CHECK(fixture_open("/nonexistent/model.gguf", &pt, &f, err, sizeof err) == MODEL_ERR_ARG && f.m == NULL);
     /* The checks above alone do not make this test pass: it is about the real file. */
-    if (g_model == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
     const char *tmp = "/tmp/tq_test_model_bad.gguf";
-    size_t size = (size_t)gguf_file_size(g_model->file);
+    size_t size = (size_t)gguf_file_size(model_file(g_fx.m));
     struct {
         size_t n;
         long flip;
@@ -398,26 +384,26 @@ static void test_bad_files(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK(write_prefix(tmp, cases[i].n, cases[i].flip));
-        model_status st = model_load(tmp, &p, &m, err, sizeof err);
-        CHECK_MSG(st == cases[i].want && m == NULL, "case %zu: %s (%s)", i, model_status_name(st), err);
+        model_status st = fixture_open(tmp, &p, &f, err, sizeof err);
+        CHECK_MSG(st == cases[i].want && f.m == NULL, "case %zu: %s (%s)", i, model_status_name(st), err);
         printf("  case %zu rejected: %s: %s\n", i, model_status_name(st), err);
     }
     remove(tmp);
     /* requests the model cannot serve */
     model_params big = {65536, 64, 1, 0, NULL};
-    CHECK(model_load(model_path, &big, &m, err, sizeof err) == MODEL_ERR_CONTEXT && m == NULL);
+    CHECK(fixture_open(model_path, &big, &f, err, sizeof err) == MODEL_ERR_CONTEXT && f.m == NULL);
     int32_t bad[2] = {2, 262144};
-    float *lg = malloc((size_t)g_model->cfg.n_vocab * sizeof(float));
-    CHECK(model_forward(g_model, bad, 2, 0, 0, lg) == MODEL_ERR_TOKEN);
+    float *lg = malloc((size_t)g_fx.m->cfg.n_vocab * sizeof(float));
+    CHECK(context_forward(g_fx.x, bad, 2, 0, 0, lg) == MODEL_ERR_TOKEN);
     bad[1] = -1;
-    CHECK(model_forward(g_model, bad, 2, 0, 0, lg) == MODEL_ERR_TOKEN);
+    CHECK(context_forward(g_fx.x, bad, 2, 0, 0, lg) == MODEL_ERR_TOKEN);
     bad[1] = 100;
-    CHECK(model_forward(g_model, bad, 2, 0, 0, lg) == MODEL_OK);
-    CHECK(model_forward(g_model, bad, 1, 5, 0, lg) == MODEL_ERR_POS); /* a gap after 2 positions */
+    CHECK(context_forward(g_fx.x, bad, 2, 0, 0, lg) == MODEL_OK);
+    CHECK(context_forward(g_fx.x, bad, 1, 5, 0, lg) == MODEL_ERR_POS); /* a gap after 2 positions */
     static int32_t many[512];
-    CHECK(model_forward(g_model, many, 512, 2, 0, lg) == MODEL_ERR_CONTEXT); /* 2 + 512 > max_ctx */
-    CHECK(model_seq_len(g_model) == 2);
-    CHECK(model_forward(g_model, bad, 0, 0, 0, lg) == MODEL_ERR_ARG);
+    CHECK(context_forward(g_fx.x, many, 512, 2, 0, lg) == MODEL_ERR_CONTEXT); /* 2 + 512 > max_ctx */
+    CHECK(context_seq_len(g_fx.x) == 2);
+    CHECK(context_forward(g_fx.x, bad, 0, 0, 0, lg) == MODEL_ERR_ARG);
     free(lg);
 }
 
@@ -430,7 +416,7 @@ int main(void) {
     FILE *fp = fopen(model_path, "rb");
     if (fp != NULL) {
         fclose(fp);
-        model_status st = model_load(model_path, &p, &g_model, err, sizeof err);
+        model_status st = fixture_open(model_path, &p, &g_fx, err, sizeof err);
         if (st != MODEL_OK) {
             fprintf(stderr, "model_load: %s: %s\n", model_status_name(st), err);
             return 1;
@@ -445,6 +431,6 @@ int main(void) {
         test_skip_named("test_speed", "TQ_ONLY_SHORT=1 (the sanitizer build runs the short tests only)");
     }
     RUN_TEST(test_bad_files);
-    model_free(g_model);
+    fixture_close(&g_fx);
     return test_report();
 }

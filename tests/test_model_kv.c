@@ -14,7 +14,8 @@
  * prefill_raw = 0 and the forward calls end at multiples of the scheme's batch (64), so
  * before each call's attention every key it sees, its own included, is compressed: the
  * figures are those of a fully compressed cache (checked: compressed length = CTX in every
- * layer). KLD is Σ p_f16 (log p_f16 − log p_scheme) per scored row, averaged.
+ * layer). The scores are engine/eval.c's (the same code as tq perplexity and bench_model_kv):
+ * KLD is Σ p_f16 (log p_f16 − log p_scheme) per scored row, averaged.
  *
  * Bounds, from the run that set them (2 threads, AVX-512, chunk of 256): see KLD_TURBO4_MAX.
  * Runtime: ~25 s of CPU on 2 threads (longer on a shared machine).
@@ -25,7 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/model.h"
+#include "model_fixture.h"
+#include "../engine/eval.h"
 #include "../engine/sampler.h"
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
@@ -43,7 +45,7 @@
 #define SANITIZED 0
 #endif
 
-enum { CTX = 256, PIECE = 64, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
+enum { CTX = 256, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
 
 /* Measured on this chunk (2 threads, AVX-512): mean KLD q8_0 0.0074, turbo0v4 0.017, turbo8v3
  * 0.037, turbo4 0.140, turbo4v3 0.146, q4_0 0.158, turbo3.5 0.336, turbo3 0.548, turbo2 2.76.
@@ -52,7 +54,7 @@ enum { CTX = 256, PIECE = 64, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
 #define KLD_TURBO4_MAX 0.2
 
 static const char *model_path;
-static model *g_model;
+static fixture g_fx;
 static int32_t g_chunk[CTX]; /* the chunk, BOS first */
 static char g_missing_buf[600];
 static const char *g_missing; /* why the tests that need the model and the text cannot run */
@@ -79,7 +81,7 @@ static int load_chunk(const char *path) {
     tokenizer *tok = NULL;
     char err[200];
     int ok = 0;
-    if (vocab_build(g_model->file, &gv, err, sizeof err) == VOCAB_OK) {
+    if (vocab_build(model_file(g_fx.m), &gv, err, sizeof err) == VOCAB_OK) {
         if (tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
             size_t cap = tokenizer_encode_bound(tok, len), n = 0;
             int32_t *ids = malloc(cap * sizeof *ids);
@@ -97,60 +99,50 @@ static int load_chunk(const char *path) {
     return ok;
 }
 
-static void log_softmax(const float *row, float *out, int n) {
-    double mx = row[0];
-    for (int i = 1; i < n; i++)
-        if (row[i] > mx) mx = row[i];
-    double s = 0.0;
-    for (int i = 0; i < n; i++) s += exp((double)row[i] - mx);
-    const double lse = mx + log(s);
-    for (int i = 0; i < n; i++) out[i] = (float)((double)row[i] - lse);
-}
-
 typedef struct {
     double ppl, kld, top1;
     int ok;
 } chunk_result;
 
 /* Runs the chunk with scheme (prefill_raw forced to 0; layer overrides optional) and scores it
- * against g_ref_logp, or fills g_ref_logp when store_ref. */
+ * (engine/eval.h, every key compressed) against g_ref_logp, or fills g_ref_logp when store_ref. */
 static chunk_result run_chunk(const char *name, const tq_kv_layer_scheme *layers, int store_ref) {
     chunk_result r = {0, 0, 0, 0};
     tq_kv_scheme s = scheme_of(name);
-    s.prefill_raw = 0;
-    model_status ms = model_set_kv_layer_schemes(g_model, &s, layers);
-    CHECK_MSG(ms == MODEL_OK, "%s: %s", name, model_last_error(g_model));
+    eval_scheme_for_view(&s, EVAL_COMPRESSED, 0);
+    model_status ms = context_set_kv_layer_schemes(g_fx.x, &s, layers);
+    CHECK_MSG(ms == MODEL_OK, "%s: %s", name, context_last_error(g_fx.x));
     if (ms != MODEL_OK) return r;
-    const int nv = g_model->cfg.n_vocab;
-    float *logits = malloc((size_t)PIECE * (size_t)nv * sizeof(float));
+    const int nv = g_fx.m->cfg.n_vocab;
+    float *logits = malloc((size_t)EVAL_PIECE * (size_t)nv * sizeof(float));
     float *lp = malloc((size_t)nv * sizeof(float));
-    CHECK(logits != NULL && lp != NULL);
-    if (logits == NULL || lp == NULL) goto done;
-    ms = model_forward(g_model, g_chunk, FIRST, 0, 0, NULL);
-    double nll = 0.0, kld = 0.0;
-    long top = 0;
-    for (int p = FIRST; p < CTX && ms == MODEL_OK; p += PIECE) {
-        ms = model_forward(g_model, g_chunk + p, PIECE, p, 1, logits);
-        for (int i = 0; i < PIECE && ms == MODEL_OK && p + i < CTX - 1; i++) {
-            const int row = p + i - FIRST;
-            float *ref = g_ref_logp + (size_t)row * (size_t)nv;
-            log_softmax(logits + (size_t)i * (size_t)nv, store_ref ? ref : lp, nv);
-            const float *mine = store_ref ? ref : lp;
-            nll -= mine[g_chunk[p + i + 1]];
-            double k = 0.0;
-            for (int j = 0; j < nv; j++) k += exp((double)ref[j]) * ((double)ref[j] - (double)mine[j]);
-            kld += k;
-            top += sampler_argmax(ref, nv) == sampler_argmax(mine, nv);
+    eval_piece plan[CTX / EVAL_PIECE];
+    eval_acc acc;
+    const int n_pieces = eval_plan(CTX, EVAL_COMPRESSED, plan, CTX / EVAL_PIECE);
+    const int acc_ok = eval_acc_init(&acc, N_SCORED) == 0;
+    CHECK(logits != NULL && lp != NULL && acc_ok && n_pieces == (CTX - FIRST) / EVAL_PIECE);
+    if (logits == NULL || lp == NULL || !acc_ok || n_pieces < 1) goto done;
+    ms = eval_prefill(g_fx.x, g_chunk, CTX);
+    for (int k = 0; k < n_pieces && ms == MODEL_OK; k++) {
+        const eval_piece *pc = &plan[k];
+        ms = eval_run_piece(g_fx.x, g_chunk, pc, logits);
+        for (int i = 0; i < pc->n_score && ms == MODEL_OK; i++) {
+            float *ref = g_ref_logp + (size_t)(pc->pos + i - FIRST) * (size_t)nv, *mine = store_ref ? ref : lp;
+            eval_log_softmax(logits + (size_t)i * (size_t)nv, mine, nv);
+            eval_score_row(&acc, ref, mine, nv, g_chunk[pc->pos + i + 1]);
         }
     }
-    CHECK_MSG(ms == MODEL_OK, "%s: %s", name, model_last_error(g_model));
+    CHECK_MSG(ms == MODEL_OK, "%s: %s", name, context_last_error(g_fx.x));
     if (ms != MODEL_OK) goto done;
-    r.ppl = exp(nll / N_SCORED);
-    r.kld = kld / N_SCORED;
-    r.top1 = (double)top / N_SCORED;
+    eval_summary e;
+    CHECK(eval_summarize(&acc, &e) == 0 && e.rows == N_SCORED);
+    r.ppl = e.ppl;
+    r.kld = e.kld_mean;
+    r.top1 = e.top1;
     r.ok = isfinite(r.ppl) && isfinite(r.kld);
     CHECK_MSG(r.ok, "%s: ppl %g kld %g", name, r.ppl, r.kld);
 done:
+    if (acc_ok) eval_acc_free(&acc);
     free(logits);
     free(lp);
     return r;
@@ -164,22 +156,22 @@ static void test_greedy_deterministic(void) {
     if (g_missing != NULL) SKIP_TEST("%s", g_missing);
     enum { PROMPT = 40, STEPS = 24 };
     const char *schemes[] = {"f16", "turbo3"};
-    const int nv = g_model->cfg.n_vocab;
+    const int nv = g_fx.m->cfg.n_vocab;
     float *logits = malloc((size_t)nv * sizeof(float));
     CHECK(logits != NULL);
     for (int si = 0; si < 2 && logits; si++) {
         int32_t gen[2][STEPS];
         for (int run = 0; run < 2; run++) {
             tq_kv_scheme s = scheme_of(schemes[si]);
-            CHECK(model_set_kv_scheme(g_model, &s) == MODEL_OK);
-            CHECK(model_seq_len(g_model) == 0);
-            model_status ms = model_forward(g_model, g_chunk, PROMPT, 0, 0, logits);
+            CHECK(context_set_kv_scheme(g_fx.x, &s) == MODEL_OK);
+            CHECK(context_seq_len(g_fx.x) == 0);
+            model_status ms = context_forward(g_fx.x, g_chunk, PROMPT, 0, 0, logits);
             for (int k = 0; k < STEPS; k++) {
                 gen[run][k] = ms == MODEL_OK ? sampler_argmax(logits, nv) : -1;
-                if (ms == MODEL_OK) ms = model_forward(g_model, &gen[run][k], 1, PROMPT + k, 0, logits);
+                if (ms == MODEL_OK) ms = context_forward(g_fx.x, &gen[run][k], 1, PROMPT + k, 0, logits);
             }
-            CHECK_MSG(ms == MODEL_OK, "%s: %s", schemes[si], model_last_error(g_model));
-            const size_t comp = tq_kv_cache_compressed_length(model_kv_cache(g_model), 0);
+            CHECK_MSG(ms == MODEL_OK, "%s: %s", schemes[si], context_last_error(g_fx.x));
+            const size_t comp = tq_kv_cache_compressed_length(context_kv_cache(g_fx.x), 0);
             /* length PROMPT + STEPS = 64: turbo3 has compressed all of it (batch 64), f16 none */
             CHECK_MSG(comp == (si == 0 ? 0u : (size_t)(PROMPT + STEPS)), "%s: %zu compressed", schemes[si], comp);
         }
@@ -202,7 +194,7 @@ static void test_schemes_chunk(void) {
     if (short_run)
         test_skip("schemes q8_0 q4_0 turbo3.5 turbo4v3 turbo0v4 turbo8v3: %s",
                   SANITIZED ? "sanitizer build (the short list only)" : "TQ_ONLY_SHORT=1");
-    const int nv = g_model->cfg.n_vocab, nl = g_model->cfg.n_layer;
+    const int nv = g_fx.m->cfg.n_vocab, nl = g_fx.m->cfg.n_layer;
     g_ref_logp = malloc((size_t)N_SCORED * (size_t)nv * sizeof(float));
     CHECK(g_ref_logp != NULL);
     if (g_ref_logp == NULL) return;
@@ -215,7 +207,7 @@ static void test_schemes_chunk(void) {
         if (!r.ok) continue;
         if (i == 0) ppl_f16 = r.ppl;
         /* every layer, local ones too, holds the whole chunk compressed (f16: nothing to compress) */
-        const tq_kv_cache *kv = model_kv_cache(g_model);
+        const tq_kv_cache *kv = context_kv_cache(g_fx.x);
         const size_t want = i == 0 ? 0 : CTX;
         for (int il = 0; il < nl; il++)
             CHECK_MSG(tq_kv_cache_compressed_length(kv, il) == want && tq_kv_cache_length(kv, il) == CTX,
@@ -223,16 +215,16 @@ static void test_schemes_chunk(void) {
                       tq_kv_cache_length(kv, il));
         /* memory is exact: every layer's CTX tokens at the scheme's bytes per token */
         tq_kv_memory mem;
-        CHECK(model_kv_memory(g_model, &mem) == MODEL_OK);
+        CHECK(context_kv_memory(g_fx.x, &mem) == MODEL_OK);
         size_t kb = 0, vb = 0;
         tq_kv_layer_scheme ls = test_layer_scheme(kv, 0);
-        CHECK(tq_kv_layer_scheme_bytes(&ls, g_model->cfg.head_dim, g_model->cfg.head_dim_v, &kb, &vb) == TQ_OK);
+        CHECK(tq_kv_layer_scheme_bytes(&ls, g_fx.m->cfg.head_dim, g_fx.m->cfg.head_dim_v, &kb, &vb) == TQ_OK);
         /* plus, per layer, the per-head key mean and key scale (floats) and the key split's
          * channel order (u16) when the scheme keeps them */
         const size_t mean_bytes = ((size_t)((ls.key_mean ? 1 : 0) + (ls.key_scale ? 1 : 0)) * sizeof(float) +
                                    (ls.key_split ? sizeof(uint16_t) : 0)) *
-                                  (size_t)nl * (size_t)g_model->cfg.n_head_kv * (size_t)g_model->cfg.head_dim;
-        CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_model->cfg.n_head_kv * (kb + vb) + mean_bytes,
+                                  (size_t)nl * (size_t)g_fx.m->cfg.n_head_kv * (size_t)g_fx.m->cfg.head_dim;
+        CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_fx.m->cfg.n_head_kv * (kb + vb) + mean_bytes,
                   "%s: %zu data bytes", names[i], mem.data_bytes);
         CHECK(mem.tokens == (size_t)nl * CTX);
         printf("  %-9s %9.4f %+9.4f %9.5f %6.1f%% %7.2fx\n", names[i], r.ppl, r.ppl - ppl_f16, r.kld, 100 * r.top1,
@@ -255,65 +247,65 @@ static void test_local_layers_f16(void) {
     /* the reference rows come from test_schemes_chunk, which ran (and failed if it made none) */
     CHECK_MSG(g_ref_logp != NULL, "no f16 reference rows from test_schemes_chunk");
     if (g_ref_logp == NULL) return;
-    const int nl = g_model->cfg.n_layer;
+    const int nl = g_fx.m->cfg.n_layer;
     tq_kv_scheme t3 = scheme_of("turbo3"), f16 = scheme_of("f16");
     tq_kv_layer_scheme *layers = malloc((size_t)nl * sizeof *layers);
     CHECK(layers != NULL);
     if (layers == NULL) return;
     int n_local = 0;
     for (int il = 0; il < nl; il++) {
-        n_local += g_model->w.layers[il].is_swa;
-        layers[il] = g_model->w.layers[il].is_swa ? f16.layer : t3.layer;
+        n_local += model_layer_is_swa(g_fx.m, il);
+        layers[il] = model_layer_is_swa(g_fx.m, il) ? f16.layer : t3.layer;
     }
     chunk_result r = run_chunk("turbo3", layers, 0);
-    const tq_kv_cache *kv = model_kv_cache(g_model);
+    const tq_kv_cache *kv = context_kv_cache(g_fx.x);
     for (int il = 0; il < nl && r.ok; il++) {
-        const size_t want = g_model->w.layers[il].is_swa ? 0 : CTX;
+        const size_t want = model_layer_is_swa(g_fx.m, il) ? 0 : CTX;
         CHECK_MSG(tq_kv_cache_compressed_length(kv, il) == want, "layer %d: %zu compressed", il,
                   tq_kv_cache_compressed_length(kv, il));
     }
     tq_kv_memory mem;
-    CHECK(model_kv_memory(g_model, &mem) == MODEL_OK);
+    CHECK(context_kv_memory(g_fx.x, &mem) == MODEL_OK);
     printf("  turbo3 on the %d global layers, %d local layers f16: PPL %.4f, KLD %.5f, top-1 %.1f%%, ratio %.2fx\n",
            nl - n_local, n_local, r.ppl, r.kld, 100 * r.top1, (double)mem.f16_bytes / (double)mem.data_bytes);
     free(layers);
 }
 
-/* A scheme the model cannot use is refused at load and by model_set_kv_scheme, which then
+/* A scheme the model cannot use is refused at context_create and by context_set_kv_scheme, which then
  * leaves the cache and sequence as they were. */
 static void test_bad_scheme(void) {
-    if (g_model == NULL) SKIP_TEST("%s", g_missing);
+    if (g_fx.m == NULL) SKIP_TEST("%s", g_missing);
     tq_kv_scheme good = scheme_of("turbo3"), bad = good;
     bad.batch = 0; /* the library refuses batch < 1 */
-    CHECK(model_set_kv_scheme(g_model, &good) == MODEL_OK);
+    CHECK(context_set_kv_scheme(g_fx.x, &good) == MODEL_OK);
     int32_t toks[3] = {2, 100, 200};
-    CHECK(model_forward(g_model, toks, 3, 0, 0, NULL) == MODEL_OK);
-    const tq_kv_cache *before = model_kv_cache(g_model);
-    model_status st = model_set_kv_scheme(g_model, &bad);
-    CHECK_MSG(st == MODEL_ERR_KV_SCHEME, "%s: %s", model_status_name(st), model_last_error(g_model));
-    printf("  refused: %s: %s\n", model_status_name(st), model_last_error(g_model));
-    CHECK(model_kv_cache(g_model) == before && model_seq_len(g_model) == 3);
-    CHECK(model_set_kv_scheme(NULL, &good) == MODEL_ERR_ARG);
-    CHECK(model_kv_memory(g_model, NULL) == MODEL_ERR_ARG);
+    CHECK(context_forward(g_fx.x, toks, 3, 0, 0, NULL) == MODEL_OK);
+    const tq_kv_cache *before = context_kv_cache(g_fx.x);
+    model_status st = context_set_kv_scheme(g_fx.x, &bad);
+    CHECK_MSG(st == MODEL_ERR_KV_SCHEME, "%s: %s", model_status_name(st), context_last_error(g_fx.x));
+    printf("  refused: %s: %s\n", model_status_name(st), context_last_error(g_fx.x));
+    CHECK(context_kv_cache(g_fx.x) == before && context_seq_len(g_fx.x) == 3);
+    CHECK(context_set_kv_scheme(NULL, &good) == MODEL_ERR_ARG);
+    CHECK(context_kv_memory(g_fx.x, NULL) == MODEL_ERR_ARG);
     model_params p;
     memset(&p, 0, sizeof p);
     p.max_ctx = 64;
     p.max_batch = 8;
     p.n_threads = 1;
     p.kv_scheme = &bad;
-    model *m = (model *)1;
+    fixture f;
     char err[256] = "";
-    st = model_load(model_path, &p, &m, err, sizeof err);
-    CHECK_MSG(st == MODEL_ERR_KV_SCHEME && m == NULL, "%s: %s", model_status_name(st), err);
+    st = fixture_open(model_path, &p, &f, err, sizeof err);
+    CHECK_MSG(st == MODEL_ERR_KV_SCHEME && f.m == NULL, "%s: %s", model_status_name(st), err);
     /* and a good one at load: the model's copy, not the caller's pointer */
     tq_kv_scheme q8 = scheme_of("q8_0");
     p.kv_scheme = &q8;
-    st = model_load(model_path, &p, &m, err, sizeof err);
+    st = fixture_open(model_path, &p, &f, err, sizeof err);
     CHECK_MSG(st == MODEL_OK, "%s: %s", model_status_name(st), err);
     if (st == MODEL_OK) {
-        CHECK(m->params.kv_scheme == &m->kv_scheme && m->kv_scheme.layer.key_format == TQ_KV_Q8_0);
-        CHECK(test_layer_scheme(model_kv_cache(m), 0).key_format == TQ_KV_Q8_0);
-        model_free(m);
+        CHECK(context_get_params(f.x)->kv_scheme->layer.key_format == TQ_KV_Q8_0 && context_get_params(f.x)->kv_scheme != &q8);
+        CHECK(test_layer_scheme(context_kv_cache(f.x), 0).key_format == TQ_KV_Q8_0);
+        fixture_close(&f);
     }
 }
 
@@ -327,15 +319,15 @@ static void test_odd_batch(void) {
     p.max_ctx = 512;
     p.max_batch = 512;
     p.n_threads = 2;
-    model *m = NULL;
+    fixture f;
     char err[256];
-    CHECK(model_load(model_path, &p, &m, err, sizeof err) == MODEL_OK);
-    if (m == NULL) return;
+    CHECK(fixture_open(model_path, &p, &f, err, sizeof err) == MODEL_OK);
+    if (f.m == NULL) return;
     int32_t toks[448];
     for (int i = 0; i < 448; i++) toks[i] = g_chunk[i % CTX];
-    model_status st = model_forward(m, toks, 448, 0, 0, NULL);
-    CHECK_MSG(st == MODEL_OK, "%s", model_last_error(m));
-    model_free(m);
+    model_status st = context_forward(f.x, toks, 448, 0, 0, NULL);
+    CHECK_MSG(st == MODEL_OK, "%s", context_last_error(f.x));
+    fixture_close(&f);
 }
 
 /* Sliding-window layers keep only their window + slack: at 1300 positions the cache holds
@@ -351,20 +343,20 @@ static void test_window_pages(void) {
     p.n_threads = 2;
     tq_kv_scheme sc = scheme_of("turbo3");
     p.kv_scheme = &sc;
-    model *m = NULL;
+    fixture f;
     char err[256];
-    CHECK(model_load(model_path, &p, &m, err, sizeof err) == MODEL_OK);
-    if (m == NULL) return;
-    const model_config *c = model_get_config(m);
+    CHECK(fixture_open(model_path, &p, &f, err, sizeof err) == MODEL_OK);
+    if (f.m == NULL) return;
+    const model_config *c = model_get_config(f.m);
     int32_t toks[B];
     for (int i = 0; i < B; i++) toks[i] = g_chunk[i % CTX];
-    for (int pos = 0; pos < LEN; pos += B) CHECK(model_forward(m, toks, B, pos, 0, NULL) == MODEL_OK);
+    for (int pos = 0; pos < LEN; pos += B) CHECK(context_forward(f.x, toks, B, pos, 0, NULL) == MODEL_OK);
     tq_kv_memory mem;
-    CHECK(model_kv_memory(m, &mem) == MODEL_OK);
+    CHECK(context_kv_memory(f.x, &mem) == MODEL_OK);
     int n_local = 0;
     for (int il = 0; il < c->n_layer; il++) {
-        size_t dr = tq_kv_cache_dropped_length(model_kv_cache(m), il);
-        if (m->w.layers[il].is_swa) {
+        size_t dr = tq_kv_cache_dropped_length(context_kv_cache(f.x), il);
+        if (model_layer_is_swa(f.m, il)) {
             n_local++;
             CHECK_MSG(dr > 0, "layer %d", il);
         } else {
@@ -377,12 +369,12 @@ static void test_window_pages(void) {
     CHECK_MSG(mem.tokens <= most && mem.tokens < (size_t)c->n_layer * LEN, "%zu tokens held", mem.tokens);
     printf("     %d positions: %zu tokens held over %d layers (%d without windows)\n", LEN, mem.tokens,
            c->n_layer, c->n_layer * LEN);
-    CHECK(model_forward(m, toks, 1, LEN - 100, 0, NULL) == MODEL_OK);
-    CHECK(model_forward(m, toks, 1, 200, 0, NULL) == MODEL_ERR_POS);
-    CHECK(strstr(model_last_error(m), "sliding-window") != NULL);
-    CHECK(model_seq_len(m) == LEN - 99); /* nothing changed */
-    CHECK(model_forward(m, toks, 4, 0, 0, NULL) == MODEL_OK && model_seq_len(m) == 4);
-    model_free(m);
+    CHECK(context_forward(f.x, toks, 1, LEN - 100, 0, NULL) == MODEL_OK);
+    CHECK(context_forward(f.x, toks, 1, 200, 0, NULL) == MODEL_ERR_POS);
+    CHECK(strstr(context_last_error(f.x), "sliding-window") != NULL);
+    CHECK(context_seq_len(f.x) == LEN - 99); /* nothing changed */
+    CHECK(context_forward(f.x, toks, 4, 0, 0, NULL) == MODEL_OK && context_seq_len(f.x) == 4);
+    fixture_close(&f);
 }
 
 int main(void) {
@@ -397,7 +389,7 @@ int main(void) {
     if (fp != NULL) {
         fclose(fp);
         char err[256];
-        model_status st = model_load(model_path, &p, &g_model, err, sizeof err);
+        model_status st = fixture_open(model_path, &p, &g_fx, err, sizeof err);
         if (st != MODEL_OK) {
             fprintf(stderr, "model_load: %s: %s\n", model_status_name(st), err);
             return 1;
@@ -407,7 +399,7 @@ int main(void) {
             fclose(tf);
             if (!load_chunk(text)) { /* the text is there: not tokenizing it is a failure, not a skip */
                 fprintf(stderr, "cannot take %d tokens from %s\n", CTX, text);
-                model_free(g_model);
+                fixture_close(&g_fx);
                 return 1;
             }
         } else {
@@ -426,6 +418,6 @@ int main(void) {
     RUN_TEST(test_odd_batch);
     RUN_TEST(test_window_pages);
     free(g_ref_logp);
-    model_free(g_model);
+    fixture_close(&g_fx);
     return test_report();
 }

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../engine/model.h"
+#include "model_fixture.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -174,8 +174,8 @@ static float *run_model(const char *scheme_text, int n_threads, const int32_t *t
     char err[256];
     if (tq_kv_scheme_parse(scheme_text, &scheme, err, sizeof err) != TQ_OK) return NULL;
     model_params p = {512, CHUNK, n_threads, 0, &scheme};
-    model *m = NULL;
-    model_status st = model_load(model_path(), &p, &m, err, sizeof err);
+    fixture f;
+    model_status st = fixture_open(model_path(), &p, &f, err, sizeof err);
     CHECK_MSG(st == MODEL_OK, "model_load: %s: %s", model_status_name(st), err);
     if (st) return NULL;
     size_t rows = PROMPT + DECODE;
@@ -183,17 +183,17 @@ static float *run_model(const char *scheme_text, int n_threads, const int32_t *t
     CHECK(logits != NULL);
     for (int pos = 0; logits && pos < PROMPT;) {
         int n = PROMPT - pos < CHUNK ? PROMPT - pos : CHUNK;
-        st = model_forward(m, tokens + pos, n, pos, 1, logits + (size_t)pos * (size_t)n_vocab);
-        CHECK_MSG(st == MODEL_OK, "forward: %s", model_last_error(m));
+        st = context_forward(f.x, tokens + pos, n, pos, 1, logits + (size_t)pos * (size_t)n_vocab);
+        CHECK_MSG(st == MODEL_OK, "forward: %s", context_last_error(f.x));
         if (st) break;
         pos += n;
     }
     for (int i = 0; logits && st == MODEL_OK && i < DECODE; i++) {
         int pos = PROMPT + i;
-        st = model_forward(m, tokens + pos, 1, pos, 0, logits + (size_t)pos * (size_t)n_vocab);
-        CHECK_MSG(st == MODEL_OK, "decode: %s", model_last_error(m));
+        st = context_forward(f.x, tokens + pos, 1, pos, 0, logits + (size_t)pos * (size_t)n_vocab);
+        CHECK_MSG(st == MODEL_OK, "decode: %s", context_last_error(f.x));
     }
-    model_free(m);
+    fixture_close(&f);
     if (st != MODEL_OK) {
         free(logits);
         return NULL;
@@ -214,13 +214,13 @@ static void test_model_threads(void) {
     {
         char err[256];
         model_params p = {512, 1, 1, 0, NULL};
-        model *m = NULL;
-        if (model_load(model_path(), &p, &m, err, sizeof err) != MODEL_OK) {
+        fixture f;
+        if (fixture_open(model_path(), &p, &f, err, sizeof err) != MODEL_OK) {
             CHECK_MSG(0, "model_load: %s", err);
             return;
         }
-        n_vocab = model_get_config(m)->n_vocab;
-        model_free(m);
+        n_vocab = model_get_config(f.m)->n_vocab;
+        fixture_close(&f);
     }
     /* Token ids from a fixed generator over the first 20000 ids (mostly word pieces): the
      * check is of arithmetic, not of language. */

@@ -99,9 +99,9 @@ int attn_record_from_model(const char *cmd, const char *model_path, const char *
         goto done;
     }
     hook_state hs = {out, 0};
-    model_set_attn_hook(seq.m, hook, &hs);
+    context_set_attn_hook(seq.x, hook, &hs);
     rc = session_forward(&seq, ids, (int)n_tokens, 0, 0, NULL);
-    model_set_attn_hook(seq.m, NULL, NULL);
+    context_set_attn_hook(seq.x, NULL, NULL);
     if (!rc && hs.failed) {
         fprintf(stderr, "tq %s: the engine reported a layer or position out of range\n", cmd);
         rc = 1;

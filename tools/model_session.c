@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "eval.h"
 #include "vocab.h"
 
 /* ---- schemes ------------------------------------------------------------------------------ */
@@ -27,7 +28,7 @@ int session_scheme_parse(const char *text, session_scheme *out, char *err, size_
 }
 
 int session_engine_supports(const session_scheme *s) {
-    /* The engine stores K/V in libturboquant's cache (model_params.kv_scheme): every scheme
+    /* The engine stores K/V in libturboquant's cache (context_params.kv_scheme): every scheme
      * that parses runs. A scheme the engine could not run would be refused here. */
     (void)s;
     return 1;
@@ -88,30 +89,6 @@ static int kv_scheme_error(const session *s, const session_scheme *scheme, const
     return TQ_EXIT_USAGE;
 }
 
-/* scheme NULL: f16. */
-static int load_model(session *s, const session_scheme *scheme, int max_batch, model **out) {
-    model_params p;
-    memset(&p, 0, sizeof p);
-    p.max_ctx = s->n_ctx;
-    p.max_batch = max_batch;
-    p.n_threads = s->n_threads;
-    p.kv_scheme = scheme ? &scheme->scheme : NULL;
-    char err[300];
-    model_status st = model_load(s->model_path, &p, out, err, sizeof err);
-    if (st == MODEL_ERR_KV_SCHEME) return kv_scheme_error(s, scheme, err);
-    if (st == MODEL_ERR_CONTEXT) {
-        fprintf(stderr, "tq %s: -c %d is larger than the model's context (%s)\n", s->cmd, s->n_ctx,
-                err);
-        return TQ_EXIT_USAGE;
-    }
-    if (st != MODEL_OK) {
-        fprintf(stderr, "tq %s: cannot load model '%s': %s (%s)\n", s->cmd, s->model_path, err,
-                model_status_name(st));
-        return 1;
-    }
-    return 0;
-}
-
 int session_open(session *s, const session_opts *o) {
     memset(s, 0, sizeof *s);
     s->cmd = o->cmd;
@@ -119,21 +96,37 @@ int session_open(session *s, const session_opts *o) {
     s->n_threads = (int)o->n_threads;
     int rc = find_model(s, o);
     if (rc) return rc;
-    rc = load_model(s, NULL, s->n_ctx < 512 ? s->n_ctx : 512, &s->first);
-    if (rc) return rc;
-    s->cfg = *model_get_config(s->first);
-    gguf_vocab gv;
+    tq_status ts = tq_threadpool_create(&s->pool, s->n_threads);
+    if (ts != TQ_OK) {
+        fprintf(stderr, "tq %s: cannot start %d threads: %s\n", s->cmd, s->n_threads, tq_error_message(ts));
+        return ts == TQ_ERR_INVALID ? TQ_EXIT_USAGE : 1;
+    }
     char err[300];
-    vocab_status vs = vocab_build(s->first->file, &gv, err, sizeof err);
+    model_status st = model_load(s->model_path, &s->m, err, sizeof err);
+    if (st != MODEL_OK) {
+        fprintf(stderr, "tq %s: cannot load model '%s': %s (%s)\n", s->cmd, s->model_path, err,
+                model_status_name(st));
+        session_close(s);
+        return 1;
+    }
+    s->cfg = *model_get_config(s->m);
+    if (s->n_ctx > s->cfg.n_ctx_train) {
+        fprintf(stderr, "tq %s: -c %d is larger than the model's context (max_ctx %d > the model's context_length %d)\n",
+                s->cmd, s->n_ctx, s->n_ctx, s->cfg.n_ctx_train);
+        session_close(s);
+        return TQ_EXIT_USAGE;
+    }
+    gguf_vocab gv;
+    vocab_status vs = vocab_build(model_file(s->m), &gv, err, sizeof err);
     if (vs != VOCAB_OK) {
         fprintf(stderr, "tq %s: no usable vocabulary in '%s': %s\n", s->cmd, s->model_path, err);
         session_close(s);
         return 1;
     }
-    int ts = tokenizer_create(&gv.v, &s->tok);
+    int tks = tokenizer_create(&gv.v, &s->tok);
     vocab_free(&gv);
-    if (ts != TOKENIZER_OK) {
-        fprintf(stderr, "tq %s: cannot build the tokenizer: %s\n", s->cmd, tokenizer_status_name(ts));
+    if (tks != TOKENIZER_OK) {
+        fprintf(stderr, "tq %s: cannot build the tokenizer: %s\n", s->cmd, tokenizer_status_name(tks));
         session_close(s);
         return 1;
     }
@@ -142,9 +135,11 @@ int session_open(session *s, const session_opts *o) {
 
 void session_close(session *s) {
     tokenizer_free(s->tok);
-    model_free(s->first);
+    model_free(s->m);
+    tq_threadpool_free(s->pool);
     s->tok = NULL;
-    s->first = NULL;
+    s->m = NULL;
+    s->pool = NULL;
 }
 
 int session_seq_open(session *s, const session_scheme *scheme, int max_batch, session_seq *q) {
@@ -156,37 +151,37 @@ int session_seq_open(session *s, const session_scheme *scheme, int max_batch, se
     }
     if (max_batch > s->n_ctx) max_batch = s->n_ctx;
     if (max_batch < 1) max_batch = 1;
-    /* The first sequence reuses the model loaded for the configuration when its batch fits. */
-    if (s->first && s->first->params.max_batch >= max_batch) {
-        model_status st = model_set_kv_scheme(s->first, &scheme->scheme);
-        if (st != MODEL_OK) return kv_scheme_error(s, scheme, model_last_error(s->first));
-        q->m = s->first;
-        s->first = NULL;
-    } else {
-        int rc = load_model(s, scheme, max_batch, &q->m);
-        if (rc) return rc;
+    /* One context per sequence on the session's one model and pool (the tools run their
+     * sequences one at a time). */
+    const context_params p = {s->n_ctx, max_batch, 0, &scheme->scheme};
+    char err[300];
+    model_status st = context_create(s->m, &p, s->pool, &q->x, err, sizeof err);
+    if (st == MODEL_ERR_KV_SCHEME) return kv_scheme_error(s, scheme, err);
+    if (st != MODEL_OK) {
+        fprintf(stderr, "tq %s: cannot open a sequence on '%s': %s (%s)\n", s->cmd, s->model_path, err,
+                model_status_name(st));
+        return 1;
     }
     q->cmd = s->cmd;
     q->scheme = *scheme;
-    q->cfg = model_get_config(q->m);
+    q->cfg = context_config(q->x);
     q->n_ctx = s->n_ctx;
-    q->max_batch = q->m->params.max_batch;
-    model_truncate(q->m, 0);
+    q->max_batch = context_get_params(q->x)->max_batch;
     return 0;
 }
 
 void session_seq_close(session_seq *q) {
-    model_free(q->m);
-    q->m = NULL;
+    context_free(q->x);
+    q->x = NULL;
 }
 
-void session_seq_reset(session_seq *q) { model_truncate(q->m, 0); }
+void session_seq_reset(session_seq *q) { context_truncate(q->x, 0); }
 
-int session_seq_len(const session_seq *q) { return model_seq_len(q->m); }
+int session_seq_len(const session_seq *q) { return context_seq_len(q->x); }
 
 /* session_forward, and with as_decode (all_logits implied) each max_batch piece in the
- * decode-exact chunks of model_forward_as_decode (a piece of a decode-exact run is one too);
- * as_decode = 2: the first piece by model_forward_after_prompt (its first token alone). */
+ * decode-exact chunks of context_forward_as_decode (a piece of a decode-exact run is one too);
+ * as_decode = 2: the first piece by context_forward_after_prompt (its first token alone). */
 static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits, int as_decode,
                    float *logits) {
     if (pos0 + n > q->n_ctx) {
@@ -200,11 +195,11 @@ static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int a
         float *out = all_logits || last ? logits : NULL;
         const model_rows_mode mode = as_decode == MODEL_ROWS_AFTER_PROMPT && done > 0 ? MODEL_ROWS_AS_DECODE
                                                                                   : (model_rows_mode)as_decode;
-        model_status st = all_logits ? model_forward_rows(q->m, tokens + done, len, pos0 + done, mode, out)
-                                     : model_forward(q->m, tokens + done, len, pos0 + done, 0, out);
+        model_status st = all_logits ? context_forward_rows(q->x, tokens + done, len, pos0 + done, mode, out)
+                                     : context_forward(q->x, tokens + done, len, pos0 + done, 0, out);
         if (st != MODEL_OK) {
             fprintf(stderr, "tq %s: forward pass failed: %s (%s)\n", q->cmd,
-                    model_last_error(q->m), model_status_name(st));
+                    context_last_error(q->x), model_status_name(st));
             return 1;
         }
         if (all_logits && logits) logits += (size_t)len * (size_t)q->cfg->n_vocab;
@@ -227,23 +222,11 @@ size_t session_kv_f16_bytes(const model_config *cfg, size_t n_tokens) {
            (size_t)cfg->n_layer * n_tokens;
 }
 
-size_t session_kv_bytes_per_token(const session_seq *q) {
-    const tq_kv_cache *c = model_kv_cache(q->m);
-    size_t total = 0;
-    for (int l = 0; l < q->cfg->n_layer; l++) {
-        tq_kv_layer_scheme ls;
-        size_t kb = 0, vb = 0;
-        if (tq_kv_cache_get_layer_scheme(c, l, &ls, sizeof ls) != TQ_OK ||
-            tq_kv_layer_scheme_bytes(&ls, q->cfg->head_dim, q->cfg->head_dim_v, &kb, &vb) != TQ_OK)
-            return 0;
-        total += (kb + vb) * (size_t)q->cfg->n_head_kv;
-    }
-    return total;
-}
+size_t session_kv_bytes_per_token(const session_seq *q) { return eval_kv_bytes_per_token(q->x); }
 
 int session_kv_memory(const session_seq *q, tq_kv_memory *mem) {
     memset(mem, 0, sizeof *mem);
-    return model_kv_memory(q->m, mem) == MODEL_OK ? 0 : 1;
+    return context_kv_memory(q->x, mem) == MODEL_OK ? 0 : 1;
 }
 
 int session_tokenize(session *s, const char *text, size_t len, int add_bos, int32_t **ids,

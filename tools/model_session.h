@@ -4,14 +4,14 @@
  * one sequence per KV scheme (the session, model_session.c).
  *
  * This file is the only place that knows how a KV scheme reaches the engine: schemes are
- * parsed and validated by libturboquant (tq_kv_scheme_parse), handed to the model at load
- * (model_params.kv_scheme) or set on the already loaded model (model_set_kv_scheme), and
+ * parsed and validated by libturboquant (tq_kv_scheme_parse), handed to a context at create
+ * (context_params.kv_scheme, engine/context.h), and
  * measured by the library's accounting. session_engine_supports() is where a scheme the engine
  * cannot run would be refused with "not yet supported by the engine".
  *
- * One engine model holds one sequence, so every sequence here is its own model: the weights
- * are one shared read-only mapping of the file (the page cache holds them once), only the
- * activations, the KV cache and sleeping thread pools are per sequence.
+ * The session loads the model once and owns one thread pool of -t threads; every sequence is
+ * its own context on that model (its activations and KV cache), lent the session's pool (the
+ * commands run their sequences one at a time).
  *
  * Errors are printed here, prefixed with the command's name ("tq perplexity: ..."), and
  * returned as the process exit code: 0, 1 (runtime failure: a file that cannot be read, a
@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "model.h"
+#include "context.h"
 #include "options.h"
 #include "tokenizer.h"
 #include "turboquant.h"
@@ -87,13 +87,14 @@ typedef struct session {
     tokenizer *tok;
     model_config cfg;
     int n_ctx, n_threads;
-    model *first; /* the model loaded to read the configuration, lent to the first sequence */
+    model *m;              /* loaded once; every sequence's context reads it */
+    tq_threadpool *pool;   /* n_threads, lent to every sequence's context */
 } session;
 
-/* One sequence: its own model (and so its own KV store) with one scheme. */
+/* One sequence: its own context (and so its own KV store) with one scheme. */
 typedef struct session_seq {
     const char *cmd;
-    model *m;
+    model_context *x;
     session_scheme scheme;
     const model_config *cfg;
     int n_ctx, max_batch;
@@ -102,9 +103,9 @@ typedef struct session_seq {
 /* Finds and loads the model, checks -c against its context length, builds the tokenizer.
  * Returns 0 or an exit code (message printed). */
 int session_open(session *s, const session_opts *o);
-void session_close(session *s); /* a zeroed session is fine */
+void session_close(session *s); /* a zeroed session is fine; close its sequences first */
 
-/* Opens a sequence with the given scheme, empty, for up to s->n_ctx positions; max_batch is
+/* Opens a sequence (a context on s's model) with the given scheme, empty, for up to s->n_ctx positions; max_batch is
  * the most tokens per forward call (<= n_ctx). Returns 0 or an exit code (message printed). */
 int session_seq_open(session *s, const session_scheme *scheme, int max_batch, session_seq *q);
 void session_seq_close(session_seq *q); /* a zeroed sequence is fine */
@@ -119,8 +120,8 @@ int session_seq_len(const session_seq *q);
 int session_forward(session_seq *q, const int32_t *tokens, int n, int pos0, int all_logits,
                     float *logits);
 /* Logits of every row, (n, n_vocab): as session_forward with all_logits (as_decode = 0), as
- * token-by-token decode would give them (1: model_forward_as_decode), or as the decode steps
- * right after a raw prompt would (2: model_forward_after_prompt, the first token alone).
+ * token-by-token decode would give them (1: context_forward_as_decode), or as the decode steps
+ * right after a raw prompt would (2: context_forward_after_prompt, the first token alone).
  * Returns 0 or 1 (printed). */
 int session_forward_rows(session_seq *q, const int32_t *tokens, int n, int pos0, int as_decode, float *logits);
 

@@ -1,0 +1,138 @@
+/* One sequence on a loaded model (model.h): its KV cache, activations and attention
+ * workspace, and the forward pass, as llama.cpp's llama_context is to llama_model. A context
+ * reads the model's weights and never writes them, so many contexts — each with its own KV
+ * scheme — may share one model on many threads at once.
+ *
+ * context_create() allocates every buffer the forward pass needs for batches of up to
+ * max_batch tokens and sequences of up to max_ctx positions; context_forward() allocates
+ * nothing. The sequence's K/V are in a libturboquant KV cache (include/turboquant.h,
+ * doc/kvcache.md) of the scheme context_params.kv_scheme (NULL: "f16", every K/V value as
+ * IEEE half, attended exactly in fp32). Every attention layer, sliding-window ones included,
+ * stores into that cache and attends with tq_kv_attention on the compressed codes; per-layer
+ * schemes (e.g. local layers kept f16) through context_set_kv_layer_schemes(). Positions run
+ * from 0; context_forward() appends tokens at positions pos0 .. pos0 + n - 1, rewinding the
+ * sequence to pos0 first if it is longer.
+ *
+ * Two-phase storage. With a scheme's prefill_raw = 1 (the library default, as mlx-swift-lm)
+ * a multi-token forward() keeps its tokens fp16 until the first single-token forward (the
+ * first decode step), which compresses everything the scheme allows; a prefill-only workload
+ * such as perplexity then never touches the compressed path. Set prefill_raw = 0 to compress
+ * on every forward: after a call ending at length L, tokens [0, batch * floor(L / batch)) are
+ * compressed before the attention of that call runs, so with L a multiple of the scheme's
+ * batch every key every query of the call sees (its own included) is compressed.
+ *
+ * Threads. The caller owns the thread pool (tq_threadpool, include/turboquant.h) and lends it
+ * at create: it runs the context's matmuls (tq_threadpool_run) and attention
+ * (tq_kv_attention); NULL runs everything on the calling thread. A context is used by one
+ * thread at a time, and a pool by one context at a time (two contexts running concurrently
+ * need two pools, or NULL). Logits depend neither on the pool's size
+ * (tests/test_thread_invariance.c) nor on other contexts of the same model
+ * (tests/test_contexts.c). Every call returns a model_status and fills the context's message
+ * (context_last_error), or the caller's buffer for context_create(). */
+#ifndef TQ_ENGINE_CONTEXT_H
+#define TQ_ENGINE_CONTEXT_H
+
+#include "model.h"
+
+typedef struct context_params {
+    int max_ctx;   /* positions the sequence may reach; <= the model's context_length */
+    int max_batch; /* most tokens one context_forward() call takes (clipped to max_ctx) */
+    int ggml_rounding; /* 0: plain fp32 activations (8-bit only inside matmul); 1: also round
+                          where llama.cpp's CPU backend rounds (fp16 Q and softmax weights in
+                          attention, GELU through an fp16 table: doc/gemma3.md, "Numerics").
+                          Measured: neither tracks llama.cpp's logits better (test_model.c).
+                          With the library's cache only Q is rounded in attention (its
+                          softmax weights stay fp32) */
+    const tq_kv_scheme *kv_scheme; /* the KV cache scheme (tq_kv_scheme_parse); NULL: "f16".
+                          Copied at create: the pointer need not outlive context_create() */
+} context_params;
+
+typedef struct model_context model_context;
+
+/* Sees what every attention layer hands the KV cache: for layer il, the n tokens at
+ * positions pos0 .. pos0 + n − 1, queries q (n, n_head, head_dim), keys k and values v
+ * (n, n_head_kv, head_dim[_v]), fp32 after QK-norm and RoPE, and the attention parameters the
+ * layer uses. Read-only; the pointers are valid during the call. For tools that record real
+ * K/V (tq attn-bench --from-model). */
+typedef void (*model_attn_hook)(void *ctx, int il, int pos0, int n, const float *q, const float *k,
+                                const float *v, const tq_attn_params *ap);
+
+/* A context on m (which must outlive it) with an empty sequence. pool: borrowed, NULL = the
+ * caller's thread only; it must outlive the context. On error *out is NULL and err (if
+ * err_cap > 0) holds a message. Errors: MODEL_ERR_ARG (NULL m/p/out, max_ctx or max_batch
+ * < 1), MODEL_ERR_CONTEXT (max_ctx over the model's context_length), MODEL_ERR_KV_SCHEME
+ * (p->kv_scheme does not fit the model), MODEL_ERR_NOMEM. */
+model_status context_create(const model *m, const context_params *p, tq_threadpool *pool,
+                            model_context **out, char *err, size_t err_cap);
+/* NULL is fine. Leaves the model and the pool alone. */
+void context_free(model_context *x);
+
+/* The model the context runs; its configuration. */
+const model *context_model(const model_context *x);
+const model_config *context_config(const model_context *x);
+/* The parameters as the context uses them (max_batch clipped; kv_scheme points at the
+ * context's own copy of the current scheme). */
+const context_params *context_get_params(const model_context *x);
+/* Positions currently in the sequence. */
+int context_seq_len(const model_context *x);
+/* Drops every position >= len. Sliding-window layers keep only their last window +
+ * TQ_KV_WINDOW_SLACK positions: rewinding further empties the sequence (length 0). */
+void context_truncate(model_context *x, int len);
+/* Message of the last failing call on x (empty string if none). */
+const char *context_last_error(const model_context *x);
+
+/* Runs tokens[0..n) at positions pos0 .. pos0+n-1 (rewinding the sequence to pos0 first),
+ * 1 <= n <= max_batch, pos0 + n <= max_ctx. Writes logits: all_logits = 0: one row
+ * (n_vocab floats) for the last token; all_logits = 1: (n, n_vocab) rows, one per token.
+ * logits is caller-owned and must hold that many floats; it may be NULL to compute no
+ * logits (the K/V are still stored: prefill of a prompt whose logits are not needed).
+ * Errors: MODEL_ERR_ARG, MODEL_ERR_BATCH, MODEL_ERR_CONTEXT, MODEL_ERR_POS, MODEL_ERR_TOKEN
+ * (checked before anything changes), MODEL_ERR_INTERNAL. */
+model_status context_forward(model_context *x, const int32_t *tokens, int n, int pos0, int all_logits,
+                             float *logits);
+/* The same with every row's logits, (n, n_vocab), as token-by-token decode would give them:
+ * the tokens go in the decode-exact chunks of the cache's scheme (tq_kv_scheme_decode_chunk,
+ * at most max_batch each), so each position sees every key compressed or still fp16 exactly
+ * as a single decode step there would (the scheme needs prefill_raw = 0, or compression
+ * started). n may exceed max_batch. Errors: as context_forward. */
+model_status context_forward_as_decode(model_context *x, const int32_t *tokens, int n, int pos0, float *logits);
+/* The same right after a prompt prefilled raw (prefill_raw = 1, multi-token calls): the first
+ * token goes alone — the decode step that ends the raw phase and compresses the prompt, with
+ * the key mean, scale and split taken from the prompt's tokens — then the rest as
+ * context_forward_as_decode. What generation after that prompt sees, at prefill cost. */
+model_status context_forward_after_prompt(model_context *x, const int32_t *tokens, int n, int pos0,
+                                          float *logits);
+/* Every row's logits, (n, n_vocab), by one of the three above: the scoring modes of
+ * engine/eval.h (batch: context_forward with all_logits, n ≤ max_batch). */
+typedef enum model_rows_mode {
+    MODEL_ROWS_BATCH = 0,        /* context_forward */
+    MODEL_ROWS_AS_DECODE = 1,    /* context_forward_as_decode */
+    MODEL_ROWS_AFTER_PROMPT = 2, /* context_forward_after_prompt */
+} model_rows_mode;
+model_status context_forward_rows(model_context *x, const int32_t *tokens, int n, int pos0, model_rows_mode mode,
+                                  float *logits);
+
+/* Installs (fn non-NULL) or removes the attention hook; ctx is passed to every call. */
+void context_set_attn_hook(model_context *x, model_attn_hook fn, void *ctx);
+
+/* ---- KV cache scheme ---------------------------------------------------------------------- */
+
+/* Replaces the context's KV cache with an empty one of `scheme` (NULL: "f16") and resets the
+ * sequence to length 0; one context can run several schemes one after the other. The new
+ * cache reserves max_ctx tokens and the attention workspace is re-sized, all here:
+ * context_forward() still allocates nothing. On error the context keeps its previous cache
+ * and sequence. Errors: MODEL_ERR_ARG (x NULL), MODEL_ERR_KV_SCHEME, MODEL_ERR_NOMEM. */
+model_status context_set_kv_scheme(model_context *x, const tq_kv_scheme *scheme);
+/* The same with per-layer overrides: layer_schemes NULL, or (n_layer) layer schemes that win
+ * over scheme->layer and scheme->edge (tq_kv_cache_config.layer_schemes; copied). E.g. keep
+ * the sliding-window layers (model_layer_is_swa) at f16 and compress only the global ones. */
+model_status context_set_kv_layer_schemes(model_context *x, const tq_kv_scheme *scheme,
+                                          const tq_kv_layer_scheme *layer_schemes);
+/* Memory of the sequence's K/V (tq_kv_cache_memory: exact data bytes, allocated bytes, and
+ * what fp16 would take). Errors: MODEL_ERR_ARG (NULL argument). */
+model_status context_kv_memory(const model_context *x, tq_kv_memory *mem);
+/* The cache itself, read-only (tq_kv_cache_compressed_length, tq_kv_cache_layer_scheme …);
+ * valid until the next context_set_kv_* or context_free. NULL for a NULL context. */
+const tq_kv_cache *context_kv_cache(const model_context *x);
+
+#endif
