@@ -9,7 +9,7 @@
  * on every call (prefill_raw=0) and turbo3 with a raw prefill (the default: the first decode
  * step of each context compresses the shared prompt on its own side). On the tiny synthetic
  * Gemma 3 model (tests/tiny_model.h: sliding-window layers, runs everywhere) and on the real
- * model when present (SKIP otherwise). */
+ * model when present (SKIP otherwise; under TSan only the two threads, shorter). */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +31,8 @@ typedef struct fork_case {
     int np, nc, chunk, max_ctx;
     int nv;
     const int32_t *prompt;
+    int32_t cont_a[64], cont_b[3 * 64]; /* A's continuation (nc tokens), B's (3 nc) */
+    float *want_a, *want_b;             /* an independent context's rows for each */
 } fork_case;
 
 /* Prefills tokens[0, n) in chunks (no logits). No CHECK: may run on a thread. */
@@ -76,17 +78,14 @@ static int same_rows(const float *a, const float *b, int rows, int nv) {
  * fork of B, freeing A. */
 static void check_sequential(const fork_case *c) {
     const int nc = c->nc, nv = c->nv;
-    int32_t cont_a[64], cont_b[3 * 64], refill[64];
-    tokens_from(cont_a, nc, nv, 1);
-    tokens_from(cont_b, 3 * nc, nv, 2);
+    const int32_t *cont_a = c->cont_a, *cont_b = c->cont_b;
+    const float *want_a = c->want_a, *want_b = c->want_b;
+    int32_t refill[64];
     tokens_from(refill, c->chunk, nv, 3);
-    float *want_a = malloc((size_t)nc * nv * sizeof(float)), *got_a = malloc((size_t)nc * nv * sizeof(float));
-    float *want_b = malloc((size_t)3 * nc * nv * sizeof(float)), *got_b = malloc((size_t)3 * nc * nv * sizeof(float));
+    float *got_a = malloc((size_t)nc * nv * sizeof(float)), *got_b = malloc((size_t)3 * nc * nv * sizeof(float));
     float *got_c = malloc((size_t)2 * nc * nv * sizeof(float));
-    CHECK(want_a && got_a && want_b && got_b && got_c);
-    if (!want_a || !got_a || !want_b || !got_b || !got_c) goto out;
-    reference(c, cont_a, nc, want_a);
-    reference(c, cont_b, 3 * nc, want_b);
+    CHECK(got_a && got_b && got_c);
+    if (!got_a || !got_b || !got_c) goto out;
 
     const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme};
     model_context *a = NULL, *b = NULL, *fc = NULL;
@@ -150,9 +149,7 @@ static void check_sequential(const fork_case *c) {
 free_a:
     context_free(a);
 out:
-    free(want_a);
     free(got_a);
-    free(want_b);
     free(got_b);
     free(got_c);
 }
@@ -174,15 +171,13 @@ static void *run_side(void *arg) {
 /* A (on a pool of 2) prefills, B = fork(A) (no pool); then both decode on two threads. */
 static void check_threads(const fork_case *c) {
     const int nc = c->nc, nv = c->nv;
-    int32_t cont[2][64];
-    float *want[2], *got[2];
+    const int32_t *cont[2] = {c->cont_a, c->cont_b};
+    const float *want[2] = {c->want_a, c->want_b};
+    float *got[2];
     for (int k = 0; k < 2; k++) {
-        tokens_from(cont[k], nc, nv, 4 + k);
-        want[k] = malloc((size_t)nc * nv * sizeof(float));
         got[k] = calloc((size_t)nc * nv, sizeof(float));
-        CHECK(want[k] && got[k]);
-        if (!want[k] || !got[k]) return;
-        reference(c, cont[k], nc, want[k]);
+        CHECK(got[k] != NULL);
+        if (got[k] == NULL) return;
     }
     tq_threadpool *pool = NULL;
     CHECK(tq_threadpool_create(&pool, 2) == TQ_OK);
@@ -207,27 +202,43 @@ static void check_threads(const fork_case *c) {
     context_free(b);
     context_free(a);
     tq_threadpool_free(pool);
-    for (int k = 0; k < 2; k++) {
-        free(want[k]);
-        free(got[k]);
-    }
+    for (int k = 0; k < 2; k++) free(got[k]);
 }
 
-static void check_model(const model *m, const char *const *schemes, int n_schemes, int np, int nc, int chunk) {
+/* Each scheme: an independent context's rows for both continuations, then the fork checks
+ * (sequential only in non-TSan builds or when tiny: TSan is here for the threads). */
+static void check_model(const model *m, const char *const *schemes, int n_schemes, int np, int nc, int chunk,
+                        int sequential) {
     const int nv = model_get_config(m)->n_vocab;
+    static fork_case c;
     int32_t *prompt = malloc((size_t)np * sizeof *prompt);
-    CHECK(prompt != NULL);
-    if (prompt == NULL) return;
-    tokens_from(prompt, np, nv, 0);
-    prompt[0] = 2; /* BOS */
-    for (int i = 0; i < n_schemes; i++) {
-        fork_case c = {m, {0}, np, nc, chunk, np + 3 * nc + chunk, nv, prompt};
-        CHECK(tq_kv_scheme_parse(schemes[i], &c.scheme, NULL, 0) == TQ_OK);
-        printf("  %s: %d prompt tokens, %d-token continuations\n", schemes[i], np, nc);
-        check_sequential(&c);
-        check_threads(&c);
+    c.want_a = malloc((size_t)nc * nv * sizeof(float));
+    c.want_b = malloc((size_t)3 * nc * nv * sizeof(float));
+    CHECK(prompt && c.want_a && c.want_b);
+    if (prompt && c.want_a && c.want_b) {
+        tokens_from(prompt, np, nv, 0);
+        prompt[0] = 2; /* BOS */
+        tokens_from(c.cont_a, nc, nv, 1);
+        tokens_from(c.cont_b, 3 * nc, nv, 2);
+        c.m = m;
+        c.np = np;
+        c.nc = nc;
+        c.chunk = chunk;
+        c.max_ctx = np + 3 * nc + chunk;
+        c.nv = nv;
+        c.prompt = prompt;
+        for (int i = 0; i < n_schemes; i++) {
+            CHECK(tq_kv_scheme_parse(schemes[i], &c.scheme, NULL, 0) == TQ_OK);
+            printf("  %s: %d prompt tokens, %d-token continuations\n", schemes[i], np, nc);
+            reference(&c, c.cont_a, nc, c.want_a);
+            reference(&c, c.cont_b, 3 * nc, c.want_b);
+            if (sequential) check_sequential(&c);
+            check_threads(&c);
+        }
     }
     free(prompt);
+    free(c.want_a);
+    free(c.want_b);
 }
 
 static const char *tiny_path = "/tmp/tq_test_context_fork_tiny.gguf";
@@ -238,7 +249,7 @@ static void test_tiny_fork(void) {
     model *m = load_tiny(&t, MODEL_ARCH_GEMMA3, 1, 779, tiny_path);
     if (m == NULL) return;
     static const char *const schemes[3] = {"f16", "turbo3:prefill_raw=0:batch=4", "turbo3:batch=4"};
-    check_model(m, schemes, 3, 24, 8, 8);
+    check_model(m, schemes, 3, 24, 8, 8, 1);
     model_free(m);
     remove(tiny_path);
 }
@@ -250,11 +261,12 @@ static void test_real_fork(void) {
     if (m == NULL) return;
     if (TSAN) { /* about 20x slower: the same code paths, shorter */
         static const char *const quick[2] = {"f16", "turbo3:prefill_raw=0:batch=8"};
-        test_skip("real model: 16 prompt + 2 decode tokens under TSan (64 + 4 in other builds)");
-        check_model(m, quick, 2, 16, 2, 8);
+        test_skip("real model: 16 prompt + 2 decode tokens under TSan, the two threads only (64 + 4 and "
+                  "every check in other builds)");
+        check_model(m, quick, 2, 16, 2, 8, 0);
     } else {
         static const char *const schemes[3] = {"f16", "turbo3:prefill_raw=0:batch=32", "turbo3"};
-        check_model(m, schemes, 3, 64, 4, 32);
+        check_model(m, schemes, 3, 64, 4, 32, 1);
     }
     model_free(m);
 }
