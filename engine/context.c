@@ -3,7 +3,7 @@
  * here.
  *
  * Sections, in dependency order: the context, run state, the KV cache, the math kernels
- * (RMSNorm, RoPE, activations), forward, create/free. */
+ * (RMSNorm, RoPE, activations), forward, create/free, forks. */
 #include "context.h"
 
 #include <math.h>
@@ -122,6 +122,43 @@ static model_status kv_fail(model_context *m, tq_status ts, const char *what) {
     return fail(m, st, "KV cache %s: %s (%s)", what, tq_error_message(ts), tq_error_name(ts));
 }
 
+/* The attention workspace for kv: its size depends on the layer's scheme, the batch and the
+ * threads, not on the cache length; the size for max_batch serves every smaller batch. */
+static model_status build_attn_work(model_context *m, const tq_kv_cache *kv, void **work, size_t *size) {
+    const model_config *c = &m->cfg;
+    const int nt = tq_threadpool_size(m->pool);
+    size_t ws = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)m->params.max_batch, nt);
+        if (w == 0) return fail(m, MODEL_ERR_KV_SCHEME, "KV cache: no attention workspace size for layer %d", il);
+        if (w > ws) ws = w;
+    }
+    *work = malloc(ws);
+    if (*work == NULL) return fail(m, MODEL_ERR_NOMEM, "out of memory (attention workspace, %zu bytes)", ws);
+    *size = ws;
+    return MODEL_OK;
+}
+
+/* Makes kv (scheme, created by the caller) the context's cache with a workspace of its own,
+ * freeing what it had; on error frees kv and the context keeps what it had. */
+static model_status install_kv(model_context *m, tq_kv_cache *kv, const tq_kv_scheme *scheme) {
+    void *work = NULL;
+    size_t ws = 0;
+    model_status st = build_attn_work(m, kv, &work, &ws);
+    if (st != MODEL_OK) {
+        tq_kv_cache_free(kv);
+        return st;
+    }
+    tq_kv_cache_free(m->kv);
+    free(m->attn_work);
+    m->kv = kv;
+    m->attn_work = work;
+    m->attn_work_size = ws;
+    m->kv_scheme = *scheme;
+    m->params.kv_scheme = &m->kv_scheme;
+    return MODEL_OK;
+}
+
 /* Builds a cache of scheme (NULL: f16) with the overrides, reserved for max_ctx, and its
  * attention workspace, then swaps them in; on error the context keeps what it had. */
 static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const tq_kv_layer_scheme *layer_schemes) {
@@ -147,31 +184,7 @@ static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const
         tq_kv_cache_free(kv);
         return kv_fail(m, ts, "reserve");
     }
-    /* The workspace depends on the layer's scheme, the batch and the threads, not on the cache
-     * length; the size for max_batch serves every smaller batch. */
-    const int nt = tq_threadpool_size(m->pool);
-    size_t ws = 0;
-    for (int il = 0; il < c->n_layer; il++) {
-        size_t w = tq_kv_attention_workspace_size(kv, il, c->n_head, (size_t)m->params.max_batch, nt);
-        if (w == 0) {
-            tq_kv_cache_free(kv);
-            return fail(m, MODEL_ERR_KV_SCHEME, "KV cache: no attention workspace size for layer %d", il);
-        }
-        if (w > ws) ws = w;
-    }
-    void *work = malloc(ws);
-    if (work == NULL) {
-        tq_kv_cache_free(kv);
-        return fail(m, MODEL_ERR_NOMEM, "out of memory (attention workspace, %zu bytes)", ws);
-    }
-    tq_kv_cache_free(m->kv);
-    free(m->attn_work);
-    m->kv = kv;
-    m->attn_work = work;
-    m->attn_work_size = ws;
-    m->kv_scheme = kc.scheme;
-    m->params.kv_scheme = &m->kv_scheme;
-    return MODEL_OK;
+    return install_kv(m, kv, &kc.scheme);
 }
 
 model_status context_set_kv_layer_schemes(model_context *m, const tq_kv_scheme *scheme,
@@ -461,26 +474,31 @@ void context_free(model_context *m) {
     free(m);
 }
 
-model_status context_create(const model *mod, const context_params *p, tq_threadpool *pool, model_context **out,
-                            char *err, size_t err_cap) {
-    if (out != NULL) *out = NULL;
-    if (mod == NULL || p == NULL || out == NULL || p->max_ctx < 1 || p->max_batch < 1) {
-        return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
-    }
+/* A context on mod with params p (max_batch clipped) and *st = its run state's status, no KV
+ * cache yet; NULL only when out of memory. */
+static model_context *context_alloc(const model *mod, const context_params *p, tq_threadpool *pool,
+                                    model_status *st) {
     model_context *m = calloc(1, sizeof *m);
-    if (m == NULL) return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory");
+    *st = MODEL_ERR_NOMEM;
+    if (m == NULL) return NULL;
     m->model = mod;
     m->cfg = mod->cfg;
     m->w = &mod->w;
     m->pool = pool;
     m->params = *p;
     if (m->params.max_batch > m->params.max_ctx) m->params.max_batch = m->params.max_ctx;
-    model_status st = MODEL_OK;
+    *st = MODEL_OK;
     if (m->params.max_ctx > m->cfg.n_ctx_train)
-        st = fail(m, MODEL_ERR_CONTEXT, "max_ctx %d > the model's context_length %d", m->params.max_ctx,
-                  m->cfg.n_ctx_train);
-    if (st == MODEL_OK) st = build_state(m);
-    if (st == MODEL_OK) st = build_kv(m, p->kv_scheme, NULL);
+        *st = fail(m, MODEL_ERR_CONTEXT, "max_ctx %d > the model's context_length %d", m->params.max_ctx,
+                   m->cfg.n_ctx_train);
+    if (*st == MODEL_OK) *st = build_state(m);
+    return m;
+}
+
+/* Finishes a context from context_alloc: on error reports and frees it. */
+static model_status context_finish(model_context *m, model_status st, model_context **out, char *err,
+                                   size_t err_cap) {
+    if (m == NULL) return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory");
     if (st != MODEL_OK) {
         report_error(err, err_cap, st, m->err);
         context_free(m);
@@ -488,4 +506,53 @@ model_status context_create(const model *mod, const context_params *p, tq_thread
     }
     *out = m;
     return MODEL_OK;
+}
+
+model_status context_create(const model *mod, const context_params *p, tq_threadpool *pool, model_context **out,
+                            char *err, size_t err_cap) {
+    if (out != NULL) *out = NULL;
+    if (mod == NULL || p == NULL || out == NULL || p->max_ctx < 1 || p->max_batch < 1) {
+        return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
+    }
+    model_status st;
+    model_context *m = context_alloc(mod, p, pool, &st);
+    if (st == MODEL_OK) st = build_kv(m, p->kv_scheme, NULL);
+    return context_finish(m, st, out, err, err_cap);
+}
+
+/* ---- forks --------------------------------------------------------------------------------- */
+
+model_status context_fork(const model_context *src, tq_threadpool *pool, model_context **out, char *err,
+                          size_t err_cap) {
+    if (out != NULL) *out = NULL;
+    if (src == NULL || out == NULL) return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
+    model_status st;
+    model_context *m = context_alloc(src->model, &src->params, pool, &st);
+    tq_kv_cache *kv = NULL;
+    if (st == MODEL_OK) {
+        tq_status ts = tq_kv_cache_fork(src->kv, &kv);
+        st = ts != TQ_OK ? kv_fail(m, ts, "fork") : install_kv(m, kv, &src->kv_scheme);
+    }
+    return context_finish(m, st, out, err, err_cap);
+}
+
+model_status contexts_kv_memory(const model_context *const *xs, size_t n, tq_kv_memory *mem) {
+    if (xs == NULL || mem == NULL || n == 0) return MODEL_ERR_ARG;
+    const tq_kv_cache **caches = malloc(n * sizeof *caches);
+    if (caches == NULL) return MODEL_ERR_NOMEM;
+    model_status st = MODEL_OK;
+    for (size_t i = 0; i < n && st == MODEL_OK; i++)
+        if (xs[i] == NULL) st = MODEL_ERR_ARG;
+        else caches[i] = xs[i]->kv;
+    if (st == MODEL_OK) {
+        tq_status ts = tq_kv_caches_memory(caches, n, mem, sizeof *mem);
+        st = ts == TQ_OK ? MODEL_OK : ts == TQ_ERR_NOMEM ? MODEL_ERR_NOMEM : MODEL_ERR_INTERNAL;
+    }
+    free(caches);
+    return st;
+}
+
+model_status context_kv_shared_bytes(const model_context *x, size_t *shared_bytes) {
+    if (x == NULL || shared_bytes == NULL) return MODEL_ERR_ARG;
+    return tq_kv_cache_shared_bytes(x->kv, shared_bytes) == TQ_OK ? MODEL_OK : MODEL_ERR_INTERNAL;
 }

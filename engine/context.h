@@ -11,7 +11,9 @@
  * stores into that cache and attends with tq_kv_attention on the compressed codes; per-layer
  * schemes (e.g. local layers kept f16) through context_set_kv_layer_schemes(). Positions run
  * from 0; context_forward() appends tokens at positions pos0 .. pos0 + n - 1, rewinding the
- * sequence to pos0 first if it is longer.
+ * sequence to pos0 first if it is longer. context_fork() starts a second context from a
+ * context's sequence (a shared prompt prefix: chats, a server, speculative or beam branches),
+ * its KV cache sharing the first one's pages copy-on-write.
  *
  * Two-phase storage. With a scheme's prefill_raw = 1 (the library default, as mlx-swift-lm)
  * a multi-token forward() keeps its tokens fp16 until the first single-token forward (the
@@ -134,5 +136,25 @@ model_status context_kv_memory(const model_context *x, tq_kv_memory *mem);
 /* The cache itself, read-only (tq_kv_cache_compressed_length, tq_kv_cache_layer_scheme …);
  * valid until the next context_set_kv_* or context_free. NULL for a NULL context. */
 const tq_kv_cache *context_kv_cache(const model_context *x);
+
+/* ---- forks: sequences sharing a prefix (doc/gemma3.md, "Forks") ---------------------------- */
+
+/* A new context on src's model with src's parameters and scheme whose sequence is src's: its
+ * KV cache is tq_kv_cache_fork(src's cache), sharing src's pages copy-on-write; run state,
+ * attention workspace and message of its own; no attention hook. pool: as context_create (the
+ * fork may run concurrently with src only on another pool, or NULL). src is read: it must not
+ * be modified during the call. Either context then runs, truncates, changes scheme and is
+ * freed independently, each giving the logits of an independent context fed the same calls.
+ * On error *out is NULL and err (if err_cap > 0) holds a message. Errors: MODEL_ERR_ARG (NULL
+ * src/out), MODEL_ERR_NOMEM. */
+model_status context_fork(const model_context *src, tq_threadpool *pool, model_context **out, char *err,
+                          size_t err_cap);
+/* The KV memory of xs[0, n) together (tq_kv_caches_memory): each page they share counted
+ * once. None may be modified during the call. Errors: MODEL_ERR_ARG (NULL xs/mem/element,
+ * n = 0), MODEL_ERR_NOMEM. */
+model_status contexts_kv_memory(const model_context *const *xs, size_t n, tq_kv_memory *mem);
+/* *shared_bytes = the part of x's context_kv_memory allocated_bytes in pages another cache
+ * also holds (tq_kv_cache_shared_bytes). Errors: MODEL_ERR_ARG (NULL argument). */
+model_status context_kv_shared_bytes(const model_context *x, size_t *shared_bytes);
 
 #endif

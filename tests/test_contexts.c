@@ -15,18 +15,9 @@
 
 #include "../engine/context.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
-#ifndef TSAN
-#define TSAN 0
-#endif
 #include "test_util.h"
 #include "tiny_model.h"
+#include "engine_test_util.h"
 
 typedef struct job {
     const model *m;
@@ -106,22 +97,9 @@ static void check_shared(const model *m, const char *const schemes[2], int promp
 
 static const char *tiny_path = "/tmp/tq_test_contexts_tiny.gguf";
 
-/* The model at path, or NULL after a failed CHECK. */
-static model *load(const char *path) {
-    model *m = NULL;
-    char err[256];
-    model_status st = model_load(path, &m, err, sizeof err);
-    CHECK_MSG(st == MODEL_OK, "%s: %s: %s", path, model_status_name(st), err);
-    return m;
-}
-
 static void test_tiny_shared(void) {
     static tiny t;
-    rng_state = 777;
-    t.arch = MODEL_ARCH_GEMMA3;
-    t.q8 = 1;
-    CHECK(write_tiny(&t, tiny_path, NULL));
-    model *m = load(tiny_path);
+    model *m = load_tiny(&t, MODEL_ARCH_GEMMA3, 1, 777, tiny_path);
     if (m == NULL) return;
     static const char *const schemes[2] = {"f16", "turbo3:prefill_raw=0:batch=4"};
     check_shared(m, schemes, 24, 8, 8);
@@ -130,9 +108,9 @@ static void test_tiny_shared(void) {
 }
 
 static void test_real_shared(void) {
-    const char *path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
+    const char *path = real_model_path();
     if (access(path, R_OK) != 0) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", path);
-    model *m = load(path);
+    model *m = load_model(path);
     if (m == NULL) return;
     /* Under TSan (about 20x slower) a shorter sequence: the same code paths, batch 8. */
     if (TSAN) {

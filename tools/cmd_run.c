@@ -4,7 +4,8 @@
  * says otherwise), print both texts, the KV bytes per token of each, prefill and decode speed,
  * and how far the compressed run's next-token distributions are from f16's along the f16
  * continuation: the f16 tokens are forced through the compressed sequence one decode step at
- * a time (as generation would run them), and at each of the N steps
+ * a time (as generation would run them; in a fork of the compressed run's prompt, which is
+ * prefilled once), and at each of the N steps
  *   KLD = Σ p_f16 (log p_f16 − log p_scheme)   and   top-1 agreement (same argmax).
  * A scheme the engine cannot run is reported as pending.
  */
@@ -40,16 +41,19 @@ typedef struct run_stats {
 /* Greedy decode of up to n tokens after prompt[0..n_prompt) into out (prompt included,
  * capacity n_prompt + n). When rows is not NULL, the logits that chose each token are kept
  * there ((n, n_vocab)). When force is not NULL the tokens are not chosen but read from it
- * (teacher forcing) and cmp_rows, the f16 rows, are compared on the fly: kld[i], agree[i]. */
-static int decode(session *s, session_seq *q, int32_t *out, int n_prompt, int n, float *logits,
+ * (teacher forcing) and cmp_rows, the f16 rows, are compared on the fly: kld[i], agree[i].
+ * prefilled: q already holds the prompt and logits its last row (no prefill here). */
+static int decode(session *s, session_seq *q, int prefilled, int32_t *out, int n_prompt, int n, float *logits,
                   float *rows, const int32_t *force, const float *cmp_rows, double *kld,
                   int *agree, run_stats *st) {
     const int nv = s->cfg.n_vocab;
     memset(st, 0, sizeof *st);
     st->n_prompt = n_prompt;
-    session_seq_reset(q);
     double t0 = tool_now();
-    if (session_forward(q, out, n_prompt, 0, 0, logits)) return 1;
+    if (!prefilled) {
+        session_seq_reset(q);
+        if (session_forward(q, out, n_prompt, 0, 0, logits)) return 1;
+    }
     st->t_prefill = tool_now() - t0;
     t0 = tool_now();
     int pos = n_prompt;
@@ -125,10 +129,11 @@ int cmd_run(int argc, char **argv) {
     const int run_cmp = !cmp.is_f16 && session_engine_supports(&cmp);
 
     session s;
-    session_seq q;
+    session_seq q, qf;
     memset(&q, 0, sizeof q);
+    memset(&qf, 0, sizeof qf);
     int32_t *ids = NULL, *toks16 = NULL, *toksc = NULL, *agree = NULL;
-    float *logits = NULL, *rows = NULL;
+    float *logits = NULL, *first = NULL, *rows = NULL;
     double *kld = NULL;
     size_t n_prompt = 0;
     if ((rc = session_open(&s, &o)) != 0) return rc;
@@ -144,10 +149,11 @@ int cmd_run(int argc, char **argv) {
     toks16 = malloc(cap * sizeof *toks16);
     toksc = malloc(cap * sizeof *toksc);
     logits = malloc((size_t)nv * sizeof *logits);
+    first = malloc((size_t)nv * sizeof *first);
     rows = run_cmp ? malloc((size_t)n * (size_t)nv * sizeof *rows) : NULL;
     kld = malloc((size_t)n * sizeof *kld);
     agree = malloc((size_t)n * sizeof *agree);
-    if (!toks16 || !toksc || !logits || (run_cmp && !rows) || !kld || !agree) {
+    if (!toks16 || !toksc || !logits || !first || (run_cmp && !rows) || !kld || !agree) {
         fprintf(stderr, "tq run: out of memory\n");
         rc = 1;
         goto done;
@@ -163,7 +169,7 @@ int cmd_run(int argc, char **argv) {
 
     run_stats st16, stc, stf;
     if ((rc = session_seq_open(&s, &f16, 512, &q))) goto done;
-    if ((rc = decode(&s, &q, toks16, np, n, logits, rows, NULL, NULL, NULL, NULL, &st16))) goto done;
+    if ((rc = decode(&s, &q, 0, toks16, np, n, logits, rows, NULL, NULL, NULL, NULL, &st16))) goto done;
     print_run(&s, &q, toks16, &st16);
     session_seq_close(&q);
     if (!run_cmp) {
@@ -174,10 +180,19 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     if ((rc = session_seq_open(&s, &cmp, 512, &q))) goto done;
-    if ((rc = decode(&s, &q, toksc, np, n, logits, NULL, NULL, NULL, NULL, NULL, &stc))) goto done;
+    /* The prompt once: the teacher-forced run goes on from a fork of it (context_fork), which
+     * gives the logits a second prefill would, bit for bit. */
+    double t0 = tool_now();
+    if ((rc = session_forward(&q, toksc, np, 0, 0, logits))) goto done;
+    const double t_prefill = tool_now() - t0;
+    memcpy(first, logits, (size_t)nv * sizeof *logits);
+    if ((rc = session_seq_fork(&s, &q, &qf))) goto done;
+    if ((rc = decode(&s, &q, 1, toksc, np, n, logits, NULL, NULL, NULL, NULL, NULL, &stc))) goto done;
+    stc.t_prefill = t_prefill;
     print_run(&s, &q, toksc, &stc);
     /* Teacher forcing: the f16 tokens through the compressed cache. */
-    if ((rc = decode(&s, &q, toksc, np, st16.n_out, logits, NULL, toks16 + np, rows, kld, agree,
+    memcpy(logits, first, (size_t)nv * sizeof *logits);
+    if ((rc = decode(&s, &qf, 1, toksc, np, st16.n_out, logits, NULL, toks16 + np, rows, kld, agree,
                      &stf)))
         goto done;
     double mean = 0, mx = 0;
@@ -193,11 +208,13 @@ int cmd_run(int argc, char **argv) {
            cmp.name, st16.n_out, mean, mx, 100.0 * same / (st16.n_out > 0 ? st16.n_out : 1));
     rc = 0;
 done:
+    session_seq_close(&qf);
     session_seq_close(&q);
     free(ids);
     free(toks16);
     free(toksc);
     free(logits);
+    free(first);
     free(rows);
     free(kld);
     free(agree);

@@ -170,6 +170,20 @@ int session_seq_open(session *s, const session_scheme *scheme, int max_batch, se
     return 0;
 }
 
+int session_seq_fork(session *s, const session_seq *src, session_seq *out) {
+    memset(out, 0, sizeof *out);
+    char err[300];
+    model_status st = context_fork(src->x, s->pool, &out->x, err, sizeof err);
+    if (st != MODEL_OK) {
+        fprintf(stderr, "tq %s: cannot fork a sequence: %s (%s)\n", s->cmd, err, model_status_name(st));
+        return 1;
+    }
+    model_context *x = out->x;
+    *out = *src;
+    out->x = x;
+    return 0;
+}
+
 void session_seq_close(session_seq *q) {
     context_free(q->x);
     q->x = NULL;

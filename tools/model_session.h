@@ -109,6 +109,9 @@ void session_close(session *s); /* a zeroed session is fine; close its sequences
  * the most tokens per forward call (<= n_ctx). Returns 0 or an exit code (message printed). */
 int session_seq_open(session *s, const session_scheme *scheme, int max_batch, session_seq *q);
 void session_seq_close(session_seq *q); /* a zeroed sequence is fine */
+/* Opens *out as a fork of src (context_fork): the same scheme and positions, src's KV pages
+ * shared copy-on-write, then independent. Returns 0 or an exit code (message printed). */
+int session_seq_fork(session *s, const session_seq *src, session_seq *out);
 
 /* Empties the sequence (next forward starts at position 0). */
 void session_seq_reset(session_seq *q);
