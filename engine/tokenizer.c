@@ -1,5 +1,5 @@
 /* Tokenizer entry points (GGUF "llama" vocabularies: SentencePiece, as llama.cpp's SPM
- * tokenizer). See tokenizer.h for the behaviour and the contracts, tokenizer_internal.h for
+ * tokenizer; GGUF "gpt2": byte-level BPE, as llama.cpp's BPE tokenizer). See tokenizer.h for the behaviour and the contracts, tokenizer_internal.h for
  * the files. Layout of this file:
  *   status names / hashing and the token table / create & free / scratch / encode / decode. */
 #include "tokenizer_internal.h"
@@ -23,6 +23,7 @@ const char *tokenizer_status_name(int status) {
     case TOKENIZER_ERR_BUFFER_TOO_SMALL: return "TOKENIZER_ERR_BUFFER_TOO_SMALL";
     case TOKENIZER_ERR_INPUT_TOO_LONG: return "TOKENIZER_ERR_INPUT_TOO_LONG";
     case TOKENIZER_ERR_NO_BYTE_TOKEN: return "TOKENIZER_ERR_NO_BYTE_TOKEN";
+    case TOKENIZER_ERR_REGEX: return "TOKENIZER_ERR_REGEX";
     default: return "TOKENIZER_ERR_UNKNOWN";
     }
 }
@@ -32,13 +33,17 @@ const char *tokenizer_status_name(int status) {
  * ------------------------------------------------------------------------------------- */
 
 /* FNV-1a, 32 bit: tokens are short, so a byte loop is as fast as anything wider. */
-static uint32_t hash_bytes(const unsigned char *p, size_t n) {
-    uint32_t h = 2166136261u;
+uint32_t tok_hash_continue(uint32_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
     for (size_t i = 0; i < n; i++) {
         h ^= p[i];
         h *= 16777619u;
     }
     return h;
+}
+
+static uint32_t hash_bytes(const unsigned char *p, size_t n) {
+    return tok_hash_continue(TOK_FNV_INIT, p, n);
 }
 
 int32_t tok_lookup_token(const tokenizer *tok, const char *s, size_t n) {
@@ -124,7 +129,8 @@ static int build(tokenizer *tok, const tok_vocab *v) {
     for (int32_t i = 0; i < n; i++) insert_token(tok, i);
 
     spm_build_byte_fallback(tok, v->unk_id);
-    return tok_build_specials(tok);
+    int rc = tok_build_specials(tok);
+    return rc == TOKENIZER_OK ? bpe_build(tok, v) : rc;
 }
 
 int tokenizer_create(const tok_vocab *v, tokenizer **out) {
@@ -167,6 +173,7 @@ void tokenizer_free(tokenizer *tok) {
     free(tok->specials);
     free(tok->node_special);
     free(tok->edges);
+    bpe_free(tok);
     tokenizer_scratch_free(tok->own_scratch);
     free(tok);
 }
@@ -206,6 +213,12 @@ void tokenizer_scratch_free(tokenizer_scratch *s) {
     free(s->occ);
     free(s->occ_first);
     free(s->occ_last);
+    free(s->bheap);
+    free(s->spans[0]);
+    free(s->spans[1]);
+    free(s->san);
+    free(s->san_map);
+    tok_pretok_scratch_free(s);
     free(s);
 }
 
@@ -290,7 +303,9 @@ int tokenizer_encode_with(const tokenizer *tok, tokenizer_scratch *scratch, cons
     id_sink k = {out_ids, capacity, 0};
     rc = tok_partition(tok, scratch, text, len, flags, &n_frags);
     if (rc == TOKENIZER_OK)
-        rc = emit_fragments(tok, scratch->frags[0], n_frags, text, flags, spm_encode_fragment,
+        rc = emit_fragments(tok, scratch->frags[0], n_frags, text, flags,
+                            tok->model == TOKENIZER_MODEL_BPE ? bpe_encode_fragment
+                                                              : spm_encode_fragment,
                             scratch, &k);
     return finish(rc, &k, capacity, n_out);
 }
@@ -313,7 +328,10 @@ int tokenizer_encode_ref(const tokenizer *tok, const char *text, size_t len, uns
     id_sink k = {out_ids, capacity, 0};
     rc = tok_partition_ref(tok, text, len, flags, &frags, &n_frags);
     if (rc == TOKENIZER_OK) {
-        rc = emit_fragments(tok, frags, n_frags, text, flags, spm_encode_fragment_ref, NULL, &k);
+        rc = emit_fragments(tok, frags, n_frags, text, flags,
+                            tok->model == TOKENIZER_MODEL_BPE ? bpe_encode_fragment_ref
+                                                              : spm_encode_fragment_ref,
+                            NULL, &k);
         free(frags);
     }
     return finish(rc, &k, capacity, n_out);
@@ -323,6 +341,14 @@ int tokenizer_encode_ref(const tokenizer *tok, const char *text, size_t len, uns
  * Decode (llama.cpp token_to_piece / detokenize)
  * ------------------------------------------------------------------------------------- */
 
+static void put_piece(const tokenizer *tok, int32_t id, int render_special, int strip,
+                      char *out, size_t capacity, size_t *pos) {
+    if (tok->model == TOKENIZER_MODEL_BPE)
+        bpe_put_piece(tok, id, render_special, strip, out, capacity, pos);
+    else
+        spm_put_piece(tok, id, render_special, strip, out, capacity, pos);
+}
+
 int tokenizer_token_to_piece(const tokenizer *tok, int32_t id, unsigned flags, char *out,
                              size_t capacity, size_t *len_out) {
     if (!tok || !len_out || (!out && capacity)) return TOKENIZER_ERR_INVALID_ARG;
@@ -330,11 +356,11 @@ int tokenizer_token_to_piece(const tokenizer *tok, int32_t id, unsigned flags, c
     if (id < 0 || id >= tok->n_vocab) return TOKENIZER_ERR_BAD_TOKEN_ID;
     int render = (flags & TOKENIZER_DECODE_RENDER_SPECIAL) != 0;
     size_t n = 0;
-    spm_put_piece(tok, id, render, 0, NULL, 0, &n);
+    put_piece(tok, id, render, 0, NULL, 0, &n);
     *len_out = n;
     if (n > capacity) return TOKENIZER_ERR_BUFFER_TOO_SMALL;
     n = 0;
-    spm_put_piece(tok, id, render, 0, out, capacity, &n);
+    put_piece(tok, id, render, 0, out, capacity, &n);
     return TOKENIZER_OK;
 }
 
@@ -356,7 +382,7 @@ int tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n, unsigne
     }
     size_t pos = 0;
     for (size_t i = 0; i < n; i++) {
-        spm_put_piece(tok, ids[i], render, strip, out, capacity, &pos);
+        put_piece(tok, ids[i], render, strip, out, capacity, &pos);
         strip = 0;
     }
     *len_out = pos;

@@ -1,6 +1,8 @@
-/* SentencePiece-style (GGUF "llama" model) tokenizer for the inference engine.
- *
- * Behaviour follows llama.cpp's SPM tokenizer, the de-facto reference for GGUF models:
+/* The inference engine's tokenizer: SentencePiece (GGUF "llama" model) and byte-level BPE
+ * (GGUF "gpt2" model), both following llama.cpp, the de-facto reference for GGUF models.
+ * The byte-level BPE path (pre-tokenizers, byte mapping, merges by rank, invalid UTF-8) is
+ * described in doc/tokenizer.md; what follows is the SentencePiece path, whose frame (special
+ * partition, BOS / EOS, decode flags) BPE shares:
  *
  *   encode:  1. special-token partition: the texts of control / unknown tokens (only with
  *               TOKENIZER_ENCODE_PARSE_SPECIAL) and of user-defined tokens (always) are cut
@@ -58,6 +60,7 @@ typedef enum tokenizer_status {
     TOKENIZER_ERR_BUFFER_TOO_SMALL = 5, /* output capacity too small; required size reported */
     TOKENIZER_ERR_INPUT_TOO_LONG = 6,   /* text longer than TOKENIZER_MAX_TEXT_BYTES */
     TOKENIZER_ERR_NO_BYTE_TOKEN = 7,    /* byte fallback needed, vocab has no byte and no unk */
+    TOKENIZER_ERR_REGEX = 8,            /* the pre-tokenizer's regex failed to compile or match */
 } tokenizer_status;
 
 /* Static string naming a status ("TOKENIZER_OK", ...); "TOKENIZER_ERR_UNKNOWN" otherwise. */
@@ -73,6 +76,30 @@ typedef enum tokenizer_token_type {
     TOKENIZER_TYPE_UNUSED = 5,
     TOKENIZER_TYPE_BYTE = 6,
 } tokenizer_token_type;
+
+/* The tokenizer algorithm (GGUF tokenizer.ggml.model). Values are pinned. */
+typedef enum tokenizer_model {
+    TOKENIZER_MODEL_SPM = 0, /* "llama": SentencePiece (the zero value: old callers keep it) */
+    TOKENIZER_MODEL_BPE = 1, /* "gpt2": byte-level BPE with merges and a pre-tokenizer */
+} tokenizer_model;
+
+/* Byte-level BPE pre-tokenizers (GGUF tokenizer.ggml.pre), each the regex list llama.cpp uses
+ * for it. Values are pinned. */
+typedef enum tokenizer_pre {
+    TOKENIZER_PRE_DEFAULT = 0,      /* "default" (and a missing key, as llama.cpp) */
+    TOKENIZER_PRE_LLAMA3 = 1,       /* "llama-bpe", "llama3", "llama-v3": Llama 3; ignore_merges */
+    TOKENIZER_PRE_QWEN2 = 2,        /* "qwen2", "deepseek-r1-qwen": Qwen 2 / 2.5 / 3 */
+    TOKENIZER_PRE_SMOLLM = 3,       /* "smollm", "starcoder": digits split, then the GPT-2 regex */
+    TOKENIZER_PRE_GPT2 = 4,         /* "gpt-2", "phi-2", "mpt", "olmo": the GPT-2 regex */
+    TOKENIZER_PRE_DEEPSEEK_LLM = 5, /* "deepseek-llm" */
+    TOKENIZER_PRE_COUNT = 6
+} tokenizer_pre;
+
+/* The pre-tokenizer a tokenizer.ggml.pre value names (name[0..len), not NUL-terminated), or -1
+ * when we do not have it. */
+int tokenizer_pre_from_name(const char *name, size_t len);
+/* Canonical name of a pre-tokenizer ("default", "llama-bpe", ...), or "?" if out of range. */
+const char *tokenizer_pre_name(int pre);
 
 /* Largest text tokenizer_encode accepts, in bytes (symbol indices are 32-bit). */
 #define TOKENIZER_MAX_TEXT_BYTES ((size_t)1 << 28)
@@ -93,7 +120,15 @@ typedef struct tok_vocab {
     bool add_bos;                  /* tokenizer.ggml.add_bos_token */
     bool add_eos;                  /* tokenizer.ggml.add_eos_token */
     bool add_space_prefix;         /* tokenizer.ggml.add_space_prefix (llama.cpp SPM default:
-                                      true when the key is absent; Gemma 3: false) */
+                                      true when the key is absent; Gemma 3: false). BPE: only
+                                      the decode strip uses it, as llama.cpp */
+    /* Byte-level BPE only (model == TOKENIZER_MODEL_BPE); zero for SentencePiece. */
+    int32_t model;                 /* tokenizer_model */
+    int32_t pre;                   /* tokenizer_pre */
+    int32_t n_merges;              /* entries of tokenizer.ggml.merges, 0 .. INT32_MAX */
+    const char *const *merges;     /* (n_merges) "left right" (split at the first ' ' after
+                                      byte 0), rank = index; not NUL-terminated */
+    const uint32_t *merge_lens;    /* (n_merges) byte length of each merge */
 } tok_vocab;
 
 typedef struct tokenizer tokenizer;
@@ -104,7 +139,9 @@ typedef struct tokenizer_scratch tokenizer_scratch;
  * byte-fallback table, and the special-token matcher.
  * Errors: INVALID_ARG (v or out NULL), BAD_VOCAB (n_vocab < 1, texts/text_lens NULL, a NULL
  * text with non-zero length, a type outside 0..6, a special id outside -1..n_vocab-1,
- * add_bos without bos_id or add_eos without eos_id, total text bytes >= 4 GiB),
+ * add_bos without bos_id or add_eos without eos_id, total text bytes >= 4 GiB; BPE: a
+ * model or pre out of range, merges NULL with n_merges > 0, a NULL merge with non-zero
+ * length), REGEX (the pre-tokenizer's patterns did not compile: PCRE2 without Unicode),
  * OUT_OF_MEMORY. On error *out is NULL. */
 int tokenizer_create(const tok_vocab *v, tokenizer **out);
 

@@ -8,6 +8,10 @@
  *                        input (fast and reference)
  *   tokenizer_spm.c      SentencePiece (GGUF "llama"): escaping, byte fallback, the BPE merges
  *                        (priority queue and reference), pieces for decode
+ *   tokenizer_bpe.c      byte-level BPE (GGUF "gpt2"): the GPT-2 byte mapping, merges by rank
+ *                        (priority queue and reference), pieces for decode
+ *   tokenizer_pretok.c   the BPE pre-tokenizers: llama.cpp's regex lists on PCRE2, the split
+ *                        of a fragment into words, invalid UTF-8
  *
  * An algorithm plugs in through a fragment function (fragment_bpe_fn, one fast and one
  * reference) and a piece function for decode. */
@@ -62,6 +66,16 @@ typedef struct spm_bigram {
     uint32_t size; /* byte length of the concatenation when pushed; detects stale entries */
 } spm_bigram;
 
+/* A candidate merge of byte-level BPE: lower rank first, then the leftmost pair. */
+typedef struct bpe_bigram {
+    int32_t rank;
+    int32_t left, right;
+    uint32_t size; /* byte length of the concatenation when pushed; detects stale entries */
+} bpe_bigram;
+
+/* The compiled pre-tokenizer (tokenizer_pretok.c). */
+typedef struct tok_pretok tok_pretok;
+
 struct tokenizer_scratch {
     char *esc; /* (esc_cap) escaped fragment text */
     size_t esc_cap;
@@ -76,6 +90,16 @@ struct tokenizer_scratch {
     uint32_t *occ_first; /* (special_cap) first byte offset of an occurrence */
     uint32_t *occ_last;  /* (special_cap) last byte offset of an occurrence */
     size_t special_cap;
+    /* byte-level BPE */
+    bpe_bigram *bheap; /* (bheap_cap) binary min-heap */
+    size_t bheap_cap;
+    uint32_t *spans[2]; /* (spans_cap) (offset, length) pairs: the words of a fragment */
+    size_t spans_cap[2]; /* in uint32_t */
+    char *san;          /* (san_cap) the fragment with invalid UTF-8 bytes as U+FFFD */
+    size_t san_cap;
+    uint32_t *san_map;  /* (san_map_cap) offset in san -> offset in the fragment */
+    size_t san_map_cap;
+    void *match_data;   /* pcre2_match_data, made on first use */
 };
 
 struct tokenizer {
@@ -103,6 +127,20 @@ struct tokenizer {
     int32_t root_child[256]; /* trie children of the root, -1: none */
 
     tokenizer_scratch *own_scratch;
+
+    /* byte-level BPE (model == TOKENIZER_MODEL_BPE) */
+    int32_t model, pre;
+    bool ignore_merges;          /* a word that is a token is not merged (llama.cpp: Llama 3) */
+    char byte_enc[256][2];       /* GPT-2 byte -> unicode: the UTF-8 of each byte's character */
+    uint8_t byte_enc_len[256];
+    int16_t cp_byte[324];        /* the inverse: codepoint -> byte, -1: none */
+    char *merge_blob;            /* all merges back to back */
+    uint32_t *merge_off;         /* (n_merges + 1) */
+    uint32_t *merge_split;       /* (n_merges) length of the left part */
+    tok_slot *merge_slots;       /* (merge_mask + 1) (left, right) -> rank; id = rank */
+    uint32_t merge_mask;
+    int32_t n_merges;
+    tok_pretok *pretok;
 };
 
 /* ---- shared helpers ------------------------------------------------------------------ */
@@ -137,6 +175,10 @@ static inline void tok_sink_put(id_sink *k, int32_t id) {
     if (k->n < k->capacity) k->ids[k->n] = id;
     k->n++;
 }
+
+/* FNV-1a, 32 bit, continued from h (start: TOK_FNV_INIT) (tokenizer.c). */
+#define TOK_FNV_INIT 2166136261u
+uint32_t tok_hash_continue(uint32_t h, const void *p, size_t n);
 
 /* Id of the token whose text is s[0..n), or -1 (tokenizer.c). */
 int32_t tok_lookup_token(const tokenizer *tok, const char *s, size_t n);
@@ -181,5 +223,36 @@ int spm_encode_fragment_ref(const tokenizer *tok, void *state, const char *text,
  * strip: drop one leading ' ' of the piece. */
 void spm_put_piece(const tokenizer *tok, int32_t id, int render_special, int strip, char *out,
                    size_t capacity, size_t *pos);
+
+/* ---- byte-level BPE (tokenizer_bpe.c) ----------------------------------------------- */
+
+/* Builds the byte mapping, the merge table and the pre-tokenizer from v. */
+int bpe_build(tokenizer *tok, const tok_vocab *v);
+void bpe_free(tokenizer *tok);
+
+/* fragment_bpe_fn: the priority-queue merges on the scratch / the O(n^2) reference (prefix is
+ * ignored: llama.cpp's BPE adds no space prefix). */
+int bpe_encode_fragment(const tokenizer *tok, void *state, const char *text, size_t len,
+                        int prefix, id_sink *k);
+int bpe_encode_fragment_ref(const tokenizer *tok, void *state, const char *text, size_t len,
+                            int prefix, id_sink *k);
+
+/* As spm_put_piece, for byte-level BPE (normal tokens: characters back to bytes). */
+void bpe_put_piece(const tokenizer *tok, int32_t id, int render_special, int strip, char *out,
+                   size_t capacity, size_t *pos);
+
+/* ---- pre-tokenizers (tokenizer_pretok.c) -------------------------------------------- */
+
+/* Compiles the regex list of pre (tokenizer_pre). Errors: REGEX, OUT_OF_MEMORY. */
+int tok_pretok_create(int pre, tok_pretok **out);
+void tok_pretok_free(tok_pretok *p);
+
+/* Splits text[0..len) into words: *words points at n_words (offset, length) pairs in the
+ * scratch, in order, covering the text. jit: 0 runs PCRE2's interpreter (the reference). */
+int tok_pretok_split(const tok_pretok *p, tokenizer_scratch *s, const char *text, size_t len,
+                     int jit, const uint32_t **words, size_t *n_words);
+
+/* Frees the scratch's PCRE2 match data (tokenizer_scratch_free). */
+void tok_pretok_scratch_free(tokenizer_scratch *s);
 
 #endif

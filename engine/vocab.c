@@ -13,6 +13,7 @@ const char *vocab_status_name(int status) {
         case VOCAB_ERR_MODEL: return "VOCAB_ERR_MODEL";
         case VOCAB_ERR_FORMAT: return "VOCAB_ERR_FORMAT";
         case VOCAB_ERR_NOMEM: return "VOCAB_ERR_NOMEM";
+        case VOCAB_ERR_PRE: return "VOCAB_ERR_PRE";
         default: return "VOCAB_ERR_UNKNOWN";
     }
 }
@@ -23,6 +24,8 @@ void vocab_free(gguf_vocab *v) {
     free(v->text_lens);
     free(v->scores);
     free(v->types);
+    free(v->merges);
+    free(v->merge_lens);
     memset(v, 0, sizeof *v);
 }
 
@@ -50,14 +53,62 @@ static int flag(const gguf_file *f, const char *key, int dflt) {
     return gguf_get_bool(f, key, &b) == GGUF_OK ? b : dflt;
 }
 
+/* The byte-level BPE keys: tokenizer.ggml.pre (missing: "default", as llama.cpp) and the
+ * merges (required). */
+static vocab_status read_bpe(const gguf_file *f, gguf_vocab *out, int32_t *pre, char *err, size_t err_cap) {
+    const char *s;
+    size_t len;
+    if (gguf_get_str(f, "tokenizer.ggml.pre", &s, &len) == GGUF_OK) {
+        int p = tokenizer_pre_from_name(s, len);
+        if (p < 0) {
+            if (err != NULL && err_cap > 0)
+                snprintf(err, err_cap,
+                         "tokenizer.ggml.pre '%.*s' is not a pre-tokenizer we have "
+                         "(default, llama-bpe, qwen2, smollm, gpt-2, deepseek-llm and aliases)",
+                         (int)(len > 64 ? 64 : len), s);
+            vocab_free(out);
+            return VOCAB_ERR_PRE;
+        }
+        *pre = p;
+    }
+    gguf_array a;
+    if (gguf_get_arr(f, "tokenizer.ggml.merges", &a) != GGUF_OK || a.type != GGUF_VALUE_STRING || a.count > INT32_MAX)
+        return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "gpt2 vocabulary: missing or bad", "tokenizer.ggml.merges");
+    out->v.n_merges = (int32_t)a.count;
+    out->merges = malloc((a.count ? (size_t)a.count : 1) * sizeof *out->merges);
+    out->merge_lens = malloc((a.count ? (size_t)a.count : 1) * sizeof *out->merge_lens);
+    if (out->merges == NULL || out->merge_lens == NULL) return failv(out, VOCAB_ERR_NOMEM, err, err_cap, "out of memory", NULL);
+    for (uint64_t i = 0; i < a.count; i++) {
+        if (gguf_array_get_str(&a, i, &s, &len) != GGUF_OK || len > UINT32_MAX)
+            return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "bad merge", "tokenizer.ggml.merges");
+        out->merges[i] = s;
+        out->merge_lens[i] = (uint32_t)len;
+    }
+    return VOCAB_OK;
+}
+
 vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t err_cap) {
     if (out == NULL) return VOCAB_ERR_ARG;
     memset(out, 0, sizeof *out);
     if (f == NULL) return failv(out, VOCAB_ERR_ARG, err, err_cap, "NULL file", NULL);
     const char *s;
     size_t len;
-    if (gguf_get_str(f, "tokenizer.ggml.model", &s, &len) == GGUF_OK && !(len == 5 && memcmp(s, "llama", 5) == 0))
-        return failv(out, VOCAB_ERR_MODEL, err, err_cap, "tokenizer.ggml.model is not llama", NULL);
+    int32_t model = TOKENIZER_MODEL_SPM, pre = TOKENIZER_PRE_DEFAULT;
+    if (gguf_get_str(f, "tokenizer.ggml.model", &s, &len) == GGUF_OK) {
+        if (len == 4 && memcmp(s, "gpt2", 4) == 0) {
+            model = TOKENIZER_MODEL_BPE;
+        } else if (!(len == 5 && memcmp(s, "llama", 5) == 0)) {
+            if (err != NULL && err_cap > 0)
+                snprintf(err, err_cap, "tokenizer.ggml.model '%.*s' is not supported (llama, gpt2)",
+                         (int)(len > 64 ? 64 : len), s);
+            vocab_free(out);
+            return VOCAB_ERR_MODEL;
+        }
+    }
+    if (model == TOKENIZER_MODEL_BPE) {
+        vocab_status st = read_bpe(f, out, &pre, err, err_cap);
+        if (st != VOCAB_OK) return st;
+    }
     gguf_array toks;
     if (gguf_get_arr(f, "tokenizer.ggml.tokens", &toks) != GGUF_OK || toks.type != GGUF_VALUE_STRING ||
         toks.count < 1 || toks.count > INT32_MAX)
@@ -90,6 +141,10 @@ vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t 
                 return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "bad type", "tokenizer.ggml.token_type");
     }
     tok_vocab *v = &out->v;
+    v->model = model;
+    v->pre = pre;
+    v->merges = out->merges;
+    v->merge_lens = out->merge_lens;
     v->n_vocab = n;
     v->texts = out->texts;
     v->text_lens = out->text_lens;
@@ -100,8 +155,9 @@ vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t 
         !special_id(f, "tokenizer.ggml.unknown_token_id", n, &v->unk_id) ||
         !special_id(f, "tokenizer.ggml.padding_token_id", n, &v->pad_id))
         return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "special token id out of range", NULL);
-    v->add_bos = flag(f, "tokenizer.ggml.add_bos_token", 1) && v->bos_id >= 0;
+    const int bpe = model == TOKENIZER_MODEL_BPE;
+    v->add_bos = flag(f, "tokenizer.ggml.add_bos_token", bpe ? pre == TOKENIZER_PRE_LLAMA3 : 1) && v->bos_id >= 0;
     v->add_eos = flag(f, "tokenizer.ggml.add_eos_token", 0) && v->eos_id >= 0;
-    v->add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", 1);
+    v->add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", !bpe);
     return VOCAB_OK;
 }

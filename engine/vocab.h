@@ -19,9 +19,12 @@ typedef enum vocab_status {
     VOCAB_OK = 0,
     VOCAB_ERR_ARG = 1,     /* NULL pointer */
     VOCAB_ERR_MISSING = 2, /* tokenizer.ggml.tokens absent or not a string array */
-    VOCAB_ERR_MODEL = 3,   /* tokenizer.ggml.model is not "llama" (SentencePiece) */
-    VOCAB_ERR_FORMAT = 4,  /* scores / token_type of the wrong type or length, bad special id */
-    VOCAB_ERR_NOMEM = 5
+    VOCAB_ERR_MODEL = 3,   /* tokenizer.ggml.model is neither "llama" (SentencePiece) nor
+                              "gpt2" (byte-level BPE) */
+    VOCAB_ERR_FORMAT = 4,  /* scores / token_type of the wrong type or length, bad special id,
+                              gpt2 without tokenizer.ggml.merges (a string array) */
+    VOCAB_ERR_NOMEM = 5,
+    VOCAB_ERR_PRE = 6      /* gpt2 whose tokenizer.ggml.pre names a pre-tokenizer we lack */
 } vocab_status;
 
 const char *vocab_status_name(int status);
@@ -32,11 +35,15 @@ typedef struct gguf_vocab {
     uint32_t *text_lens;  /* (n_vocab) */
     float *scores;        /* (n_vocab), NULL when the file has none */
     int32_t *types;       /* (n_vocab), NULL when the file has none */
+    const char **merges;  /* (v.n_merges) into the mapping; NULL for SentencePiece */
+    uint32_t *merge_lens; /* (v.n_merges) */
 } gguf_vocab;
 
-/* Fills *out (zeroed on error). err, when err_cap > 0, receives a message on error.
- * Special ids absent from the file are -1; add_bos / add_eos / add_space_prefix default to
- * llama.cpp's SPM defaults (true / false / true) when absent. */
+/* Fills *out (zeroed on error). err, when err_cap > 0, receives a message on error (naming
+ * the model or pre-tokenizer it does not know). Special ids absent from the file are -1;
+ * add_bos / add_eos / add_space_prefix default as in llama.cpp when absent: SentencePiece
+ * true / false / true; byte-level BPE: add_bos only for the Llama 3 pre-tokenizer, false,
+ * false. A gpt2 vocabulary without tokenizer.ggml.pre gets the "default" pre-tokenizer. */
 vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t err_cap);
 /* Frees the arrays; NULL and a zeroed vocab are fine. */
 void vocab_free(gguf_vocab *v);

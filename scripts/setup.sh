@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 need=()
-for pkg in build-essential cmake clang-14 libclang-rt-14-dev python3 python3-venv pkg-config; do
+for pkg in build-essential cmake clang-14 libclang-rt-14-dev python3 python3-venv pkg-config libpcre2-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
