@@ -124,6 +124,11 @@ static int build(tokenizer *tok, const tok_vocab *v) {
         tok->types[i] = v->types ? (uint8_t)v->types[i] : TOKENIZER_TYPE_NORMAL;
     }
     tok->offsets[n] = off;
+    if (v->strip) {
+        tok->strip = malloc((size_t)n);
+        if (!tok->strip) return TOKENIZER_ERR_OUT_OF_MEMORY;
+        memcpy(tok->strip, v->strip, (size_t)n);
+    }
 
     for (uint32_t i = 0; i <= tok->slot_mask; i++) tok->slots[i].id = -1;
     for (int32_t i = 0; i < n; i++) insert_token(tok, i);
@@ -169,6 +174,7 @@ void tokenizer_free(tokenizer *tok) {
     free(tok->offsets);
     free(tok->scores);
     free(tok->types);
+    free(tok->strip);
     free(tok->slots);
     free(tok->specials);
     free(tok->node_special);

@@ -129,7 +129,14 @@ typedef struct tok_vocab {
     const char *const *merges;     /* (n_merges) "left right" (split at the first ' ' after
                                       byte 0), rank = index; not NUL-terminated */
     const uint32_t *merge_lens;    /* (n_merges) byte length of each merge */
+    /* Any model: per token, or NULL for none. */
+    const uint8_t *strip;          /* (n_vocab) TOKENIZER_STRIP_* of a special token */
 } tok_vocab;
+
+/* Strip flags of a special token (llama.cpp LSTRIP / RSTRIP attributes): when the partition
+ * cuts the token out, the white space (C isspace) right before / after it is dropped. */
+#define TOKENIZER_STRIP_LEFT 1u
+#define TOKENIZER_STRIP_RIGHT 2u
 
 typedef struct tokenizer tokenizer;
 typedef struct tokenizer_scratch tokenizer_scratch;

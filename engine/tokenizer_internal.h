@@ -37,6 +37,7 @@ typedef struct special_entry {
     uint32_t len;
     int32_t next_same; /* next special with the identical text, -1: none */
     uint8_t type;
+    uint8_t strip; /* TOKENIZER_STRIP_* */
 } special_entry;
 
 /* Edge of the special-token trie, in an open-addressing table keyed by (node, byte). */
@@ -108,6 +109,7 @@ struct tokenizer {
     uint32_t *offsets; /* (n_vocab + 1) text of id i is blob[offsets[i] .. offsets[i+1]) */
     float *scores;     /* (n_vocab) NaN replaced by -FLT_MAX so the heap order is total */
     uint8_t *types;    /* (n_vocab) tokenizer_token_type */
+    uint8_t *strip;    /* (n_vocab) TOKENIZER_STRIP_*, NULL: none */
     uint32_t max_token_len;
 
     tok_slot *slots; /* (slot_mask + 1) text -> id */

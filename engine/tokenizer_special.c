@@ -81,6 +81,7 @@ int tok_build_specials(tokenizer *tok) {
             tok->specials[n].len = len;
             tok->specials[n].next_same = -1;
             tok->specials[n].type = tok->types[id];
+            tok->specials[n].strip = tok->strip ? tok->strip[id] : 0;
             n++;
         }
     }
@@ -174,6 +175,25 @@ static int64_t find_bytes(const char *t, size_t from, size_t to, const char *pat
     return -1;
 }
 
+/* C isspace in the "C" locale, what llama.cpp's strip attributes test. */
+static int c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+/* End of the raw text [from, to) before a special: to, less trailing white space when the
+ * special has TOKENIZER_STRIP_LEFT. */
+static size_t strip_left(uint8_t strip, const char *text, size_t from, size_t to) {
+    if (strip & TOKENIZER_STRIP_LEFT)
+        while (to > from && c_space(text[to - 1])) to--;
+    return to;
+}
+
+/* Start of the raw text [from, end) after a special: from, past leading white space when the
+ * special has TOKENIZER_STRIP_RIGHT. */
+static size_t strip_right(uint8_t strip, const char *text, size_t from, size_t end) {
+    if (strip & TOKENIZER_STRIP_RIGHT)
+        while (from < end && c_space(text[from])) from++;
+    return from;
+}
+
 /* Partitions text into s->frags[0][0..*n_frags). */
 int tok_partition(const tokenizer *tok, tokenizer_scratch *s, const char *text, size_t len,
                   unsigned flags, size_t *n_frags) {
@@ -237,10 +257,11 @@ int tok_partition(const tokenizer *tok, tokenizer_scratch *s, const char *text, 
             for (;;) {
                 int64_t hit = find_bytes(text, pos > span_lo ? pos : span_lo, fr_end, pat, m);
                 if (hit < 0) break;
-                if ((size_t)hit > pos)
-                    dst[n_dst++] = (fragment){-1, (uint32_t)pos, (uint32_t)((size_t)hit - pos)};
+                size_t gap_end = strip_left(tok->specials[sp].strip, text, pos, (size_t)hit);
+                if (gap_end > pos)
+                    dst[n_dst++] = (fragment){-1, (uint32_t)pos, (uint32_t)(gap_end - pos)};
                 dst[n_dst++] = (fragment){id, (uint32_t)hit, m};
-                pos = (size_t)hit + m;
+                pos = strip_right(tok->specials[sp].strip, text, (size_t)hit + m, fr_end);
             }
             if (pos < fr_end) dst[n_dst++] = (fragment){-1, (uint32_t)pos, (uint32_t)(fr_end - pos)};
         }
@@ -279,15 +300,16 @@ int tok_partition_ref(const tokenizer *tok, const char *text, size_t len, unsign
                 continue;
             }
             size_t pos = cur[f].off, end = (size_t)cur[f].off + cur[f].len, run = pos;
+            const uint8_t strip = tok->specials[sp].strip;
             while (pos + m <= end) {
                 if (memcmp(text + pos, pat, m) != 0) {
                     pos++;
                     continue;
                 }
-                if (pos > run) next[n_next++] = (fragment){-1, (uint32_t)run, (uint32_t)(pos - run)};
+                size_t gap_end = strip_left(strip, text, run, pos);
+                if (gap_end > run) next[n_next++] = (fragment){-1, (uint32_t)run, (uint32_t)(gap_end - run)};
                 next[n_next++] = (fragment){tok->specials[sp].id, (uint32_t)pos, m};
-                pos += m;
-                run = pos;
+                pos = run = strip_right(strip, text, pos + m, end);
             }
             if (run < end) next[n_next++] = (fragment){-1, (uint32_t)run, (uint32_t)(end - run)};
         }

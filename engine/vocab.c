@@ -1,6 +1,7 @@
 /* tok_vocab from tokenizer.ggml.* keys; see vocab.h. */
 #include "vocab.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ void vocab_free(gguf_vocab *v) {
     free(v->types);
     free(v->merges);
     free(v->merge_lens);
+    free(v->strip);
     memset(v, 0, sizeof *v);
 }
 
@@ -83,6 +85,105 @@ static vocab_status read_bpe(const gguf_file *f, gguf_vocab *out, int32_t *pre, 
             return failv(out, VOCAB_ERR_FORMAT, err, err_cap, "bad merge", "tokenizer.ggml.merges");
         out->merges[i] = s;
         out->merge_lens[i] = (uint32_t)len;
+    }
+    return VOCAB_OK;
+}
+
+/* ---- llama.cpp's load-time fixes of token attributes (llama_vocab::impl::load) -------- */
+
+/* End-of-generation texts: such a token becomes a control token (llama.cpp warns
+ * "control-looking token ... was not control-type" and overrides it). */
+static const char *const eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+
+/* Fill-in-the-middle texts, by role: control tokens too, unless the file names the role's id. */
+static const struct fim_group {
+    const char *keys[2];
+    const char *texts[9];
+} fim_groups[] = {
+    {{"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>",
+      "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL}},
+    {{"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "hole\xef\xbd\x9c>", "<SUF>",
+      "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL}},
+    {{"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>",
+      "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL}},
+    {{"tokenizer.ggml.fim_pad_token_id", NULL}, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL}},
+    {{"tokenizer.ggml.fim_rep_token_id", NULL},
+     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL}},
+    {{"tokenizer.ggml.fim_sep_token_id", NULL}, {"<|file_sep|>", NULL}},
+};
+
+/* Id of the token with text t (the highest id, as llama.cpp's text -> id map), or -1. */
+static int32_t text_id(const gguf_vocab *gv, const char *t) {
+    size_t len = strlen(t);
+    for (int32_t i = gv->v.n_vocab - 1; i >= 0; i--)
+        if (gv->text_lens[i] == len && memcmp(gv->texts[i], t, len) == 0) return i;
+    return -1;
+}
+
+static void set_type_of(gguf_vocab *gv, const char *t, int32_t type) {
+    int32_t id = text_id(gv, t);
+    if (id >= 0) gv->types[id] = type;
+}
+
+static int is_special(int32_t type) {
+    return type == TOKENIZER_TYPE_CONTROL || type == TOKENIZER_TYPE_USER_DEFINED || type == TOKENIZER_TYPE_UNKNOWN;
+}
+
+/* Types: end-of-generation and FIM texts become control tokens, gpt-oss's channel tokens
+ * user-defined, "<|end|>" user-defined next to "<|return|>" and "<|call|>" (or "<|calls|>"
+ * and "<|flush|>"), "</s>" normal next to "<|tool_response>". Strip flags by model name:
+ * Phi-3 (every special token but <unk>, <s>, <|endoftext|> eats the white space after it),
+ * ModernBERT ("[MASK]" eats the white space before it). */
+static vocab_status fix_attributes(const gguf_file *f, gguf_vocab *gv) {
+    const int32_t n = gv->v.n_vocab;
+    if (gv->types == NULL) {
+        gv->types = malloc((size_t)n * sizeof *gv->types);
+        if (gv->types == NULL) return VOCAB_ERR_NOMEM;
+        for (int32_t i = 0; i < n; i++) gv->types[i] = TOKENIZER_TYPE_NORMAL;
+    }
+    for (size_t g = 0; g < sizeof fim_groups / sizeof fim_groups[0]; g++) {
+        const struct fim_group *fg = &fim_groups[g];
+        if (gguf_find_key(f, fg->keys[0]) >= 0 || (fg->keys[1] && gguf_find_key(f, fg->keys[1]) >= 0)) continue;
+        for (int t = 0; fg->texts[t]; t++) set_type_of(gv, fg->texts[t], TOKENIZER_TYPE_CONTROL);
+    }
+    for (int t = 0; eog_texts[t]; t++) set_type_of(gv, eog_texts[t], TOKENIZER_TYPE_CONTROL);
+    static const char *const channel[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
+    for (int t = 0; t < 4; t++) set_type_of(gv, channel[t], TOKENIZER_TYPE_USER_DEFINED);
+    if (text_id(gv, "<|end|>") >= 0 && ((text_id(gv, "<|return|>") >= 0 && text_id(gv, "<|call|>") >= 0) ||
+                                        (text_id(gv, "<|calls|>") >= 0 && text_id(gv, "<|flush|>") >= 0)))
+        set_type_of(gv, "<|end|>", TOKENIZER_TYPE_USER_DEFINED);
+    if (text_id(gv, "<|tool_response>") >= 0) set_type_of(gv, "</s>", TOKENIZER_TYPE_NORMAL);
+
+    const char *s;
+    size_t len;
+    char name[256] = "";
+    if (gguf_get_str(f, "general.name", &s, &len) == GGUF_OK) {
+        if (len >= sizeof name) len = sizeof name - 1;
+        for (size_t i = 0; i < len; i++) name[i] = (char)tolower((unsigned char)s[i]);
+        name[len] = 0;
+    }
+    const int phi3 = strstr(name, "phi-3") || strstr(name, "phi3"), modern_bert = strstr(name, "modern-bert") != NULL;
+    if (!phi3 && !modern_bert) return VOCAB_OK;
+    gv->strip = calloc((size_t)n, 1);
+    if (gv->strip == NULL) return VOCAB_ERR_NOMEM;
+    gv->v.strip = gv->strip;
+    int32_t id;
+    if (phi3) {
+        for (int32_t i = 0; i < n; i++)
+            if (is_special(gv->types[i])) gv->strip[i] = TOKENIZER_STRIP_RIGHT;
+        if ((id = text_id(gv, "</s>")) >= 0) gv->strip[id] = TOKENIZER_STRIP_RIGHT;
+        static const char *const keep[] = {"<unk>", "<s>", "<|endoftext|>"};
+        for (int t = 0; t < 3; t++)
+            if ((id = text_id(gv, keep[t])) >= 0) gv->strip[id] = 0;
+    } else if ((id = text_id(gv, "[MASK]")) >= 0) {
+        gv->strip[id] = TOKENIZER_STRIP_LEFT;
     }
     return VOCAB_OK;
 }
@@ -159,5 +260,7 @@ vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t 
     v->add_bos = flag(f, "tokenizer.ggml.add_bos_token", bpe ? pre == TOKENIZER_PRE_LLAMA3 : 1) && v->bos_id >= 0;
     v->add_eos = flag(f, "tokenizer.ggml.add_eos_token", 0) && v->eos_id >= 0;
     v->add_space_prefix = flag(f, "tokenizer.ggml.add_space_prefix", !bpe);
+    if (fix_attributes(f, out) != VOCAB_OK) return failv(out, VOCAB_ERR_NOMEM, err, err_cap, "out of memory", NULL);
+    v->types = out->types;
     return VOCAB_OK;
 }

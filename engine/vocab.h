@@ -37,13 +37,17 @@ typedef struct gguf_vocab {
     int32_t *types;       /* (n_vocab), NULL when the file has none */
     const char **merges;  /* (v.n_merges) into the mapping; NULL for SentencePiece */
     uint32_t *merge_lens; /* (v.n_merges) */
+    uint8_t *strip;       /* (n_vocab) TOKENIZER_STRIP_* per token, NULL when none has any */
 } gguf_vocab;
 
 /* Fills *out (zeroed on error). err, when err_cap > 0, receives a message on error (naming
  * the model or pre-tokenizer it does not know). Special ids absent from the file are -1;
  * add_bos / add_eos / add_space_prefix default as in llama.cpp when absent: SentencePiece
  * true / false / true; byte-level BPE: add_bos only for the Llama 3 pre-tokenizer, false,
- * false. A gpt2 vocabulary without tokenizer.ggml.pre gets the "default" pre-tokenizer. */
+ * false. A gpt2 vocabulary without tokenizer.ggml.pre gets the "default" pre-tokenizer.
+ * Token types and strip flags get llama.cpp's load-time fixes (vocab.c fix_attributes:
+ * end-of-generation and fill-in-the-middle texts become control tokens, Phi-3's special
+ * tokens eat the white space after them, ...), so that encoding matches llama.cpp's. */
 vocab_status vocab_build(const gguf_file *f, gguf_vocab *out, char *err, size_t err_cap);
 /* Frees the arrays; NULL and a zeroed vocab are fine. */
 void vocab_free(gguf_vocab *v);
