@@ -280,6 +280,60 @@ assert r["f16"]["rel_l2"] < 2e-3 and r["turbo4"]["rel_l2"] < r["turbo2"]["rel_l2
 else
   skip "attn-bench --from-model runs" "no model at $model (scripts/get-model.sh)"
 fi
+
+# ---- tq tokenize (appended block: tokenizer on GGUF metadata only) -------------------------------
+# Tiny vocabulary-only GGUFs written here (python3, no package): a byte-level BPE one whose merges
+# make "ab" one token, one with an unknown pre-tokenizer, one with an unknown model.
+tokdir=$(mktemp -d)
+if python3 - "$tokdir" <<'PY'
+import struct, sys
+def s(x): b = x.encode(); return struct.pack('<Q', len(b)) + b
+def kv_str(k, v): return s(k) + struct.pack('<I', 8) + s(v)
+def kv_arr(k, items): return s(k) + struct.pack('<IIQ', 9, 8, len(items)) + b''.join(s(i) for i in items)
+def write(path, model, pre):
+    kvs = [kv_str('tokenizer.ggml.model', model), kv_str('tokenizer.ggml.pre', pre),
+           kv_arr('tokenizer.ggml.tokens', ['a', 'b', 'ab', '\u0120', '\u0120ab', '<|end|>']),
+           kv_arr('tokenizer.ggml.merges', ['a b', '\u0120 ab'])]
+    body = b'GGUF' + struct.pack('<IQQ', 3, 0, len(kvs)) + b''.join(kvs)
+    open(path, 'wb').write(body + b'\0' * (-len(body) % 32))
+d = sys.argv[1]
+write(d + '/bpe.gguf', 'gpt2', 'gpt-2')
+write(d + '/pre.gguf', 'gpt2', 'frobnicate')
+write(d + '/model.gguf', 'wordpiece', 'gpt-2')
+PY
+then
+  check "tokenize help" 0 "$tq" tokenize --help
+  check "tokenize without -m" 2 "$tq" tokenize -p hi
+  check "tokenize without text" 2 "$tq" tokenize -m "$tokdir/bpe.gguf"
+  check "tokenize -p and -f" 2 "$tq" tokenize -m "$tokdir/bpe.gguf" -p hi -f x
+  check "tokenize missing model" 1 "$tq" tokenize -m "$tokdir/none.gguf" -p ab
+  has "tokenize missing model: message" "cannot read"
+  check "tokenize non-GGUF" 1 "$tq" tokenize -m "$0" -p ab
+  has "tokenize non-GGUF: message" "GGUF_ERR_BAD_MAGIC"
+  check "tokenize unknown pre" 1 "$tq" tokenize -m "$tokdir/pre.gguf" -p ab
+  has "tokenize unknown pre: names it" "tokenizer.ggml.pre 'frobnicate' is not a pre-tokenizer we have"
+  check "tokenize unknown model" 1 "$tq" tokenize -m "$tokdir/model.gguf" -p ab
+  has "tokenize unknown model: names it" "tokenizer.ggml.model 'wordpiece' is not supported"
+  check "tokenize missing -f file" 1 "$tq" tokenize -m "$tokdir/bpe.gguf" -f "$tokdir/none.txt"
+  check "tokenize ids" 0 "$tq" tokenize -m "$tokdir/bpe.gguf" -p "ab ab<|end|>" --ids
+  has "tokenize ids: merged, control text matched" "[2, 4, 5]"
+  check "tokenize no-parse-special" 0 "$tq" tokenize -m "$tokdir/bpe.gguf" -p "ab<|end|>" --ids --no-parse-special
+  has "tokenize no-parse-special: no control token" "[2]"
+  printf 'ab ab' >"$tokdir/text.txt"
+  check "tokenize -f pieces" 0 "$tq" tokenize -m "$tokdir/bpe.gguf" -f "$tokdir/text.txt" --show-count
+  has "tokenize -f pieces: piece" "     4 -> ' ab'"
+  has "tokenize -f pieces: count" "Total number of tokens: 2"
+else
+  skip "tokenize" "python3 could not write the test GGUFs"
+fi
+rm -rf "$tokdir"
+vocab=${TQ_VOCAB_DIR:-$(dirname "$0")/../../shared/data/vocab}/ggml-vocab-llama-bpe.gguf
+if [ -f "$vocab" ]; then
+  check "tokenize llama-bpe vocab" 0 "$tq" tokenize -m "$vocab" -p "Hello world" --ids
+  has "tokenize llama-bpe vocab: ids with BOS" "[128000, 9906, 1917]"
+else
+  skip "tokenize llama-bpe vocab" "no $vocab (set TQ_VOCAB_DIR)"
+fi
 rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$ "$fifo"
 echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" = 0 ] || exit 1

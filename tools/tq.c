@@ -20,6 +20,7 @@ static const command commands[] = {
     {"passkey", cmd_passkey, "pass-key retrieval rate per KV scheme and needle depth"},
     {"codec-bench", cmd_codec_bench, "codec quality and throughput per bit width"},
     {"attn-bench", cmd_attn_bench, "decode/prefill attention speed and error per KV scheme vs f16"},
+    {"tokenize", cmd_tokenize, "token ids of a text (-p/-f), as llama-tokenize; vocabulary-only GGUFs too"},
 };
 
 static void usage(FILE *f) {
