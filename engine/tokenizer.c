@@ -219,7 +219,6 @@ void tokenizer_scratch_free(tokenizer_scratch *s) {
     free(s->occ);
     free(s->occ_first);
     free(s->occ_last);
-    free(s->bheap);
     free(s->spans[0]);
     free(s->spans[1]);
     free(s->san);

@@ -146,48 +146,13 @@ static void emit_symbol(const tokenizer *tok, id_sink *k, const char *p, size_t 
     }
 }
 
-/* a comes out of the heap before b: lower rank, then the leftmost pair. */
-static int bigram_before(const bpe_bigram *a, const bpe_bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(bpe_bigram *h, size_t *n, bpe_bigram x) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!bigram_before(&x, &h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-    }
-    h[i] = x;
-}
-
-static bpe_bigram heap_pop(bpe_bigram *h, size_t *n) {
-    bpe_bigram top = h[0];
-    bpe_bigram x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && bigram_before(&h[c + 1], &h[c])) c++;
-        if (!bigram_before(&h[c], &x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = x;
-    return top;
-}
-
-static int try_add_bigram(const tokenizer *tok, tokenizer_scratch *s, size_t *heap_n,
-                          int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return TOKENIZER_OK;
-    const spm_symbol *l = &s->syms[left], *r = &s->syms[right];
-    int32_t rank = merge_rank(tok, s->esc + l->start, (size_t)l->n, s->esc + r->start, (size_t)r->n);
-    if (rank < 0) return TOKENIZER_OK;
-    if (!tok_grow((void **)&s->bheap, &s->bheap_cap, *heap_n + 1, sizeof *s->bheap))
-        return TOKENIZER_ERR_OUT_OF_MEMORY;
-    heap_push(s->bheap, heap_n, (bpe_bigram){rank, left, right, (uint32_t)(l->n + r->n)});
-    return TOKENIZER_OK;
+/* tok_pair_fn: (a, b) is a merge; minus its rank (lower ranks first). */
+static int bpe_pair(const tokenizer *tok, const char *a, size_t la, const char *b, size_t lb,
+                    double *priority) {
+    int32_t rank = merge_rank(tok, a, la, b, lb);
+    if (rank < 0) return 0;
+    *priority = -(double)rank;
+    return 1;
 }
 
 /* One word w[0..wl) (wl >= 1) with the priority queue (llama.cpp llm_tokenizer_bpe_session). */
@@ -210,21 +175,7 @@ static int bpe_word(const tokenizer *tok, tokenizer_scratch *s, const char *w, s
         s->syms[i] = (spm_symbol){start, cl, i - 1, i + 1 == n_syms ? -1 : i + 1};
         start += cl;
     }
-    size_t heap_n = 0;
-    int rc = TOKENIZER_OK;
-    for (int32_t i = 1; i < n_syms && rc == TOKENIZER_OK; i++)
-        rc = try_add_bigram(tok, s, &heap_n, i - 1, i);
-    while (heap_n > 0 && rc == TOKENIZER_OK) {
-        bpe_bigram b = heap_pop(s->bheap, &heap_n);
-        spm_symbol *l = &s->syms[b.left], *r = &s->syms[b.right];
-        if (l->n == 0 || r->n == 0 || (uint32_t)(l->n + r->n) != b.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->syms[r->next].prev = b.left;
-        rc = try_add_bigram(tok, s, &heap_n, l->prev, b.left);
-        if (rc == TOKENIZER_OK) rc = try_add_bigram(tok, s, &heap_n, b.left, s->syms[b.left].next);
-    }
+    int rc = tok_merge(tok, s, n_syms, bpe_pair);
     for (int32_t i = 0; i != -1 && rc == TOKENIZER_OK; i = s->syms[i].next)
         emit_symbol(tok, k, s->esc + s->syms[i].start, (size_t)s->syms[i].n);
     return rc;
@@ -246,10 +197,6 @@ int bpe_encode_fragment(const tokenizer *tok, void *state, const char *text, siz
  * Reference: the literal algorithm (rescan every adjacent pair, merge the best, repeat)
  * ------------------------------------------------------------------------------------- */
 
-typedef struct ref_symbol {
-    size_t start, n;
-} ref_symbol;
-
 static int bpe_word_ref(const tokenizer *tok, const char *w, size_t wl, id_sink *k) {
     char *esc = malloc(2 * wl);
     ref_symbol *syms = malloc(wl * sizeof *syms);
@@ -267,22 +214,7 @@ static int bpe_word_ref(const tokenizer *tok, const char *w, size_t wl, id_sink 
             syms[m] = (ref_symbol){off, cl};
             off += cl;
         }
-        for (;;) {
-            size_t best = SIZE_MAX;
-            int32_t best_rank = 0;
-            for (size_t i = 0; i + 1 < m; i++) {
-                int32_t r = merge_rank(tok, esc + syms[i].start, syms[i].n, esc + syms[i + 1].start,
-                                       syms[i + 1].n);
-                if (r >= 0 && (best == SIZE_MAX || r < best_rank)) {
-                    best = i;
-                    best_rank = r;
-                }
-            }
-            if (best == SIZE_MAX) break;
-            syms[best].n += syms[best + 1].n;
-            memmove(&syms[best + 1], &syms[best + 2], (m - best - 2) * sizeof *syms);
-            m--;
-        }
+        m = tok_merge_ref(tok, esc, syms, m, bpe_pair);
     }
     for (size_t i = 0; i < m; i++) emit_symbol(tok, k, esc + syms[i].start, syms[i].n);
     free(esc);

@@ -60,19 +60,19 @@ typedef struct spm_symbol {
     int32_t prev, next;
 } spm_symbol;
 
-/* A candidate merge of two adjacent symbols. */
+/* A candidate merge of two adjacent symbols: higher priority first, ties to the leftmost
+ * pair. (SentencePiece: the score of the merged token; BPE: minus the merge's rank. Both are
+ * exact in a double, so the order is the algorithms' own.) */
 typedef struct spm_bigram {
-    float score;
+    double priority;
     int32_t left, right;
     uint32_t size; /* byte length of the concatenation when pushed; detects stale entries */
 } spm_bigram;
 
-/* A candidate merge of byte-level BPE: lower rank first, then the leftmost pair. */
-typedef struct bpe_bigram {
-    int32_t rank;
-    int32_t left, right;
-    uint32_t size; /* byte length of the concatenation when pushed; detects stale entries */
-} bpe_bigram;
+/* A symbol of the reference merges: a byte range of the escaped text. */
+typedef struct ref_symbol {
+    size_t start, n;
+} ref_symbol;
 
 /* The compiled pre-tokenizer (tokenizer_pretok.c). */
 typedef struct tok_pretok tok_pretok;
@@ -92,8 +92,6 @@ struct tokenizer_scratch {
     uint32_t *occ_last;  /* (special_cap) last byte offset of an occurrence */
     size_t special_cap;
     /* byte-level BPE */
-    bpe_bigram *bheap; /* (bheap_cap) binary min-heap */
-    size_t bheap_cap;
     uint32_t *spans[2]; /* (spans_cap) (offset, length) pairs: the words of a fragment */
     size_t spans_cap[2]; /* in uint32_t */
     char *san;          /* (san_cap) the fragment with invalid UTF-8 bytes as U+FFFD */
@@ -209,6 +207,21 @@ int tok_partition_ref(const tokenizer *tok, const char *text, size_t len, unsign
  * state is the encoder's scratch (NULL for a reference encoder). */
 typedef int (*fragment_bpe_fn)(const tokenizer *tok, void *state, const char *text, size_t len,
                                int prefix, id_sink *k);
+
+/* ---- the merge loop both algorithms share (tokenizer_spm.c) ------------------------- */
+
+/* Whether the adjacent symbols a[0..la) and b[0..lb) (b == a + la) merge, and with what
+ * priority (*priority; higher first). */
+typedef int (*tok_pair_fn)(const tokenizer *tok, const char *a, size_t la, const char *b, size_t lb,
+                           double *priority);
+
+/* Merges the symbols s->syms[0..n_syms) (a linked list over s->esc, n_syms >= 1) with a
+ * priority queue until no adjacent pair merges (llama.cpp's SPM and BPE sessions). */
+int tok_merge(const tokenizer *tok, tokenizer_scratch *s, int32_t n_syms, tok_pair_fn pair);
+
+/* The same, the literal way: rescan every adjacent pair of syms[0..m), merge the best
+ * (leftmost on ties), repeat. Returns the number of symbols left. */
+size_t tok_merge_ref(const tokenizer *tok, const char *esc, ref_symbol *syms, size_t m, tok_pair_fn pair);
 
 /* ---- SentencePiece (tokenizer_spm.c) ------------------------------------------------- */
 

@@ -57,12 +57,13 @@ static int emit_symbol(const tokenizer *tok, id_sink *k, const char *p, size_t n
 }
 
 /* ---------------------------------------------------------------------------------------
- * SentencePiece BPE with a priority queue (llama.cpp llm_tokenizer_spm_session)
+ * The merge loop: a priority queue (llama.cpp llm_tokenizer_spm_session and
+ * llm_tokenizer_bpe_session), and the literal reference
  * ------------------------------------------------------------------------------------- */
 
-/* a comes out of the heap before b: higher score, then the leftmost pair. */
+/* a comes out of the heap before b: higher priority, then the leftmost pair. */
 static int bigram_before(const spm_bigram *a, const spm_bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
+    return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
 }
 
 static void heap_push(spm_bigram *h, size_t *n, spm_bigram x) {
@@ -92,17 +93,69 @@ static spm_bigram heap_pop(spm_bigram *h, size_t *n) {
     return top;
 }
 
-static int try_add_bigram(const tokenizer *tok, tokenizer_scratch *s, size_t *heap_n,
-                          int32_t left, int32_t right) {
+static int try_add_bigram(const tokenizer *tok, tokenizer_scratch *s, tok_pair_fn pair,
+                          size_t *heap_n, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return TOKENIZER_OK;
     const spm_symbol *l = &s->syms[left], *r = &s->syms[right];
-    size_t size = (size_t)l->n + (size_t)r->n;
-    int32_t id = tok_lookup_token(tok, s->esc + l->start, size);
-    if (id < 0) return TOKENIZER_OK;
+    double priority;
+    if (!pair(tok, s->esc + l->start, (size_t)l->n, s->esc + r->start, (size_t)r->n, &priority))
+        return TOKENIZER_OK;
     if (!tok_grow((void **)&s->heap, &s->heap_cap, *heap_n + 1, sizeof *s->heap))
         return TOKENIZER_ERR_OUT_OF_MEMORY;
-    heap_push(s->heap, heap_n, (spm_bigram){tok->scores[id], left, right, (uint32_t)size});
+    heap_push(s->heap, heap_n, (spm_bigram){priority, left, right, (uint32_t)(l->n + r->n)});
     return TOKENIZER_OK;
+}
+
+int tok_merge(const tokenizer *tok, tokenizer_scratch *s, int32_t n_syms, tok_pair_fn pair) {
+    size_t heap_n = 0;
+    int rc = TOKENIZER_OK;
+    for (int32_t i = 1; i < n_syms && rc == TOKENIZER_OK; i++)
+        rc = try_add_bigram(tok, s, pair, &heap_n, i - 1, i);
+    while (heap_n > 0 && rc == TOKENIZER_OK) {
+        spm_bigram b = heap_pop(s->heap, &heap_n);
+        spm_symbol *l = &s->syms[b.left], *r = &s->syms[b.right];
+        if (l->n == 0 || r->n == 0 || (uint32_t)(l->n + r->n) != b.size) continue; /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s->syms[r->next].prev = b.left;
+        rc = try_add_bigram(tok, s, pair, &heap_n, l->prev, b.left);
+        if (rc == TOKENIZER_OK) rc = try_add_bigram(tok, s, pair, &heap_n, b.left, s->syms[b.left].next);
+    }
+    return rc;
+}
+
+size_t tok_merge_ref(const tokenizer *tok, const char *esc, ref_symbol *syms, size_t m, tok_pair_fn pair) {
+    for (;;) {
+        size_t best = SIZE_MAX;
+        double best_priority = 0;
+        for (size_t i = 0; i + 1 < m; i++) {
+            double p;
+            if (pair(tok, esc + syms[i].start, syms[i].n, esc + syms[i + 1].start, syms[i + 1].n, &p) &&
+                (best == SIZE_MAX || p > best_priority)) {
+                best = i;
+                best_priority = p;
+            }
+        }
+        if (best == SIZE_MAX) return m;
+        syms[best].n += syms[best + 1].n;
+        memmove(&syms[best + 1], &syms[best + 2], (m - best - 2) * sizeof *syms);
+        m--;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * SentencePiece
+ * ------------------------------------------------------------------------------------- */
+
+/* tok_pair_fn: the concatenation is a token; its score. */
+static int spm_pair(const tokenizer *tok, const char *a, size_t la, const char *b, size_t lb,
+                    double *priority) {
+    (void)b;
+    int32_t id = tok_lookup_token(tok, a, la + lb);
+    if (id < 0) return 0;
+    *priority = tok->scores[id];
+    return 1;
 }
 
 /* Tokenizes the escaped fragment s->esc[0..n) into k. */
@@ -122,22 +175,7 @@ static int bpe_fragment(const tokenizer *tok, tokenizer_scratch *s, size_t n, id
         sym->next = off == n ? -1 : n_syms + 1;
         n_syms++;
     }
-
-    size_t heap_n = 0;
-    int rc = TOKENIZER_OK;
-    for (int32_t i = 1; i < n_syms && rc == TOKENIZER_OK; i++)
-        rc = try_add_bigram(tok, s, &heap_n, i - 1, i);
-    while (heap_n > 0 && rc == TOKENIZER_OK) {
-        spm_bigram b = heap_pop(s->heap, &heap_n);
-        spm_symbol *l = &s->syms[b.left], *r = &s->syms[b.right];
-        if (l->n == 0 || r->n == 0 || (uint32_t)(l->n + r->n) != b.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) s->syms[r->next].prev = b.left;
-        rc = try_add_bigram(tok, s, &heap_n, l->prev, b.left);
-        if (rc == TOKENIZER_OK) rc = try_add_bigram(tok, s, &heap_n, b.left, s->syms[b.left].next);
-    }
+    int rc = tok_merge(tok, s, n_syms, spm_pair);
     for (int32_t i = 0; i != -1 && rc == TOKENIZER_OK; i = s->syms[i].next)
         rc = emit_symbol(tok, k, s->esc + s->syms[i].start, (size_t)s->syms[i].n);
     return rc;
@@ -151,14 +189,6 @@ int spm_encode_fragment(const tokenizer *tok, void *state, const char *text, siz
     size_t n = escape_fragment(s->esc, text, len, prefix);
     return bpe_fragment(tok, s, n, k);
 }
-
-/* ---------------------------------------------------------------------------------------
- * Reference BPE: the literal algorithm, slow and obvious
- * ------------------------------------------------------------------------------------- */
-
-typedef struct ref_symbol {
-    size_t start, n;
-} ref_symbol;
 
 int spm_encode_fragment_ref(const tokenizer *tok, void *state, const char *text, size_t len,
                             int prefix, id_sink *k) {
@@ -177,22 +207,7 @@ int spm_encode_fragment_ref(const tokenizer *tok, void *state, const char *text,
         syms[m] = (ref_symbol){off, cl};
         off += cl;
     }
-    /* Merge the best pair (highest score, leftmost on ties) until none is a token. */
-    for (;;) {
-        size_t best = SIZE_MAX;
-        float best_score = 0.0f;
-        for (size_t i = 0; i + 1 < m; i++) {
-            int32_t id = tok_lookup_token(tok, esc + syms[i].start, syms[i].n + syms[i + 1].n);
-            if (id >= 0 && (best == SIZE_MAX || tok->scores[id] > best_score)) {
-                best = i;
-                best_score = tok->scores[id];
-            }
-        }
-        if (best == SIZE_MAX) break;
-        syms[best].n += syms[best + 1].n;
-        memmove(&syms[best + 1], &syms[best + 2], (m - best - 2) * sizeof *syms);
-        m--;
-    }
+    m = tok_merge_ref(tok, esc, syms, m, spm_pair);
     int rc = TOKENIZER_OK;
     for (size_t i = 0; i < m && rc == TOKENIZER_OK; i++)
         rc = emit_symbol(tok, k, esc + syms[i].start, syms[i].n);
