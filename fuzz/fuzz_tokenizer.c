@@ -10,10 +10,16 @@
  *   bit 2: the built-in vocab with add_space_prefix
  *   bit 3: vocab mode: the bytes up to "\xff\xff" are a vocab, tokens separated by 0xfe,
  *          each token's first byte giving its type (b % 7) and score ((b >> 3) - 16);
- *          bit 4 adds the 256 byte tokens.
+ *          bit 4 adds the 256 byte tokens; bit 5 makes it a byte-level BPE vocab whose merges
+ *          are its token texts (those with a ' ' after byte 0 merge) and whose pre-tokenizer
+ *          is the second input byte % TOKENIZER_PRE_COUNT.
+ *   bit 5 (without bit 3): the built-in byte-level BPE vocab (all 256 byte characters, a few
+ *          merges, a control and a user-defined token) with the pre-tokenizer the second byte
+ *          picks; any input round-trips (invalid UTF-8 included) when ADD_SPECIAL is off.
  * Checks: fast encoder == reference encoder; a short capacity reports the same count and
  * writes a prefix only; decode and pieces never fail on valid ids; with the built-in vocab
- * (no space prefix, no add_special), valid UTF-8 without U+2581 round-trips exactly. */
+ * (no space prefix, no add_special), valid UTF-8 without U+2581 round-trips exactly. The BPE
+ * vocab is written by this harness: the fuzz run needs no files. */
 #include "../engine/tokenizer.h"
 
 #include <stdio.h>
@@ -47,6 +53,7 @@ static const struct {
 #define N_BUILTIN ((int)(sizeof builtin / sizeof builtin[0]))
 
 static tokenizer *builtin_tok[2];
+static tokenizer *bpe_tok[TOKENIZER_PRE_COUNT];
 
 typedef struct vocab_buf {
     const char *texts[MAX_VOCAB + 256];
@@ -93,6 +100,57 @@ static tokenizer *make_builtin(int space_prefix) {
     b.v.unk_id = 0, b.v.bos_id = 1, b.v.eos_id = 2;
     b.v.add_bos = true;
     b.v.add_space_prefix = space_prefix != 0;
+    tokenizer *tok = NULL;
+    if (tokenizer_create(&b.v, &tok) != TOKENIZER_OK) abort();
+    return tok;
+}
+
+/* GPT-2's byte characters (the BPE vocab's first 256 tokens), UTF-8. */
+static char byte_chars[256][2];
+
+static void make_byte_chars(void) {
+    int extra = 0;
+    for (int b = 0; b < 256; b++) {
+        int cp = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae ? b : 256 + extra++;
+        if (cp < 0x80) byte_chars[b][0] = (char)cp;
+        else byte_chars[b][0] = (char)(0xc0 | (cp >> 6)), byte_chars[b][1] = (char)(0x80 | (cp & 0x3f));
+    }
+}
+
+static uint32_t byte_char_len(int b) { return (unsigned char)byte_chars[b][0] < 0x80 ? 1 : 2; }
+
+/* "Ġ" is the byte character of ' ', "Ã" and "©" those of 0xC3 and 0xA9 (é). */
+static const char *const bpe_merges[] = {
+    "a b", "\xc4\xa0 a", "\xc4\xa0" "a b", "h e", "l l", "he ll", "hell o", "\xc4\xa0 hello", "1 2", "12 3",
+    "\xc3\x83 \xc2\xa9", "\xc4\xa0 \xc4\xa0", "\xc4\x8a \xc4\x8a", "' s", "\xe4 \xb8",
+};
+static const char *const bpe_merged[] = {
+    "ab", "\xc4\xa0" "a", "\xc4\xa0" "ab", "he", "ll", "hell", "hello", "\xc4\xa0" "hello", "12", "123",
+    "\xc3\x83\xc2\xa9", "\xc4\xa0\xc4\xa0", "\xc4\x8a\xc4\x8a", "'s",
+};
+
+static tokenizer *make_bpe(int pre) {
+    static vocab_buf b;
+    static const char *merges[sizeof bpe_merges / sizeof bpe_merges[0]];
+    static uint32_t merge_lens[sizeof bpe_merges / sizeof bpe_merges[0]];
+    vocab_init(&b);
+    make_byte_chars();
+    for (int c = 0; c < 256; c++) add_token(&b, byte_chars[c], byte_char_len(c), 0, TOKENIZER_TYPE_NORMAL);
+    for (size_t i = 0; i < sizeof bpe_merged / sizeof bpe_merged[0]; i++)
+        add_token(&b, bpe_merged[i], (uint32_t)strlen(bpe_merged[i]), 0, TOKENIZER_TYPE_NORMAL);
+    add_token(&b, "<|end|>", 7, 0, TOKENIZER_TYPE_CONTROL);
+    add_token(&b, "<tag>", 5, 0, TOKENIZER_TYPE_USER_DEFINED);
+    for (size_t i = 0; i < sizeof bpe_merges / sizeof bpe_merges[0]; i++) {
+        merges[i] = bpe_merges[i];
+        merge_lens[i] = (uint32_t)strlen(bpe_merges[i]);
+    }
+    b.v.model = TOKENIZER_MODEL_BPE;
+    b.v.pre = pre;
+    b.v.merges = merges;
+    b.v.merge_lens = merge_lens;
+    b.v.n_merges = (int32_t)(sizeof bpe_merges / sizeof bpe_merges[0]);
+    b.v.bos_id = b.v.eos_id = b.v.n_vocab - 2;
+    b.v.add_bos = true;
     tokenizer *tok = NULL;
     if (tokenizer_create(&b.v, &tok) != TOKENIZER_OK) abort();
     return tok;
@@ -181,9 +239,15 @@ done:
     free(ref);
 }
 
-static void fuzz_vocab_mode(const uint8_t *data, size_t size, unsigned flags, int bytes) {
+static void fuzz_vocab_mode(const uint8_t *data, size_t size, unsigned flags, int bytes, int bpe) {
     static vocab_buf b;
     vocab_init(&b);
+    int pre = 0;
+    if (bpe) {
+        if (size < 1) return;
+        pre = data[0] % TOKENIZER_PRE_COUNT;
+        data++, size--;
+    }
     size_t sep = size;
     for (size_t i = 0; i + 1 < size; i++)
         if (data[i] == 0xff && data[i + 1] == 0xff) {
@@ -206,6 +270,13 @@ static void fuzz_vocab_mode(const uint8_t *data, size_t size, unsigned flags, in
     b.v.bos_id = 0;
     b.v.add_bos = true;
     b.v.add_space_prefix = (flags & 4) != 0;
+    if (bpe) {
+        b.v.model = TOKENIZER_MODEL_BPE;
+        b.v.pre = pre;
+        b.v.merges = b.texts;
+        b.v.merge_lens = b.lens;
+        b.v.n_merges = b.v.n_vocab;
+    }
     tokenizer *tok = NULL;
     if (tokenizer_create(&b.v, &tok) != TOKENIZER_OK) abort();
     const uint8_t *text = sep + 2 <= size ? data + sep + 2 : data + size;
@@ -220,7 +291,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned mode = data[0];
     data++, size--;
     if (mode & 8) {
-        fuzz_vocab_mode(data, size, mode & 7, (mode & 16) != 0);
+        fuzz_vocab_mode(data, size, mode & 7, (mode & 16) != 0, (mode & 32) != 0);
+        return 0;
+    }
+    if (mode & 32) {
+        if (size < 1) return 0;
+        int pre = data[0] % TOKENIZER_PRE_COUNT;
+        data++, size--;
+        if (!bpe_tok[pre]) bpe_tok[pre] = make_bpe(pre);
+        if (size > MAX_TEXT) size = MAX_TEXT;
+        unsigned flags = mode & 3;
+        check_tokenizer(bpe_tok[pre], data, size, flags, !(flags & TOKENIZER_ENCODE_ADD_SPECIAL));
         return 0;
     }
     int prefix = (mode & 4) != 0;
