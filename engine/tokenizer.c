@@ -222,7 +222,6 @@ void tokenizer_scratch_free(tokenizer_scratch *s) {
     free(s->spans[0]);
     free(s->spans[1]);
     free(s->san);
-    free(s->san_map);
     tok_pretok_scratch_free(s);
     free(s);
 }

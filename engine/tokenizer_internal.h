@@ -96,8 +96,6 @@ struct tokenizer_scratch {
     size_t spans_cap[2]; /* in uint32_t */
     char *san;          /* (san_cap) the fragment with invalid UTF-8 bytes as U+FFFD */
     size_t san_cap;
-    uint32_t *san_map;  /* (san_map_cap) offset in san -> offset in the fragment */
-    size_t san_map_cap;
     void *match_data;   /* pcre2_match_data, made on first use */
 };
 

@@ -192,30 +192,40 @@ static size_t utf8_valid_prefix(const unsigned char *t, size_t len) {
     return len;
 }
 
-/* s->san = text with each invalid byte as U+FFFD; s->san_map[j] = offset in text of san[j]
- * (and san_map[san_len] = len). Returns san's length, or 0 on allocation failure. */
+/* s->san = text with each byte that starts no well-formed character as U+FFFD. Returns its
+ * length, or 0 on allocation failure. */
 static size_t sanitize(tokenizer_scratch *s, const unsigned char *t, size_t len) {
-    if (!tok_grow((void **)&s->san, &s->san_cap, 3 * len, 1) ||
-        !tok_grow((void **)&s->san_map, &s->san_map_cap, 3 * len + 1, sizeof *s->san_map))
-        return 0;
+    if (!tok_grow((void **)&s->san, &s->san_cap, 3 * len, 1)) return 0;
     size_t j = 0;
     for (size_t i = 0; i < len;) {
         size_t cl = t[i] < 0x80 ? 1 : utf8_char_len(t + i, len - i);
         if (cl == 0) {
             memcpy(s->san + j, "\xef\xbf\xbd", 3);
-            s->san_map[j] = (uint32_t)i;
             j += 3;
             i++;
-            continue;
+        } else {
+            memcpy(s->san + j, t + i, cl);
+            j += cl;
+            i += cl;
         }
-        for (size_t b = 0; b < cl; b++) {
-            s->san[j] = (char)t[i + b];
-            s->san_map[j++] = (uint32_t)(i + b);
-        }
-        i += cl;
     }
-    s->san_map[j] = (uint32_t)len;
     return j;
+}
+
+/* The words sp[0..n) (offsets in the sanitized copy; in order, back to back, each boundary at
+ * a character) as offsets in t: one walk over both texts. */
+static void unsanitize(uint32_t *sp, size_t n, const unsigned char *t, size_t len) {
+    size_t i = 0, j = 0; /* offsets in t and in the copy */
+    for (size_t w = 0; w < n; w++) {
+        size_t start = i, end = (size_t)sp[2 * w] + sp[2 * w + 1];
+        while (j < end) {
+            size_t cl = t[i] < 0x80 ? 1 : utf8_char_len(t + i, len - i);
+            i += cl ? cl : 1;
+            j += cl ? cl : 3;
+        }
+        sp[2 * w] = (uint32_t)start;
+        sp[2 * w + 1] = (uint32_t)(i - start);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -292,13 +302,7 @@ int tok_pretok_split(const tok_pretok *p, tokenizer_scratch *s, const char *text
         n = n_next;
     }
     uint32_t *sp = s->spans[cur];
-    if (mapped) { /* back to offsets in text */
-        for (size_t w = 0; w < n; w++) {
-            uint32_t a = s->san_map[sp[2 * w]], b = s->san_map[sp[2 * w] + sp[2 * w + 1]];
-            sp[2 * w] = a;
-            sp[2 * w + 1] = b - a;
-        }
-    }
+    if (mapped) unsanitize(sp, n, (const unsigned char *)text, len);
     *words = sp;
     *n_words = n;
     return TOKENIZER_OK;

@@ -13,6 +13,9 @@
  *   test_random       every BPE vocabulary: random bytes (invalid UTF-8 included), random
  *                     valid UTF-8 mixes of scripts, white space and digits: decode(encode(x))
  *                     == x, and fast == reference.
+ *   test_threads      every BPE vocabulary: four threads encoding WikiText-2's first 256 KiB
+ *                     at once (tokenizer_encode_with, a scratch each, one shared tokenizer and
+ *                     its compiled regexes) give the single-thread ids.
  * Each test reports SKIP when its data is absent. */
 #include "gguf.h"
 #include "test_util.h"
@@ -20,6 +23,7 @@
 #include "vocab.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -277,6 +281,56 @@ static void test_random(void) {
     if (!any) SKIP_TEST("no byte-level BPE vocabulary loaded");
 }
 
+typedef struct thread_job {
+    const tokenizer *tok;
+    const char *text;
+    size_t len;
+    int32_t *ids;
+    size_t cap, n;
+    int rc;
+} thread_job;
+
+static void *encode_thread(void *arg) {
+    thread_job *j = arg;
+    tokenizer_scratch *s = NULL;
+    j->rc = tokenizer_scratch_create(&s);
+    if (j->rc == TOKENIZER_OK) j->rc = tokenizer_encode_with(j->tok, s, j->text, j->len, 0, j->ids, j->cap, &j->n);
+    tokenizer_scratch_free(s);
+    return NULL;
+}
+
+static void test_threads(void) {
+    const char *path = getenv("TQ_WIKITEXT");
+    if (!path || !*path) path = "/work/shared/data/wikitext-2-raw-test.txt";
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    if (!text) SKIP_TEST("no %s (set TQ_WIKITEXT)", path);
+    if (len > 256 * 1024) len = 256 * 1024;
+    int any = 0;
+    for (int i = 0; i < g_n_vocabs; i++) {
+        if (!g_vocabs[i].bpe) continue;
+        any = 1;
+        size_t cap = tokenizer_encode_bound(g_vocabs[i].tok, len), n = 0;
+        int32_t *want = malloc(cap * sizeof *want);
+        CHECK(tokenizer_encode(g_vocabs[i].tok, text, len, 0, want, cap, &n) == TOKENIZER_OK);
+        thread_job jobs[4];
+        pthread_t th[4];
+        for (int t = 0; t < 4; t++) {
+            jobs[t] = (thread_job){g_vocabs[i].tok, text, len, malloc(cap * sizeof(int32_t)), cap, 0, -1};
+            CHECK(pthread_create(&th[t], NULL, encode_thread, &jobs[t]) == 0);
+        }
+        for (int t = 0; t < 4; t++) {
+            pthread_join(th[t], NULL);
+            CHECK_MSG(jobs[t].rc == TOKENIZER_OK && jobs[t].n == n && memcmp(jobs[t].ids, want, n * sizeof *want) == 0,
+                      "%s: thread %d", g_vocabs[i].name, t);
+            free(jobs[t].ids);
+        }
+        free(want);
+    }
+    free(text);
+    if (!any) SKIP_TEST("no byte-level BPE vocabulary loaded");
+}
+
 static int cmp_names(const void *a, const void *b) {
     return strcmp(((const loaded *)a)->name, ((const loaded *)b)->name);
 }
@@ -316,6 +370,7 @@ int main(void) {
     RUN_TEST(test_vectors);
     RUN_TEST(test_wikitext);
     RUN_TEST(test_random);
+    RUN_TEST(test_threads);
     for (int i = 0; i < g_n_vocabs; i++) tokenizer_free(g_vocabs[i].tok);
     return test_report();
 }
