@@ -188,12 +188,15 @@ static int round_trip(tokenizer *tok, const char *text, size_t len, double *secs
     return ok ? (int)(n > INT32_MAX ? INT32_MAX : n) : -1;
 }
 
-static void test_wikitext(void) {
+static const char *wikitext_path(void) {
     const char *path = getenv("TQ_WIKITEXT");
-    if (!path || !*path) path = "/work/shared/data/wikitext-2-raw-test.txt";
+    return path && *path ? path : "/work/shared/data/wikitext-2-raw-test.txt";
+}
+
+static void test_wikitext(void) {
     size_t len = 0;
-    char *text = read_file(path, &len);
-    if (!text) SKIP_TEST("no %s (set TQ_WIKITEXT)", path);
+    char *text = read_file(wikitext_path(), &len);
+    if (!text) SKIP_TEST("no %s (set TQ_WIKITEXT)", wikitext_path());
     int any = 0;
     for (int i = 0; i < g_n_vocabs; i++) {
         if (!g_vocabs[i].bpe) continue;
@@ -300,11 +303,9 @@ static void *encode_thread(void *arg) {
 }
 
 static void test_threads(void) {
-    const char *path = getenv("TQ_WIKITEXT");
-    if (!path || !*path) path = "/work/shared/data/wikitext-2-raw-test.txt";
     size_t len = 0;
-    char *text = read_file(path, &len);
-    if (!text) SKIP_TEST("no %s (set TQ_WIKITEXT)", path);
+    char *text = read_file(wikitext_path(), &len);
+    if (!text) SKIP_TEST("no %s (set TQ_WIKITEXT)", wikitext_path());
     if (len > 256 * 1024) len = 256 * 1024;
     int any = 0;
     for (int i = 0; i < g_n_vocabs; i++) {
