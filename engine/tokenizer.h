@@ -30,7 +30,8 @@
  * encode scratch. tokenizer_encode() uses that scratch and so must not run concurrently on
  * the same tokenizer. tokenizer_encode_with() takes a caller-owned tokenizer_scratch and is
  * reentrant: any number of threads may encode with one tokenizer, one scratch per thread.
- * Decode and piece functions take a const tokenizer and are always thread-safe.
+ * Decode and piece functions take a const tokenizer and are always thread-safe. (Byte-level
+ * BPE shares its compiled PCRE2 patterns read-only; the match data lives in the scratch.)
  *
  * Memory: the encode scratch grows (realloc) to the largest fragment seen and is then
  * reused; encode allocates nothing else. Decode never allocates.
@@ -122,8 +123,8 @@ typedef struct tok_vocab {
     bool add_space_prefix;         /* tokenizer.ggml.add_space_prefix (llama.cpp SPM default:
                                       true when the key is absent; Gemma 3: false). BPE: only
                                       the decode strip uses it, as llama.cpp */
-    /* Byte-level BPE only (model == TOKENIZER_MODEL_BPE); zero for SentencePiece. */
-    int32_t model;                 /* tokenizer_model */
+    int32_t model;                 /* tokenizer_model (0, SentencePiece, when left zeroed) */
+    /* Byte-level BPE only (model == TOKENIZER_MODEL_BPE); ignored for SentencePiece. */
     int32_t pre;                   /* tokenizer_pre */
     int32_t n_merges;              /* entries of tokenizer.ggml.merges, 0 .. INT32_MAX */
     const char *const *merges;     /* (n_merges) "left right" (split at the first ' ' after
