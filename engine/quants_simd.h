@@ -1,12 +1,13 @@
 /* What the x86 weight kernels (quants_avx2.c, quants_avx512.c) share: fp16 and 256-bit
  * loads, the decode of a 32-element block to signed bytes (AVX2 width in both files), and the
  * entry points, one instance per constant nx over the kernels each file defines
- * (dot_float_nx, dot_32_nx, dot_q4_K_nx, dot_q6_K_nx). Included only from files compiled with
+ * (dot_float_nx, dot_32_nx, dot_q4_1_nx, dot_k4_nx, dot_q6_K_nx). Included only from files compiled with
  * at least -mavx2 -mfma -mf16c; everything is inlined, so each file keeps its own ISA. */
 #ifndef TQ_ENGINE_QUANTS_SIMD_H
 #define TQ_ENGINE_QUANTS_SIMD_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "quants.h"
@@ -39,6 +40,28 @@ ALWAYS_INLINE __m256i nibbles_32(const uint8_t *qs) {
 
 enum { W_F32, W_F16, W_BF16 };
 enum { W_Q4_0, W_Q5_0, W_Q8_0 };
+enum { W_Q4_K, W_Q5_K };
+
+/* Q4_K and Q5_K share their first 16 bytes (d, dmin, 12 scale bytes); Q5_K then has 32 bytes
+ * of fifth bits before its 128 nibble bytes. */
+#define K4_BYTES(five) ((five) ? sizeof(quant_block_q5_K) : sizeof(quant_block_q4_K))
+#define K4_QS(five) ((five) ? offsetof(quant_block_q5_K, qs) : offsetof(quant_block_q4_K, qs))
+_Static_assert(offsetof(quant_block_q5_K, scales) == offsetof(quant_block_q4_K, scales), "k4 scales");
+
+/* One 32-byte chunk of Q4_K/Q5_K nibbles (chunk c: sub-block 2c in the low nibbles, 2c+1 in
+ * the high) as unsigned bytes. Q5_K (five): the fifth bits of the chunk are bits 0 and 1 of
+ * each byte of *hb (qh, shifted right by 2 per chunk here), moved to bit 4. */
+ALWAYS_INLINE void k4_chunk(const uint8_t *qs, int five, __m256i *hb, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    __m256i v = load256(qs);
+    *lo = _mm256_and_si256(v, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (five) {
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(*hb, 4), b4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(*hb, 3), b4));
+        *hb = _mm256_srli_epi16(*hb, 2);
+    }
+}
 
 /* Signed int8 weights of block i (row of kind `kind`) and its fp16 scale. */
 ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d) {
@@ -82,7 +105,9 @@ _Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
 #define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
 #define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
 #define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
-#define CALL_Q4_K(k) dot_q4_K_nx(n, w, x, xs, k, out)
+#define CALL_Q4_1(k) dot_q4_1_nx(n, w, x, xs, k, out)
+#define CALL_Q4_K(k) dot_k4_nx(n, w, x, xs, k, out, W_Q4_K)
+#define CALL_Q5_K(k) dot_k4_nx(n, w, x, xs, k, out, W_Q5_K)
 #define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
 
 /* The entry points dot_<type>_<isa> and the fill of their table entries. */
@@ -91,9 +116,11 @@ _Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
     DEFINE_QUANT(dot_f16_row_##isa, CALL_F16)                                                     \
     DEFINE_QUANT(dot_bf16_row_##isa, CALL_BF16)                                                   \
     DEFINE_QUANT(dot_q4_0_##isa, CALL_Q4_0)                                                       \
+    DEFINE_QUANT(dot_q4_1_##isa, CALL_Q4_1)                                                       \
     DEFINE_QUANT(dot_q5_0_##isa, CALL_Q5_0)                                                       \
     DEFINE_QUANT(dot_q8_0_##isa, CALL_Q8_0)                                                       \
     DEFINE_QUANT(dot_q4_K_##isa, CALL_Q4_K)                                                       \
+    DEFINE_QUANT(dot_q5_K_##isa, CALL_Q5_K)                                                       \
     DEFINE_QUANT(dot_q6_K_##isa, CALL_Q6_K)
 #define FILL_QUANT_ENTRIES(k, isa)                                                                \
     do {                                                                                          \
@@ -101,9 +128,11 @@ _Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
         (k)->dot[QUANT_F16] = dot_f16_row_##isa;                                                  \
         (k)->dot[QUANT_BF16] = dot_bf16_row_##isa;                                                \
         (k)->dot[QUANT_Q4_0] = dot_q4_0_##isa;                                                    \
+        (k)->dot[QUANT_Q4_1] = dot_q4_1_##isa;                                                    \
         (k)->dot[QUANT_Q5_0] = dot_q5_0_##isa;                                                    \
         (k)->dot[QUANT_Q8_0] = dot_q8_0_##isa;                                                    \
         (k)->dot[QUANT_Q4_K] = dot_q4_K_##isa;                                                    \
+        (k)->dot[QUANT_Q5_K] = dot_q5_K_##isa;                                                    \
         (k)->dot[QUANT_Q6_K] = dot_q6_K_##isa;                                                    \
     } while (0)
 
