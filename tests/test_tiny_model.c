@@ -149,11 +149,15 @@ static double max_diff(const float *a, const double *b, int n) {
     return m;
 }
 
-static void check_arch(model_arch arch, int q8, int n_threads) {
-    rng_state = 1234 + (uint64_t)arch * 17 + (uint64_t)q8;
+/* wq: weights in F32 (0), Q8_0 (1) or Q4_1 (2). out: if not NULL, gets the batched logits. */
+static void check_arch_out(model_arch arch, int wq, int n_threads, float *out) {
+    rng_state = 1234 + (uint64_t)arch * 17 + (uint64_t)wq;
     tiny *t = &g_tiny;
     t->arch = arch;
-    t->q8 = q8;
+    t->q8 = wq == 1;
+    t->q4_1 = wq == 2;
+    const int q8 = wq != 0; /* 8-bit activations */
+    const char *wname = wq == 2 ? "Q4_1" : wq == 1 ? "Q8_0" : "F32 ";
     CHECK(write_tiny(t, tmp_path, NULL));
     model_params p = {CTX, 8, n_threads, 0, NULL};
     fixture f;
@@ -179,7 +183,8 @@ static void check_arch(model_arch arch, int q8, int n_threads) {
     }
     CHECK_MSG(st == MODEL_OK, "%s", context_last_error(f.x));
     worst = max_diff(lg, ref, N * V);
-    CHECK_MSG(worst <= tol, "%s q8=%d batched: max |dlogit| %.3g > %.3g", arch_str(arch), q8, worst, tol);
+    CHECK_MSG(worst <= tol, "%s %s batched: max |dlogit| %.3g > %.3g", arch_str(arch), wname, worst, tol);
+    if (out != NULL) memcpy(out, lg, sizeof lg);
     /* token by token from position 5 on (rewind), last-row logits only */
     double worst_dec = 0;
     for (int p0 = 5; p0 < N && st == MODEL_OK; p0++) {
@@ -188,11 +193,13 @@ static void check_arch(model_arch arch, int q8, int n_threads) {
         worst_dec = d > worst_dec ? d : worst_dec;
     }
     CHECK(st == MODEL_OK);
-    CHECK_MSG(worst_dec <= tol, "%s q8=%d decode: max |dlogit| %.3g > %.3g", arch_str(arch), q8, worst_dec, tol);
-    printf("  %-6s %s %d thr: max |dlogit| vs double reference: batched %.2e, decode %.2e (tol %.0e; max |logit| %.1f)\n",
-           arch_str(arch), q8 ? "Q8_0" : "F32 ", n_threads, worst, worst_dec, tol, mag);
+    CHECK_MSG(worst_dec <= tol, "%s %s decode: max |dlogit| %.3g > %.3g", arch_str(arch), wname, worst_dec, tol);
+    printf("  %-6s %s %d thr %s: max |dlogit| vs double reference: batched %.2e, decode %.2e (tol %.0e; max |logit| %.1f)\n",
+           arch_str(arch), wname, n_threads, quant_kernels_name(), worst, worst_dec, tol, mag);
     fixture_close(&f);
 }
+
+static void check_arch(model_arch arch, int q8, int n_threads) { check_arch_out(arch, q8, n_threads, NULL); }
 
 static void test_archs_f32(void) {
     for (int a = 0; a < 4; a++) check_arch((model_arch)a, 0, 1);
@@ -200,6 +207,22 @@ static void test_archs_f32(void) {
 
 static void test_archs_q8_0_threads(void) {
     for (int a = 0; a < 4; a++) check_arch((model_arch)a, 1, 2);
+}
+
+/* A llama model with Q4_1 matrices (SmolLM2's format) on the reference kernels and on the
+ * best set this CPU runs: each within the Q8_0 tolerance of the double reference, and the two
+ * within 1e-3 of each other (integer block sums are exact in both; only float32 order differs). */
+static void test_llama_q4_1_kernel_sets(void) {
+    static float lg_ref[20 * V], lg_best[20 * V];
+    quant_force_reference(1);
+    check_arch_out(MODEL_ARCH_LLAMA, 2, 2, lg_ref);
+    quant_force_reference(0);
+    check_arch_out(MODEL_ARCH_LLAMA, 2, 2, lg_best);
+    double worst = 0;
+    for (int i = 0; i < 20 * V; i++) worst = fmax(worst, fabs((double)lg_ref[i] - lg_best[i]));
+    printf("  llama  Q4_1 ref vs %s: max |dlogit| %.2e\n", quant_kernels_name(), worst);
+    CHECK_MSG(worst <= 1e-3, "Q4_1 ref vs %s: max |dlogit| %.3g", quant_kernels_name(), worst);
+    g_tiny.q4_1 = 0;
 }
 
 /* context_forward_after_prompt (tq perplexity --prompt, bench_model_kv --prompt) against what it
@@ -215,6 +238,7 @@ static void test_after_prompt(void) {
     tiny *t = &g_tiny;
     t->arch = MODEL_ARCH_GEMMA3;
     t->q8 = 0;
+    t->q4_1 = 0;
     CHECK(write_tiny(t, tmp_path, NULL));
     model_params p = {CTX, 8, 1, 0, NULL};
     fixture f;
@@ -285,6 +309,7 @@ static void test_load_errors(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         g_tiny.arch = MODEL_ARCH_GEMMA3;
         g_tiny.q8 = 0;
+        g_tiny.q4_1 = 0;
         CHECK(write_tiny(&g_tiny, tmp_path, &cases[i].f));
         err[0] = '\0';
         model_status st = fixture_open(tmp_path, &p, &f, err, sizeof err);
@@ -396,6 +421,7 @@ static void test_sampler(void) {
 int main(void) {
     RUN_TEST(test_archs_f32);
     RUN_TEST(test_archs_q8_0_threads);
+    RUN_TEST(test_llama_q4_1_kernel_sets);
     RUN_TEST(test_after_prompt);
     RUN_TEST(test_load_errors);
     RUN_TEST(test_vocab);
