@@ -10,13 +10,6 @@
  * compile-time constant in every inlined instance so the accumulators stay in registers. */
 #include "quants_simd.h"
 
-ALWAYS_INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Sum of 32 signed bytes (exact). */
 ALWAYS_INLINE int hsum_epi8(__m256i q) {
     __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
@@ -162,27 +155,6 @@ ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t 
         }
     }
     for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]);
-}
-
-/* Q4_1 against q8_a1: the nibbles are unsigned, so maddubs takes them as they are (no sign
- * trick); the offset m meets the activation block's precomputed s. */
-ALWAYS_INLINE void dot_q4_1_nx(int64_t n, const quant_block_q4_1 *w, const char *x, size_t xs, const int nx,
-                               float *out) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[QUANT_DOT_MAX_NX];
-    float macc[QUANT_DOT_MAX_NX];
-    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
-    for (int64_t i = 0; i < n / QUANT_QK; i++) {
-        __m256i q = nibbles_32(w[i].qs);
-        float dw = f16_load(w[i].d), mw = f16_load(w[i].m);
-        for (int r = 0; r < nx; r++) {
-            const quant_block_q8_a1 *xb = (const quant_block_q8_a1 *)(const void *)(x + r * xs) + i;
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(xb->qs)), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb->d), acc[r]);
-            macc[r] += mw * xb->s;
-        }
-    }
-    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]) + macc[r];
 }
 
 /* ---- k-quants against q8_K ---------------------------------------------------------------- */

@@ -2,15 +2,18 @@
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c.
  *
  * Same integer scheme as quants_avx2.c (maddubs + madd, exact per-block sums) on 512-bit
- * registers: two 32-element blocks per step for Q4_0/Q4_1/Q5_0/Q8_0, 64 elements per step for
- * the k-quants. AVX-512 has no sign_epi8, so the sign trick uses a mask from the weight's
- * sign bits: |w| x (w < 0 ? -y : y). Entries left unset here (activation quantization) keep
+ * registers: two 32-element blocks per step for Q4_0/Q5_0/Q8_0, 64 elements per step for
+ * the k-quants. Q4_1 uses quants_simd.h's 256-bit kernel (vpdpbusd in the VNNI build): two
+ * blocks per 512-bit step measured 1.5x slower at SmolLM2's shapes (doc/gguf.md), the joins
+ * of two blocks' weights, activations and scales costing more than the width gains. AVX-512
+ * has no sign_epi8, so the sign trick uses a mask from the weight's sign bits:
+ * |w| x (w < 0 ? -y : y). Entries left unset here (activation quantization) keep
  * the AVX2 version.
  *
  * quants_vnni.c compiles this file again with QUANT_VNNI defined (and -mavx512vnni): the
  * u8 x s8 products summed in fours (maddubs, then madd by ones) become one vpdpbusd, which
- * does not saturate; the sums are the same since maddubs never saturates here (|w|, |y| <=
- * 127: a pair is at most 32258). The k-quants weight pairs by their sub-block scales
+ * does not saturate; the sums are the same since maddubs never saturates here (|w| <= 128,
+ * |y| <= 127: a pair is at most 32512). The k-quants weight pairs by their sub-block scales
  * (madd by scales, not ones), so they keep maddubs in both builds. */
 #include "quants_simd.h"
 
@@ -108,38 +111,6 @@ ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t 
         }
     }
     for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
-/* Q4_1 against q8_a1, two blocks per step: unsigned nibbles need no sign trick; the offset
- * m meets the activation block's s in a scalar sum. */
-ALWAYS_INLINE void dot_q4_1_nx(int64_t n, const quant_block_q4_1 *w, const char *x, size_t xs, const int nx,
-                               float *out) {
-    __m512 acc[QUANT_DOT_MAX_NX];
-    float macc[QUANT_DOT_MAX_NX];
-    for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps(), macc[r] = 0.0f;
-    int64_t nb = n / QUANT_QK, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m512i q = join256(nibbles_32(w[i].qs), nibbles_32(w[i + 1].qs));
-        float d0 = f16_load(w[i].d), d1 = f16_load(w[i + 1].d), m0 = f16_load(w[i].m), m1 = f16_load(w[i + 1].m);
-        for (int r = 0; r < nx; r++) {
-            const quant_block_q8_a1 *xb = (const quant_block_q8_a1 *)(const void *)(x + r * xs) + i;
-            __m512i y = join256(load256(xb[0].qs), load256(xb[1].qs));
-            __m512 s = _mm512_cvtepi32_ps(dot4_u8s8(q, y));
-            acc[r] = _mm512_fmadd_ps(s, join_ps(d0 * xb[0].d, d1 * xb[1].d), acc[r]);
-            macc[r] += m0 * xb[0].s + m1 * xb[1].s;
-        }
-    }
-    if (i < nb) { /* odd block count: the last block in the lower half only */
-        __m512i q = _mm512_zextsi256_si512(nibbles_32(w[i].qs));
-        float d0 = f16_load(w[i].d), m0 = f16_load(w[i].m);
-        for (int r = 0; r < nx; r++) {
-            const quant_block_q8_a1 *xb = (const quant_block_q8_a1 *)(const void *)(x + r * xs) + i;
-            __m512 s = _mm512_cvtepi32_ps(dot4_u8s8(q, _mm512_zextsi256_si512(load256(xb[0].qs))));
-            acc[r] = _mm512_fmadd_ps(s, _mm512_set1_ps(d0 * xb[0].d), acc[r]);
-            macc[r] += m0 * xb[0].s;
-        }
-    }
-    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]) + macc[r];
 }
 
 /* ---- k-quants against q8_K ---------------------------------------------------------------- */

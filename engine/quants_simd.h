@@ -1,7 +1,7 @@
 /* What the x86 weight kernels (quants_avx2.c, quants_avx512.c) share: fp16 and 256-bit
  * loads, the decode of a 32-element block to signed bytes (AVX2 width in both files), and the
  * entry points, one instance per constant nx over the kernels each file defines
- * (dot_float_nx, dot_32_nx, dot_q4_1_nx, dot_k4_nx, dot_q6_K_nx). Included only from files compiled with
+ * (dot_float_nx, dot_32_nx, dot_k4_nx, dot_q6_K_nx; Q4_1's dot_q4_1_256 is here). Included only from files compiled with
  * at least -mavx2 -mfma -mf16c; everything is inlined, so each file keeps its own ISA. */
 #ifndef TQ_ENGINE_QUANTS_SIMD_H
 #define TQ_ENGINE_QUANTS_SIMD_H
@@ -84,6 +84,45 @@ ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d)
     return _mm256_or_si256(nibbles_32(b->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
 }
 
+ALWAYS_INLINE float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Sums of 4 adjacent u8 x s8 products as int32: one vpdpbusd where the file is compiled with
+ * AVX512-VNNI (quants_vnni.c), else maddubs then madd by ones (equal: a maddubs pair is at
+ * most 2 * 128 * 127 here, no saturation). */
+ALWAYS_INLINE __m256i dot4_u8s8_256(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* Q4_1 against q8_a1 at 256-bit width, one block per step (the AVX2 kernel, and the VNNI
+ * set's: measured faster than two blocks per 512-bit step, doc/gguf.md). The nibbles are
+ * unsigned, so they need no sign trick; the offset m meets the activation block's s. */
+ALWAYS_INLINE void dot_q4_1_256(int64_t n, const quant_block_q4_1 *w, const char *x, size_t xs, const int nx,
+                                float *out) {
+    __m256 acc[QUANT_DOT_MAX_NX];
+    float macc[QUANT_DOT_MAX_NX];
+    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
+    for (int64_t i = 0; i < n / QUANT_QK; i++) {
+        __m256i q = nibbles_32(w[i].qs);
+        float dw = f16_load(w[i].d), mw = f16_load(w[i].m);
+        for (int r = 0; r < nx; r++) {
+            const quant_block_q8_a1 *xb = (const quant_block_q8_a1 *)(const void *)(x + r * xs) + i;
+            __m256i p = dot4_u8s8_256(q, load256(xb->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb->d), acc[r]);
+            macc[r] += mw * xb->s;
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]) + macc[r];
+}
+
 /* ---- entry points: one instance per constant nx ----------------------------------------- */
 
 #define NX_SWITCH(call)                                                                           \
@@ -105,7 +144,7 @@ _Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
 #define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
 #define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
 #define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
-#define CALL_Q4_1(k) dot_q4_1_nx(n, w, x, xs, k, out)
+#define CALL_Q4_1(k) dot_q4_1_256(n, w, x, xs, k, out)
 #define CALL_Q4_K(k) dot_k4_nx(n, w, x, xs, k, out, W_Q4_K)
 #define CALL_Q5_K(k) dot_k4_nx(n, w, x, xs, k, out, W_Q5_K)
 #define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
