@@ -4,7 +4,7 @@
  * Same integer scheme as quants_avx2.c (maddubs + madd, exact per-block sums) on 512-bit
  * registers: two 32-element blocks per step for Q4_0/Q5_0/Q8_0, 64 elements per step for
  * the k-quants. Q4_1 uses quants_simd.h's 256-bit kernel (vpdpbusd in the VNNI build): two
- * blocks per 512-bit step measured 1.5x slower at SmolLM2's shapes (doc/gguf.md), the joins
+ * blocks per 512-bit step measured 1.5x slower at SmolLM2's shapes (doc/quants.md), the joins
  * of two blocks' weights, activations and scales costing more than the width gains. AVX-512
  * has no sign_epi8, so the sign trick uses a mask from the weight's sign bits:
  * |w| x (w < 0 ? -y : y). Entries left unset here (activation quantization) keep

@@ -103,7 +103,7 @@ ALWAYS_INLINE __m256i dot4_u8s8_256(__m256i u, __m256i s) {
 }
 
 /* Q4_1 against q8_a1 at 256-bit width, one block per step (the AVX2 kernel, and the VNNI
- * set's: measured faster than two blocks per 512-bit step, doc/gguf.md). The nibbles are
+ * set's: measured faster than two blocks per 512-bit step, doc/quants.md). The nibbles are
  * unsigned, so they need no sign trick; the offset m meets the activation block's s. */
 ALWAYS_INLINE void dot_q4_1_256(int64_t n, const quant_block_q4_1 *w, const char *x, size_t xs, const int nx,
                                 float *out) {
