@@ -10,7 +10,8 @@
  *
  * Dot kernels come in sets (quant_kernels): a scalar reference set and, on x86-64, AVX2,
  * AVX-512 and AVX-512 VNNI sets (doc/quants.md). quant_kernels_get() returns the best set the
- * CPU supports, chosen once; TQ_FORCE_REF=1 in the environment or quant_force_reference(1) selects the reference.
+ * CPU supports, chosen once; TQ_FORCE_REF=1 in the environment or quant_force_reference(1)
+ * selects the reference.
  *
  * Thread-safety: every function here is safe to call from any number of threads at once;
  * the kernel sets are immutable after the first quant_kernels_* call. */
