@@ -33,7 +33,7 @@ size_t matmul_work_size(const matmul_weight *w, int n, int n_threads) {
     if (n_threads < 1) n_threads = 1;
     quant_act act = quant_act_format(w->type);
     size_t s = WORK_ALIGN;
-    if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_K) s += act_bytes(w, n, act);
+    if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_A1 || act == QUANT_ACT_Q8_K) s += act_bytes(w, n, act);
     if (act == QUANT_ACT_NONE) s += (size_t)n_threads * round_up((size_t)w->cols * sizeof(float), WORK_ALIGN);
     return s;
 }
@@ -45,6 +45,8 @@ static void quantize_task(void *ctx, size_t task, int thread) {
     void *dst = (char *)j->xq_out + task * j->xq_stride;
     if (j->act == QUANT_ACT_Q8_A)
         j->k->quantize_q8_a(src, dst, j->w->cols);
+    else if (j->act == QUANT_ACT_Q8_A1)
+        j->k->quantize_q8_a1(src, dst, j->w->cols);
     else
         j->k->quantize_q8_K(src, dst, j->w->cols);
 }

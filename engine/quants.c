@@ -267,6 +267,7 @@ quant_act quant_act_format(int type) {
     case QUANT_Q4_0:
     case QUANT_Q5_0:
     case QUANT_Q8_0: return QUANT_ACT_Q8_A;
+    case QUANT_Q4_1: return QUANT_ACT_Q8_A1;
     case QUANT_Q4_K:
     case QUANT_Q5_K:
     case QUANT_Q6_K: return QUANT_ACT_Q8_K;
@@ -277,6 +278,7 @@ quant_act quant_act_format(int type) {
 size_t quant_act_row_bytes(quant_act act, int64_t n) {
     if (n < 0) return 0;
     if (act == QUANT_ACT_Q8_A && n % QUANT_QK == 0) return (size_t)(n / QUANT_QK) * sizeof(quant_block_q8_a);
+    if (act == QUANT_ACT_Q8_A1 && n % QUANT_QK == 0) return (size_t)(n / QUANT_QK) * sizeof(quant_block_q8_a1);
     if (act == QUANT_ACT_Q8_K && n % QUANT_QK_K == 0) return (size_t)(n / QUANT_QK_K) * sizeof(quant_block_q8_K);
     return 0;
 }
@@ -298,6 +300,16 @@ static float quantize_block_ref(const float *x, int8_t *q, int n) {
 void quant_quantize_q8_a_ref(const float *x, void *dst, int64_t n) {
     quant_block_q8_a *b = dst;
     for (int64_t i = 0; i < n / QUANT_QK; i++) b[i].d = quantize_block_ref(x + i * QUANT_QK, b[i].qs, QUANT_QK);
+}
+
+void quant_quantize_q8_a1_ref(const float *x, void *dst, int64_t n) {
+    quant_block_q8_a1 *b = dst;
+    for (int64_t i = 0; i < n / QUANT_QK; i++) {
+        b[i].d = quantize_block_ref(x + i * QUANT_QK, b[i].qs, QUANT_QK);
+        int sum = 0;
+        for (int j = 0; j < QUANT_QK; j++) sum += b[i].qs[j];
+        b[i].s = b[i].d * (float)sum;
+    }
 }
 
 void quant_quantize_q8_K_ref(const float *x, void *dst, int64_t n) {
@@ -354,6 +366,21 @@ static float dot1_q4_0(int64_t n, const quant_block_q4_0 *w, const quant_block_q
             isum += ((w[i].qs[j] >> 4) - 8) * x[i].qs[j + QUANT_QK / 2];
         }
         s += (quant_f16_load(w[i].d) * x[i].d) * (float)isum;
+    }
+    return s;
+}
+
+/* Q4_1: sum_j (q_j * d + m) * dx * y_j = (d * dx) * sum_j q_j y_j + m * (dx * sum_j y_j),
+ * the last factor being the activation block's s. */
+static float dot1_q4_1(int64_t n, const quant_block_q4_1 *w, const quant_block_q8_a1 *x) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n / QUANT_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < QUANT_QK / 2; j++) {
+            isum += (w[i].qs[j] & 0xF) * x[i].qs[j];
+            isum += (w[i].qs[j] >> 4) * x[i].qs[j + QUANT_QK / 2];
+        }
+        s += (quant_f16_load(w[i].d) * x[i].d) * (float)isum + quant_f16_load(w[i].m) * x[i].s;
     }
     return s;
 }
@@ -446,6 +473,7 @@ DEFINE_DOT_REF(f32, uint8_t, float)
 DEFINE_DOT_REF(f16, uint8_t, float)
 DEFINE_DOT_REF(bf16, uint8_t, float)
 DEFINE_DOT_REF(q4_0, quant_block_q4_0, quant_block_q8_a)
+DEFINE_DOT_REF(q4_1, quant_block_q4_1, quant_block_q8_a1)
 DEFINE_DOT_REF(q5_0, quant_block_q5_0, quant_block_q8_a)
 DEFINE_DOT_REF(q8_0, quant_block_q8_0, quant_block_q8_a)
 DEFINE_DOT_REF(q4_K, quant_block_q4_K, quant_block_q8_K)
@@ -457,11 +485,13 @@ void quant_fill_ref(quant_kernels *k) {
     k->name = "ref";
     k->quantize_q8_a = quant_quantize_q8_a_ref;
     k->quantize_q8_K = quant_quantize_q8_K_ref;
+    k->quantize_q8_a1 = quant_quantize_q8_a1_ref;
     k->dot_f32 = dot_plain_f32_ref;
     k->dot[QUANT_F32] = dot_f32_ref;
     k->dot[QUANT_F16] = dot_f16_ref;
     k->dot[QUANT_BF16] = dot_bf16_ref;
     k->dot[QUANT_Q4_0] = dot_q4_0_ref;
+    k->dot[QUANT_Q4_1] = dot_q4_1_ref;
     k->dot[QUANT_Q5_0] = dot_q5_0_ref;
     k->dot[QUANT_Q8_0] = dot_q8_0_ref;
     k->dot[QUANT_Q4_K] = dot_q4_K_ref;

@@ -8,9 +8,10 @@
  *
  * Type ids are ggml's `enum ggml_type` values, so a GGUF tensor's type field maps directly.
  *
- * Dot kernels come in sets (quant_kernels): a scalar reference set and, on x86-64, AVX2
- * and AVX-512 sets. quant_kernels_get() returns the best set the CPU supports, chosen once;
- * TQ_FORCE_REF=1 in the environment or quant_force_reference(1) selects the reference.
+ * Dot kernels come in sets (quant_kernels): a scalar reference set and, on x86-64, AVX2,
+ * AVX-512 and AVX-512 VNNI sets (doc/quants.md). quant_kernels_get() returns the best set the
+ * CPU supports, chosen once; TQ_FORCE_REF=1 in the environment or quant_force_reference(1)
+ * selects the reference.
  *
  * Thread-safety: every function here is safe to call from any number of threads at once;
  * the kernel sets are immutable after the first quant_kernels_* call. */
@@ -122,6 +123,16 @@ typedef struct {
     int8_t qs[QUANT_QK];
 } quant_block_q8_a;
 
+/* Activation block for the weight types with an offset (Q4_1: x = q * d + m): q8_a's d and qs
+ * (the same values quantize_q8_a writes) plus s = d * (float)sum(qs), so that the offset's
+ * part of a block's dot, m * d * sum(qs), costs one multiply instead of a pass over qs per
+ * weight row. Not a GGUF type (ggml's Q8_1 stores d and s as fp16). */
+typedef struct {
+    float d;
+    float s;
+    int8_t qs[QUANT_QK];
+} quant_block_q8_a1;
+
 _Static_assert(sizeof(quant_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(quant_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(quant_block_q5_0) == 22, "Q5_0 block is 22 bytes");
@@ -134,6 +145,7 @@ _Static_assert(sizeof(quant_block_q5_K) == 176, "Q5_K block is 176 bytes");
 _Static_assert(sizeof(quant_block_q6_K) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(quant_block_q8_K) == 292, "Q8_K block is 292 bytes");
 _Static_assert(sizeof(quant_block_q8_a) == 36, "Q8_A block is 36 bytes");
+_Static_assert(sizeof(quant_block_q8_a1) == 40, "Q8_A1 block is 40 bytes");
 
 /* The 12 scale bytes of Q4_K/Q5_K hold 8 six-bit scales and 8 six-bit mins: for j < 4,
  * scale j and min j are the low 6 bits of bytes j and j+4; for j >= 4 the low 4 bits come
@@ -184,7 +196,8 @@ typedef enum quant_act {
     QUANT_ACT_F32 = 0,  /* float rows as given (F32, F16, BF16 weights) */
     QUANT_ACT_Q8_A = 1, /* quant_block_q8_a (Q4_0, Q5_0, Q8_0) */
     QUANT_ACT_Q8_K = 2, /* quant_block_q8_K (Q4_K, Q5_K, Q6_K) */
-    QUANT_ACT_NONE = 3  /* no direct kernel: dequantize the weight row, then float dot */
+    QUANT_ACT_NONE = 3, /* no direct kernel: dequantize the weight row, then float dot */
+    QUANT_ACT_Q8_A1 = 4 /* quant_block_q8_a1 (Q4_1) */
 } quant_act;
 
 quant_act quant_act_format(int type);
@@ -197,6 +210,8 @@ size_t quant_act_row_bytes(quant_act act, int64_t n);
  * The SIMD versions in the kernel sets produce identical bytes. */
 void quant_quantize_q8_a_ref(const float *x, void *dst, int64_t n);
 void quant_quantize_q8_K_ref(const float *x, void *dst, int64_t n);
+/* q8_a1: d and qs exactly as quant_quantize_q8_a_ref, s = d * (float)sum(qs). */
+void quant_quantize_q8_a1_ref(const float *x, void *dst, int64_t n);
 
 /* ---- kernel sets --------------------------------------------------------------------- */
 
@@ -211,9 +226,10 @@ typedef void (*quant_dot_fn)(int64_t n, const void *w, const void *x, size_t x_s
                              float *out);
 
 typedef struct quant_kernels {
-    const char *name; /* "ref", "avx2", "avx512" */
+    const char *name; /* "ref", "avx2", "avx512", "avx512-vnni" */
     void (*quantize_q8_a)(const float *x, void *dst, int64_t n);
     void (*quantize_q8_K)(const float *x, void *dst, int64_t n);
+    void (*quantize_q8_a1)(const float *x, void *dst, int64_t n);
     /* Plain float dot product of n elements, any alignment; used after dequantization. */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     quant_dot_fn dot[QUANT_TYPE_COUNT]; /* NULL where quant_act_format() is NONE */
@@ -234,5 +250,6 @@ int quant_kernels_list(const quant_kernels **out, int cap);
 void quant_fill_ref(quant_kernels *k);
 void quant_fill_avx2(quant_kernels *k);
 void quant_fill_avx512(quant_kernels *k);
+void quant_fill_avx512_vnni(quant_kernels *k);
 
 #endif

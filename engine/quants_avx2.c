@@ -10,11 +10,13 @@
  * compile-time constant in every inlined instance so the accumulators stay in registers. */
 #include "quants_simd.h"
 
-ALWAYS_INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+/* Sum of 32 signed bytes (exact). */
+ALWAYS_INLINE int hsum_epi8(__m256i q) {
+    __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+    __m128i v = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4E));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xB1));
+    return _mm_cvtsi128_si32(v);
 }
 
 /* ---- activation quantization ----------------------------------------------------------- */
@@ -47,6 +49,18 @@ static void quantize_q8_a_avx2(const float *x, void *dst, int64_t n) {
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = d;
         _mm256_storeu_si256((__m256i *)b[i].qs, quantize_32(x, _mm256_set1_ps(id)));
+    }
+}
+
+static void quantize_q8_a1_avx2(const float *x, void *dst, int64_t n) {
+    quant_block_q8_a1 *b = dst;
+    for (int64_t i = 0; i < n / QUANT_QK; i++, x += QUANT_QK) {
+        float d = absmax(x, QUANT_QK) / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256i q = quantize_32(x, _mm256_set1_ps(id));
+        b[i].d = d;
+        b[i].s = d * (float)hsum_epi8(q);
+        _mm256_storeu_si256((__m256i *)b[i].qs, q);
     }
 }
 
@@ -145,20 +159,25 @@ ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t 
 
 /* ---- k-quants against q8_K ---------------------------------------------------------------- */
 
-ALWAYS_INLINE void dot_q4_K_nx(int64_t n, const quant_block_q4_K *w, const char *x, size_t xs,
-                               const int nx, float *out) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+/* Q4_K and Q5_K (five = W_Q5_K): chunk c of 32 nibble bytes holds sub-block 2c (low
+ * nibbles) and 2c+1 (high); Q5_K's fifth bits of those are bits 2c and 2c+1 of qh[l], brought
+ * to bits 0 and 1 by shifting qh right 2 per chunk, then to bit 4 of each byte. */
+ALWAYS_INLINE void dot_k4_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx, float *out,
+                             const int five) {
     __m256 acc[QUANT_DOT_MAX_NX];
     for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
+        const quant_block_q4_K *b = (const quant_block_q4_K *)(const void *)(w + (size_t)i * K4_BYTES(five));
+        const uint8_t *qs = (const uint8_t *)b + K4_QS(five);
         uint8_t sc[8], mn[8];
-        quant_k4_scales(w[i].scales, sc, mn);
-        float dw = f16_load(w[i].d), dmw = f16_load(w[i].dmin);
+        quant_k4_scales(b->scales, sc, mn);
+        float dw = f16_load(b->d), dmw = f16_load(b->dmin);
+        __m256i hb = five ? load256(((const quant_block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
         __m256i isum[QUANT_DOT_MAX_NX];
         for (int r = 0; r < nx; r++) isum[r] = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i v = load256(w[i].qs + 32 * c);
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            __m256i lo, hi;
+            k4_chunk(qs + 32 * c, five, &hb, &lo, &hi);
             __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
             for (int r = 0; r < nx; r++) {
                 const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
@@ -229,6 +248,7 @@ void quant_fill_avx2(quant_kernels *k) {
     k->name = "avx2";
     k->quantize_q8_a = quantize_q8_a_avx2;
     k->quantize_q8_K = quantize_q8_K_avx2;
+    k->quantize_q8_a1 = quantize_q8_a1_avx2;
     k->dot_f32 = dot_f32_avx2;
     FILL_QUANT_ENTRIES(k, avx2);
 }

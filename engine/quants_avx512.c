@@ -3,10 +3,32 @@
  *
  * Same integer scheme as quants_avx2.c (maddubs + madd, exact per-block sums) on 512-bit
  * registers: two 32-element blocks per step for Q4_0/Q5_0/Q8_0, 64 elements per step for
- * the k-quants. AVX-512 has no sign_epi8, so the sign trick uses a mask from the weight's
- * sign bits: |w| x (w < 0 ? -y : y). VNNI is deliberately not required. Entries left
- * unset here (activation quantization) keep the AVX2 version. */
+ * the k-quants. Q4_1 uses quants_simd.h's 256-bit kernel (vpdpbusd in the VNNI build): two
+ * blocks per 512-bit step measured 1.5x slower at SmolLM2's shapes (doc/quants.md), the joins
+ * of two blocks' weights, activations and scales costing more than the width gains. AVX-512
+ * has no sign_epi8, so the sign trick uses a mask from the weight's sign bits:
+ * |w| x (w < 0 ? -y : y). Entries left unset here (activation quantization) keep
+ * the AVX2 version.
+ *
+ * quants_vnni.c compiles this file again with QUANT_VNNI defined (and -mavx512vnni): the
+ * u8 x s8 products summed in fours (maddubs, then madd by ones) become one vpdpbusd, which
+ * does not saturate; the sums are the same since maddubs never saturates here (|w| <= 128,
+ * |y| <= 127: a pair is at most 32512). The k-quants weight pairs by their sub-block scales
+ * (madd by scales, not ones), so they keep maddubs in both builds. */
 #include "quants_simd.h"
+
+#ifdef QUANT_VNNI
+#define ISA_NAME "avx512-vnni"
+#define FILL_FN quant_fill_avx512_vnni
+/* Sums of 4 adjacent u8 x s8 products as int32. */
+ALWAYS_INLINE __m512i dot4_u8s8(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s); }
+#else
+#define ISA_NAME "avx512"
+#define FILL_FN quant_fill_avx512
+ALWAYS_INLINE __m512i dot4_u8s8(__m512i u, __m512i s) {
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+}
+#endif
 
 ALWAYS_INLINE __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
 ALWAYS_INLINE __m512i join256(__m256i lo, __m256i hi) {
@@ -57,7 +79,7 @@ ALWAYS_INLINE void dot_float_nx(int64_t n, const uint8_t *w, const char *x, size
 
 ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx,
                              float *out, int kind) {
-    const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+    const __m512i zero = _mm512_setzero_si512();
     __m512 acc[QUANT_DOT_MAX_NX];
     for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     int64_t nb = n / QUANT_QK, i = 0;
@@ -71,8 +93,7 @@ ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t 
         for (int r = 0; r < nx; r++) {
             const quant_block_q8_a *xb = (const quant_block_q8_a *)(const void *)(x + r * xs) + i;
             __m512i y = join256(load256(xb[0].qs), load256(xb[1].qs));
-            __m512i p = _mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(y, neg, zero, y));
-            __m512 s = _mm512_cvtepi32_ps(_mm512_madd_epi16(p, ones));
+            __m512 s = _mm512_cvtepi32_ps(dot4_u8s8(aq, _mm512_mask_sub_epi8(y, neg, zero, y)));
             acc[r] = _mm512_fmadd_ps(s, join_ps(d0 * xb[0].d, d1 * xb[1].d), acc[r]);
         }
     }
@@ -85,8 +106,7 @@ ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t 
         for (int r = 0; r < nx; r++) {
             const quant_block_q8_a *xb = (const quant_block_q8_a *)(const void *)(x + r * xs) + i;
             __m512i y = _mm512_zextsi256_si512(load256(xb[0].qs));
-            __m512i p = _mm512_maddubs_epi16(aq, _mm512_mask_sub_epi8(y, neg, zero, y));
-            __m512 s = _mm512_cvtepi32_ps(_mm512_madd_epi16(p, ones));
+            __m512 s = _mm512_cvtepi32_ps(dot4_u8s8(aq, _mm512_mask_sub_epi8(y, neg, zero, y)));
             acc[r] = _mm512_fmadd_ps(s, _mm512_set1_ps(d0 * xb[0].d), acc[r]);
         }
     }
@@ -95,21 +115,26 @@ ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t 
 
 /* ---- k-quants against q8_K ---------------------------------------------------------------- */
 
-ALWAYS_INLINE void dot_q4_K_nx(int64_t n, const quant_block_q4_K *w, const char *x, size_t xs,
-                               const int nx, float *out) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+/* Q4_K and Q5_K (five = W_Q5_K): elements 64c .. 64c+63 are sub-block 2c (low nibbles of
+ * chunk c) and 2c+1 (high nibbles); Q5_K's fifth bits are bits 2c, 2c+1 of qh[l], shifted
+ * to bits 0, 1 (qh right by 2 per chunk) and from there to bit 4 of each byte. */
+ALWAYS_INLINE void dot_k4_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx, float *out,
+                             const int five) {
     __m512 acc[QUANT_DOT_MAX_NX];
     for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
+        const quant_block_q4_K *b = (const quant_block_q4_K *)(const void *)(w + (size_t)i * K4_BYTES(five));
+        const uint8_t *qs = (const uint8_t *)b + K4_QS(five);
         uint8_t sc[8], mn[8];
-        quant_k4_scales(w[i].scales, sc, mn);
-        float dw = f16_load(w[i].d), dmw = f16_load(w[i].dmin);
+        quant_k4_scales(b->scales, sc, mn);
+        float dw = f16_load(b->d), dmw = f16_load(b->dmin);
+        __m256i hb = five ? load256(((const quant_block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
         __m512i isum[QUANT_DOT_MAX_NX];
         for (int r = 0; r < nx; r++) isum[r] = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {
-            /* Elements 64c .. 64c+63: sub-block 2c in the low nibbles, 2c+1 in the high. */
-            __m256i v = load256(w[i].qs + 32 * c);
-            __m512i q = join256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            __m256i lo, hi;
+            k4_chunk(qs + 32 * c, five, &hb, &lo, &hi);
+            __m512i q = join256(lo, hi);
             __m512i sv = join256(_mm256_set1_epi16(sc[2 * c]), _mm256_set1_epi16(sc[2 * c + 1]));
             for (int r = 0; r < nx; r++) {
                 const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
@@ -177,8 +202,8 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
 
 DEFINE_QUANT_ENTRIES(avx512)
 
-void quant_fill_avx512(quant_kernels *k) {
-    k->name = "avx512";
+void FILL_FN(quant_kernels *k) {
+    k->name = ISA_NAME;
     k->dot_f32 = dot_f32_avx512;
     FILL_QUANT_ENTRIES(k, avx512);
 }

@@ -1,6 +1,6 @@
 /* Runtime choice of the kernel set, made once (libsodium-style): the reference table is
- * always there; on x86-64 the AVX2 and AVX-512 tables start as copies of the one below
- * and override what they accelerate, so every entry of every table is callable. */
+ * always there; on x86-64 the AVX2, AVX-512 and AVX-512 VNNI tables start as copies of the
+ * one before and override what they accelerate, so every entry of every table is callable. */
 #include "quants.h"
 
 #include <pthread.h>
@@ -15,8 +15,8 @@
 #define QUANT_HAVE_X86 0
 #endif
 
-static quant_kernels table_ref, table_avx2, table_avx512;
-static const quant_kernels *sets[3];
+static quant_kernels table_ref, table_avx2, table_avx512, table_vnni;
+static const quant_kernels *sets[4];
 static int n_sets;
 static const quant_kernels *best;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -52,6 +52,12 @@ static void init_tables(void) {
         quant_fill_avx512(&table_avx512);
         sets[n_sets++] = &table_avx512;
         best = &table_avx512;
+    }
+    if (avx512 && __builtin_cpu_supports("avx512vnni")) {
+        table_vnni = table_avx512;
+        quant_fill_avx512_vnni(&table_vnni);
+        sets[n_sets++] = &table_vnni;
+        best = &table_vnni;
     }
 #endif
     const char *env = getenv("TQ_FORCE_REF");

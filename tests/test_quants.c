@@ -9,6 +9,7 @@
 
 #include "../engine/matmul.h"
 #include "../engine/quants.h"
+#include "quant_rows.h"
 #include "test_util.h"
 
 static const char *golden_dir = "tests/golden";
@@ -18,72 +19,12 @@ static const int all_types[] = {QUANT_F32, QUANT_F16, QUANT_BF16, QUANT_Q4_0, QU
                                 QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K};
 #define N_TYPES ((int)(sizeof all_types / sizeof all_types[0]))
 
-/* ---- helpers ----------------------------------------------------------------------------- */
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
-
-static uint32_t rnd_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
-
-static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() & 0xFFFFFF) / 16777216.0f; }
+/* ---- (1) golden dequantization ------------------------------------------------------------- */
 
 static uint32_t rd_u32(const uint8_t *p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
-static void put_f16(uint8_t *p, float f) {
-    uint16_t h = tq_f32_to_f16(f);
-    p[0] = (uint8_t)(h & 0xFF);
-    p[1] = (uint8_t)(h >> 8);
-}
-
-/* Byte offsets of the fp16 scale fields in a block (ggml-common.h), set to finite values of
- * model-like size in random blocks; -1 ends the list. */
-static const int *f16_fields(int type) {
-    static const int none[] = {-1}, at0[] = {0, -1}, at02[] = {0, 2, -1}, q2k[] = {80, 82, -1},
-                     q3k[] = {108, -1}, q6k[] = {208, -1};
-    switch (type) {
-    case QUANT_Q4_0: case QUANT_Q5_0: case QUANT_Q8_0: return at0;
-    case QUANT_Q4_1: case QUANT_Q5_1: case QUANT_Q4_K: case QUANT_Q5_K: return at02;
-    case QUANT_Q2_K: return q2k;
-    case QUANT_Q3_K: return q3k;
-    case QUANT_Q6_K: return q6k;
-    default: return none;
-    }
-}
-
-/* A random row of `type` with n elements into buf (quant_row_bytes bytes). */
-static void random_row(int type, uint8_t *buf, int64_t n) {
-    size_t bytes = quant_row_bytes(type, n);
-    if (type == QUANT_F32) {
-        for (int64_t i = 0; i < n; i++) {
-            float f = rnd_uniform(-1.0f, 1.0f);
-            memcpy(buf + 4 * i, &f, 4);
-        }
-        return;
-    }
-    if (type == QUANT_F16 || type == QUANT_BF16) {
-        for (int64_t i = 0; i < n; i++) {
-            float f = rnd_uniform(-1.0f, 1.0f);
-            uint32_t u;
-            memcpy(&u, &f, 4);
-            uint16_t h = type == QUANT_F16 ? tq_f32_to_f16(f) : (uint16_t)(u >> 16);
-            buf[2 * i] = (uint8_t)(h & 0xFF);
-            buf[2 * i + 1] = (uint8_t)(h >> 8);
-        }
-        return;
-    }
-    for (size_t i = 0; i < bytes; i++) buf[i] = (uint8_t)rnd_u32();
-    size_t bs = quant_block_bytes(type);
-    for (size_t b = 0; b < bytes / bs; b++)
-        for (const int *f = f16_fields(type); *f >= 0; f++) put_f16(buf + b * bs + (size_t)*f, rnd_uniform(-0.05f, 0.05f));
-}
-
-/* ---- (1) golden dequantization ------------------------------------------------------------- */
 
 static uint8_t *read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -173,7 +114,7 @@ static void test_quantize_matches_ref(void) {
     int ns = quant_kernels_list(sets, 8);
     enum { N = 1024 };
     float *x = malloc((N + 1) * sizeof *x);
-    _Alignas(64) static uint8_t ref[N / 32 * sizeof(quant_block_q8_a) + N / 256 * sizeof(quant_block_q8_K)];
+    _Alignas(64) static uint8_t ref[N / 32 * sizeof(quant_block_q8_a1) + N / 256 * sizeof(quant_block_q8_K)];
     _Alignas(64) static uint8_t got[sizeof ref];
     for (int i = 0; i <= N; i++) x[i] = rnd_uniform(-2.0f, 2.0f) * (i % 97 == 0 ? 50.0f : 1.0f);
     for (int i = 32; i < 64; i++) x[i + 1] = 0.0f; /* an all-zero block */
@@ -185,7 +126,23 @@ static void test_quantize_matches_ref(void) {
         quant_quantize_q8_K_ref(x + 1, ref, N);
         sets[s]->quantize_q8_K(x + 1, got, N);
         CHECK_MSG(memcmp(ref, got, N / 256 * sizeof(quant_block_q8_K)) == 0, "%s q8_K", sets[s]->name);
+        quant_quantize_q8_a1_ref(x + 1, ref, N);
+        sets[s]->quantize_q8_a1(x + 1, got, N);
+        CHECK_MSG(memcmp(ref, got, N / 32 * sizeof(quant_block_q8_a1)) == 0, "%s q8_a1", sets[s]->name);
     }
+    /* q8_a1 carries q8_a's d and qs unchanged, and s = d * sum(qs). */
+    _Alignas(64) static uint8_t a[N / 32 * sizeof(quant_block_q8_a)];
+    quant_quantize_q8_a_ref(x + 1, a, N);
+    quant_quantize_q8_a1_ref(x + 1, ref, N);
+    int same = 1;
+    for (int i = 0; i < N / 32; i++) {
+        const quant_block_q8_a *qa = (const quant_block_q8_a *)(const void *)a + i;
+        const quant_block_q8_a1 *q1 = (const quant_block_q8_a1 *)(const void *)ref + i;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += q1->qs[j];
+        same &= qa->d == q1->d && memcmp(qa->qs, q1->qs, 32) == 0 && q1->s == q1->d * (float)sum;
+    }
+    CHECK(same);
     free(x);
 }
 
@@ -195,6 +152,12 @@ static size_t make_act(quant_act act, const float *x, int64_t n, void *dst, floa
     if (act == QUANT_ACT_Q8_A) {
         quant_quantize_q8_a_ref(x, dst, n);
         const quant_block_q8_a *b = dst;
+        for (int64_t i = 0; i < n; i++) xhat[i] = b[i / 32].d * (float)b[i / 32].qs[i % 32];
+        return quant_act_row_bytes(act, n);
+    }
+    if (act == QUANT_ACT_Q8_A1) {
+        quant_quantize_q8_a1_ref(x, dst, n);
+        const quant_block_q8_a1 *b = dst;
         for (int64_t i = 0; i < n; i++) xhat[i] = b[i / 32].d * (float)b[i / 32].qs[i % 32];
         return quant_act_row_bytes(act, n);
     }
@@ -208,54 +171,62 @@ static size_t make_act(quant_act act, const float *x, int64_t n, void *dst, floa
     return (size_t)n * sizeof *x;
 }
 
+/* Every set's dot for `type` against the reference on a row of n elements, nx = 1..MAX, with
+ * the weight row and the activation rows at odd addresses. */
+static void check_dot_type(const quant_kernels *const *sets, int ns, int type, int64_t n) {
+    quant_act act = quant_act_format(type);
+    size_t wb = quant_row_bytes(type, n);
+    uint8_t *wbuf = malloc(wb + 1), *w = wbuf + 1; /* weights off alignment too */
+    float *wf = malloc((size_t)n * sizeof *wf), *x = malloc((size_t)n * sizeof *x), *xhat = malloc((size_t)n * sizeof *xhat);
+    size_t stride = ((size_t)n * 4 + 300) / 4 * 4 + 4; /* rows not 32-byte aligned apart */
+    uint8_t *xq = aligned_alloc(64, (QUANT_DOT_MAX_NX * stride + 64 + 63) / 64 * 64);
+    double absdot[QUANT_DOT_MAX_NX];
+    for (int trial = 0; trial < 4; trial++) {
+        random_row(type, w, n);
+        quant_dequantize_row(type, w, wf, n);
+        for (int r = 0; r < QUANT_DOT_MAX_NX; r++) {
+            for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+            make_act(act, x, n, xq + 4 + r * stride, xhat); /* +4: off 64-byte alignment */
+            absdot[r] = 0;
+            for (int64_t i = 0; i < n; i++) absdot[r] += fabs((double)wf[i] * xhat[i]);
+        }
+        for (int nx = 1; nx <= QUANT_DOT_MAX_NX; nx++) {
+            float want[QUANT_DOT_MAX_NX], got[QUANT_DOT_MAX_NX];
+            sets[0]->dot[type](n, w, xq + 4, stride, nx, want);
+            for (int s = 1; s < ns; s++) {
+                sets[s]->dot[type](n, w, xq + 4, stride, nx, got);
+                /* Tolerance 1e-5 * sum|w*x|: integer block sums are exact, only the
+                 * float32 accumulation order differs (a few ulp per term added). */
+                for (int r = 0; r < nx; r++)
+                    CHECK_MSG(fabs((double)got[r] - want[r]) <= 1e-5 * absdot[r] + 1e-30,
+                              "%s %s n=%lld nx=%d r=%d: %.9g vs ref %.9g (sum|wx| %.3g)", sets[s]->name,
+                              quant_type_name(type), (long long)n, nx, r, (double)got[r], (double)want[r], absdot[r]);
+            }
+        }
+    }
+    free(wbuf);
+    free(wf);
+    free(x);
+    free(xhat);
+    free(xq);
+}
+
 static void test_dot_kernels_vs_ref(void) {
     const quant_kernels *sets[8];
     int ns = quant_kernels_list(sets, 8);
-    const quant_kernels *ref = sets[0];
-    CHECK(strcmp(ref->name, "ref") == 0);
+    CHECK(strcmp(sets[0]->name, "ref") == 0);
     for (int t = 0; t < N_TYPES; t++) {
         int type = all_types[t];
-        quant_act act = quant_act_format(type);
-        if (act == QUANT_ACT_NONE) {
+        if (quant_act_format(type) == QUANT_ACT_NONE) {
             for (int s = 0; s < ns; s++) CHECK(sets[s]->dot[type] == NULL);
             continue;
         }
-        /* 21 blocks of 32 (odd: AVX-512 tail) for the small blocks, 3 super-blocks for k. */
-        int64_t n = quant_block_elems(type) == QUANT_QK_K ? 3 * QUANT_QK_K : 21 * QUANT_QK + (quant_block_elems(type) == 1 ? 5 : 0);
-        size_t wb = quant_row_bytes(type, n);
-        uint8_t *w = malloc(wb);
-        float *wf = malloc((size_t)n * sizeof *wf), *x = malloc((size_t)n * sizeof *x), *xhat = malloc((size_t)n * sizeof *xhat);
-        size_t stride = ((size_t)n * 4 + 300) / 4 * 4 + 4; /* rows not 32-byte aligned apart */
-        uint8_t *xq = aligned_alloc(64, (QUANT_DOT_MAX_NX * stride + 64 + 63) / 64 * 64);
-        double absdot[QUANT_DOT_MAX_NX];
-        for (int trial = 0; trial < 4; trial++) {
-            random_row(type, w, n);
-            quant_dequantize_row(type, w, wf, n);
-            for (int r = 0; r < QUANT_DOT_MAX_NX; r++) {
-                for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
-                make_act(act, x, n, xq + 4 + r * stride, xhat); /* +4: off 64-byte alignment */
-                absdot[r] = 0;
-                for (int64_t i = 0; i < n; i++) absdot[r] += fabs((double)wf[i] * xhat[i]);
-            }
-            for (int nx = 1; nx <= QUANT_DOT_MAX_NX; nx++) {
-                float want[QUANT_DOT_MAX_NX], got[QUANT_DOT_MAX_NX];
-                ref->dot[type](n, w, xq + 4, stride, nx, want);
-                for (int s = 1; s < ns; s++) {
-                    sets[s]->dot[type](n, w, xq + 4, stride, nx, got);
-                    /* Tolerance 1e-5 * sum|w*x|: integer block sums are exact, only the
-                     * float32 accumulation order differs (a few ulp per term added). */
-                    for (int r = 0; r < nx; r++)
-                        CHECK_MSG(fabs((double)got[r] - want[r]) <= 1e-5 * absdot[r] + 1e-30,
-                                  "%s %s nx=%d r=%d: %.9g vs ref %.9g (sum|wx| %.3g)", sets[s]->name,
-                                  quant_type_name(type), nx, r, (double)got[r], (double)want[r], absdot[r]);
-                }
-            }
-        }
-        free(w);
-        free(wf);
-        free(x);
-        free(xhat);
-        free(xq);
+        /* Block counts: one block; two; 21 of 32 (odd: the AVX-512 tail); 48 (a 1536-wide
+         * row); k-quants 1, 2, 3 and 6 super-blocks. Float types: 32 * count + 5 (vector tails). */
+        static const int64_t nblocks32[] = {1, 2, 21, 48}, nblocksK[] = {1, 2, 3, 6};
+        int64_t be = quant_block_elems(type);
+        for (int sz = 0; sz < 4; sz++)
+            check_dot_type(sets, ns, type, be == QUANT_QK_K ? nblocksK[sz] * QUANT_QK_K : nblocks32[sz] * QUANT_QK + (be == 1 ? 5 : 0));
     }
 }
 
@@ -277,7 +248,7 @@ static void check_matmul_type(const quant_kernels *set, const quant_kernels *ref
     CHECK(matmul_with(ref, &w, x, yref, n, NULL, work + 1, matmul_work_size(&w, n, 1)) == QUANT_OK);
     float *wf = malloc((size_t)cols * sizeof *wf);
     quant_act act = quant_act_format(type);
-    int64_t ab = act == QUANT_ACT_Q8_A ? QUANT_QK : QUANT_QK_K;
+    int64_t ab = act == QUANT_ACT_Q8_K ? QUANT_QK_K : QUANT_QK;
     int bad_ref = 0, bad_exact = 0;
     for (int64_t r = 0; r < rows; r++) {
         quant_dequantize_row(type, wd + (size_t)r * rb, wf, cols);
@@ -288,7 +259,7 @@ static void check_matmul_type(const quant_kernels *set, const quant_kernels *ref
                 exact += (double)wf[c] * xi[c];
                 absdot += fabs((double)wf[c] * xi[c]);
             }
-            if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_K) {
+            if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_A1 || act == QUANT_ACT_Q8_K) {
                 /* 8-bit activations move each x by at most half a step, max|x_block|/254. */
                 for (int64_t b0 = 0; b0 < cols; b0 += ab) {
                     double amax = 0, wsum = 0;
@@ -333,6 +304,44 @@ static void test_matmul_all_sets(void) {
             }
 }
 
+/* The VNNI set differs from the AVX-512 one only in how exact integer block sums are formed,
+ * so every type's dot must agree bit for bit (what keeps results unchanged where it is picked). */
+static void test_vnni_equals_avx512(void) {
+    const quant_kernels *sets[8], *a = NULL, *v = NULL;
+    int ns = quant_kernels_list(sets, 8);
+    for (int s = 0; s < ns; s++) {
+        if (strcmp(sets[s]->name, "avx512") == 0) a = sets[s];
+        if (strcmp(sets[s]->name, "avx512-vnni") == 0) v = sets[s];
+    }
+    if (a == NULL || v == NULL) {
+        test_skip("avx512-vnni vs avx512: a set is not on this host");
+        return;
+    }
+    for (int t = 0; t < N_TYPES; t++) {
+        int type = all_types[t];
+        quant_act act = quant_act_format(type);
+        if (act == QUANT_ACT_NONE) continue;
+        int64_t n = quant_block_elems(type) == QUANT_QK_K ? 3 * QUANT_QK_K : 21 * QUANT_QK;
+        uint8_t *w = malloc(quant_row_bytes(type, n));
+        float *x = malloc((size_t)n * sizeof *x), *xhat = malloc((size_t)n * sizeof *xhat);
+        size_t stride = (size_t)n * 4 + 64;
+        uint8_t *xq = aligned_alloc(64, QUANT_DOT_MAX_NX * stride);
+        random_row(type, w, n);
+        for (int r = 0; r < QUANT_DOT_MAX_NX; r++) {
+            for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+            make_act(act, x, n, xq + r * stride, xhat);
+        }
+        float ya[QUANT_DOT_MAX_NX], yv[QUANT_DOT_MAX_NX];
+        a->dot[type](n, w, xq, stride, QUANT_DOT_MAX_NX, ya);
+        v->dot[type](n, w, xq, stride, QUANT_DOT_MAX_NX, yv);
+        CHECK_MSG(memcmp(ya, yv, sizeof ya) == 0, "%s: avx512-vnni differs from avx512", quant_type_name(type));
+        free(w);
+        free(x);
+        free(xhat);
+        free(xq);
+    }
+}
+
 static void test_matmul_errors(void) {
     uint8_t wd[64] = {0};
     float x[32] = {0}, y[4];
@@ -360,7 +369,7 @@ static void test_matmul_threaded(void) {
     tq_threadpool *pools[3] = {NULL, NULL, NULL};
     for (int p = 0; p < 3; p++)
         CHECK(tq_threadpool_create(&pools[p], n_threads[p]) == TQ_OK && tq_threadpool_size(pools[p]) == n_threads[p]);
-    static const int types[] = {QUANT_Q4_K, QUANT_Q5_0, QUANT_Q6_K, QUANT_Q8_0, QUANT_Q3_K, QUANT_F16};
+    static const int types[] = {QUANT_Q4_K, QUANT_Q5_0, QUANT_Q6_K, QUANT_Q8_0, QUANT_Q3_K, QUANT_F16, QUANT_Q4_1, QUANT_Q5_K};
     static const int ns_rows[] = {1, 7, 64};
     const quant_kernels *k = quant_kernels_get();
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
@@ -405,7 +414,7 @@ static void test_dispatch(void) {
     quant_force_reference(0);
     CHECK(quant_kernels_get() == sets[ns - 1]);
     for (int s = 0; s < ns; s++) {
-        CHECK(sets[s]->quantize_q8_a && sets[s]->quantize_q8_K && sets[s]->dot_f32);
+        CHECK(sets[s]->quantize_q8_a && sets[s]->quantize_q8_K && sets[s]->quantize_q8_a1 && sets[s]->dot_f32);
         for (int t = 0; t < N_TYPES; t++)
             CHECK((sets[s]->dot[all_types[t]] != NULL) == (quant_act_format(all_types[t]) != QUANT_ACT_NONE));
     }
@@ -434,10 +443,19 @@ int main(int argc, char **argv) {
             test_failed_count++;
         } else if (!have_avx512)
             test_skip("engine kernel set avx512: needs the avx2 set (f16c) too");
+        int have_vnni = 0;
+        for (int s = 0; s < ns; s++) have_vnni |= strcmp(sets[s]->name, "avx512-vnni") == 0;
+        if (!have_vnni && have_avx512 && test_cpu_lacks("avx512-vnni", lacks, sizeof lacks)[0])
+            test_skip("engine kernel set avx512-vnni: this CPU lacks %s", lacks);
+        else if (!have_vnni && have_avx512) {
+            fprintf(stderr, "engine kernel set avx512-vnni missing although this CPU has AVX512_VNNI\n");
+            test_failed_count++;
+        }
     }
     RUN_TEST(test_quantize_matches_ref);
     RUN_TEST(test_dot_kernels_vs_ref);
     RUN_TEST(test_matmul_all_sets);
+    RUN_TEST(test_vnni_equals_avx512);
     RUN_TEST(test_matmul_errors);
     RUN_TEST(test_matmul_threaded);
     return test_report();

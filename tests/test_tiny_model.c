@@ -149,11 +149,16 @@ static double max_diff(const float *a, const double *b, int n) {
     return m;
 }
 
-static void check_arch(model_arch arch, int q8, int n_threads) {
-    rng_state = 1234 + (uint64_t)arch * 17 + (uint64_t)q8;
+/* wq: weights in F32 (0), Q8_0 (1) or Q4_1 (2). out: if not NULL, gets the batched logits.
+ * tol_flip: 0, or a looser tolerance against the double reference (see below) */
+static void check_arch_out(model_arch arch, int wq, int n_threads, float *out, double tol_flip) {
+    rng_state = 1234 + (uint64_t)arch * 17 + (uint64_t)wq;
     tiny *t = &g_tiny;
     t->arch = arch;
-    t->q8 = q8;
+    t->q8 = wq == 1;
+    t->q4_1 = wq == 2;
+    const int q8 = wq != 0; /* 8-bit activations */
+    const char *wname = wq == 2 ? "Q4_1" : wq == 1 ? "Q8_0" : "F32 ";
     CHECK(write_tiny(t, tmp_path, NULL));
     model_params p = {CTX, 8, n_threads, 0, NULL};
     fixture f;
@@ -170,7 +175,7 @@ static void check_arch(model_arch arch, int q8, int n_threads) {
     double mag = 0;
     for (int i = 0; i < N * V; i++) mag = fabs(ref[i]) > mag ? fabs(ref[i]) : mag;
     static float lg[N * V];
-    const double tol = q8 ? 2e-2 : 2e-3;
+    const double tol = tol_flip > 0 ? tol_flip : q8 ? 2e-2 : 2e-3;
     /* prefill in batches of up to max_batch = 8 with every row's logits: 8 + 8 + 4 */
     double worst = 0;
     for (int p0 = 0; p0 < N && st == MODEL_OK; p0 += 8) {
@@ -179,7 +184,8 @@ static void check_arch(model_arch arch, int q8, int n_threads) {
     }
     CHECK_MSG(st == MODEL_OK, "%s", context_last_error(f.x));
     worst = max_diff(lg, ref, N * V);
-    CHECK_MSG(worst <= tol, "%s q8=%d batched: max |dlogit| %.3g > %.3g", arch_str(arch), q8, worst, tol);
+    CHECK_MSG(worst <= tol, "%s %s batched: max |dlogit| %.3g > %.3g", arch_str(arch), wname, worst, tol);
+    if (out != NULL) memcpy(out, lg, sizeof lg);
     /* token by token from position 5 on (rewind), last-row logits only */
     double worst_dec = 0;
     for (int p0 = 5; p0 < N && st == MODEL_OK; p0++) {
@@ -188,11 +194,13 @@ static void check_arch(model_arch arch, int q8, int n_threads) {
         worst_dec = d > worst_dec ? d : worst_dec;
     }
     CHECK(st == MODEL_OK);
-    CHECK_MSG(worst_dec <= tol, "%s q8=%d decode: max |dlogit| %.3g > %.3g", arch_str(arch), q8, worst_dec, tol);
-    printf("  %-6s %s %d thr: max |dlogit| vs double reference: batched %.2e, decode %.2e (tol %.0e; max |logit| %.1f)\n",
-           arch_str(arch), q8 ? "Q8_0" : "F32 ", n_threads, worst, worst_dec, tol, mag);
+    CHECK_MSG(worst_dec <= tol, "%s %s decode: max |dlogit| %.3g > %.3g", arch_str(arch), wname, worst_dec, tol);
+    printf("  %-6s %s %d thr %s: max |dlogit| vs double reference: batched %.2e, decode %.2e (tol %.0e; max |logit| %.1f)\n",
+           arch_str(arch), wname, n_threads, quant_kernels_name(), worst, worst_dec, tol, mag);
     fixture_close(&f);
 }
+
+static void check_arch(model_arch arch, int q8, int n_threads) { check_arch_out(arch, q8, n_threads, NULL, 0); }
 
 static void test_archs_f32(void) {
     for (int a = 0; a < 4; a++) check_arch((model_arch)a, 0, 1);
@@ -200,6 +208,39 @@ static void test_archs_f32(void) {
 
 static void test_archs_q8_0_threads(void) {
     for (int a = 0; a < 4; a++) check_arch((model_arch)a, 1, 2);
+}
+
+/* A llama model with Q4_1 matrices (SmolLM2's format) on the reference kernels and on the
+ * best set this CPU runs. The reference set is held to the Q8_0 tolerance of the double
+ * forward. The two sets' matmuls agree to ~1e-6 relative (float32 order only: test_quants,
+ * test_weight_types; every matmul of this run checked so), but where that puts one 8-bit
+ * activation on the other side of a rounding step, a position's logits move by one step times
+ * the weights it meets. Measured with avx512-vnni: 0.099 at one position of 20 (later positions
+ * untouched, so the flip is in the last layers; with the 512-bit Q4_1 kernel tried first, none),
+ * every other position within 2.4e-5. So: every position within 1e-3 of the reference set's but
+ * at most one, and that one within 0.25 (2.5 times the measured flip); the best set is held to
+ * 0.25 of the double forward too. */
+static void test_llama_q4_1_kernel_sets(void) {
+    enum { NPOS = 20 };
+    static float lg_ref[NPOS * V], lg_best[NPOS * V];
+    quant_force_reference(1);
+    check_arch_out(MODEL_ARCH_LLAMA, 2, 2, lg_ref, 0);
+    quant_force_reference(0);
+    check_arch_out(MODEL_ARCH_LLAMA, 2, 2, lg_best, 0.25);
+    double worst = 0, worst_other = 0;
+    int flipped = 0;
+    for (int p = 0; p < NPOS; p++) {
+        double d = 0;
+        for (int j = 0; j < V; j++) d = fmax(d, fabs((double)lg_ref[p * V + j] - lg_best[p * V + j]));
+        if (d > 1e-3) flipped++;
+        else worst_other = fmax(worst_other, d);
+        worst = fmax(worst, d);
+    }
+    printf("  llama  Q4_1 ref vs %s: max |dlogit| %.2e; positions past 1e-3: %d of %d (others <= %.2e)\n",
+           quant_kernels_name(), worst, flipped, NPOS, worst_other);
+    CHECK_MSG(flipped <= 1 && worst <= 0.25, "Q4_1 ref vs %s: %d positions past 1e-3, max |dlogit| %.3g",
+              quant_kernels_name(), flipped, worst);
+    g_tiny.q4_1 = 0;
 }
 
 /* context_forward_after_prompt (tq perplexity --prompt, bench_model_kv --prompt) against what it
@@ -215,6 +256,7 @@ static void test_after_prompt(void) {
     tiny *t = &g_tiny;
     t->arch = MODEL_ARCH_GEMMA3;
     t->q8 = 0;
+    t->q4_1 = 0;
     CHECK(write_tiny(t, tmp_path, NULL));
     model_params p = {CTX, 8, 1, 0, NULL};
     fixture f;
@@ -285,6 +327,7 @@ static void test_load_errors(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         g_tiny.arch = MODEL_ARCH_GEMMA3;
         g_tiny.q8 = 0;
+        g_tiny.q4_1 = 0;
         CHECK(write_tiny(&g_tiny, tmp_path, &cases[i].f));
         err[0] = '\0';
         model_status st = fixture_open(tmp_path, &p, &f, err, sizeof err);
@@ -396,6 +439,7 @@ static void test_sampler(void) {
 int main(void) {
     RUN_TEST(test_archs_f32);
     RUN_TEST(test_archs_q8_0_threads);
+    RUN_TEST(test_llama_q4_1_kernel_sets);
     RUN_TEST(test_after_prompt);
     RUN_TEST(test_load_errors);
     RUN_TEST(test_vocab);

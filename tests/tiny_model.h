@@ -1,5 +1,5 @@
 /* Tiny GGUF models with random weights, one per architecture (gemma3, llama, qwen2, qwen3), in
- * F32 or Q8_0, written by the tests themselves (engine/gguf_write.h): test_tiny_model.c checks
+ * F32, Q8_0 or Q4_1, written by the tests themselves (engine/gguf_write.h): test_tiny_model.c checks
  * the forward pass on them against a naive double forward, test_contexts.c runs contexts on
  * them without the real model. */
 #ifndef TQ_TESTS_TINY_MODEL_H
@@ -19,6 +19,7 @@ enum { V = 64, E = 64, L = 3, H = 4, HKV = 2, D = 16, F = 96, CTX = 64, SWA = 4,
 typedef struct {
     model_arch arch;
     int q8;          /* matrices in Q8_0 (else F32) */
+    int q4_1;        /* matrices in Q4_1 (overrides q8) */
     double rope_base, rope_base_swa;
     /* weights as the reference reads them (dequantized when q8) */
     float embd[V * E], out_norm[E];
@@ -50,17 +51,42 @@ static inline void q8_0_quantize(const float *x, uint8_t *dst, int n) {
     }
 }
 
+/* Q4_1 weight quantization (ggml's: d = (max - min) / 15, m = min, both stored as fp16; q =
+ * round((x - m) / d) clamped to 0..15); the reference reads the dequantized values. */
+static inline void q4_1_quantize(const float *x, uint8_t *dst, int n) {
+    for (int b = 0; b < n / 32; b++, x += 32, dst += 20) {
+        float lo = x[0], hi = x[0];
+        for (int i = 1; i < 32; i++) lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+        uint16_t dh = tq_f32_to_f16((hi - lo) / 15.0f), mh = tq_f32_to_f16(lo);
+        float d = tq_f16_to_f32(dh), m = tq_f16_to_f32(mh);
+        dst[0] = (uint8_t)(dh & 0xFF);
+        dst[1] = (uint8_t)(dh >> 8);
+        dst[2] = (uint8_t)(mh & 0xFF);
+        dst[3] = (uint8_t)(mh >> 8);
+        for (int i = 0; i < 16; i++) {
+            long q0 = d > 0 ? lrintf((x[i] - m) / d) : 0, q1 = d > 0 ? lrintf((x[i + 16] - m) / d) : 0;
+            q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+            q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+            dst[4 + i] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
 static inline void add_matrix(gguf_writer *w, tiny *t, const char *name, float *x, int rows, int cols) {
     uint64_t dims[2] = {(uint64_t)cols, (uint64_t)rows};
-    if (!t->q8) {
+    if (!t->q8 && !t->q4_1) {
         gguf_writer_add_tensor(w, name, GGUF_GGML_F32, 2, dims, x, (size_t)rows * cols * sizeof(float));
         return;
     }
-    size_t nb = (size_t)rows * (size_t)cols / 32 * 34;
+    int type = t->q4_1 ? QUANT_Q4_1 : QUANT_Q8_0;
+    size_t nb = quant_row_bytes(type, (int64_t)rows * cols);
     uint8_t *q = malloc(nb);
-    q8_0_quantize(x, q, rows * cols);
-    quant_dequantize_row(QUANT_Q8_0, q, x, (int64_t)rows * cols); /* the reference sees these */
-    gguf_writer_add_tensor(w, name, GGUF_GGML_Q8_0, 2, dims, q, nb);
+    if (t->q4_1)
+        q4_1_quantize(x, q, rows * cols);
+    else
+        q8_0_quantize(x, q, rows * cols);
+    quant_dequantize_row(type, q, x, (int64_t)rows * cols); /* the reference sees these */
+    gguf_writer_add_tensor(w, name, (uint32_t)type, 2, dims, q, nb);
     free(q);
 }
 
