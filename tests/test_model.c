@@ -51,6 +51,7 @@
 #define PPL_REL_TOL 0.01
 
 static const char *model_path;
+static const char *model_env = "TQ_MODEL";    /* the variable that names the model file */
 static const char *golden_prefix = "gemma3"; /* golden files: <prefix>_logits.json, <prefix>_ppl.json */
 static char golden_dir[512];
 static fixture g_fx;
@@ -127,7 +128,7 @@ static void compare_row(const float *row, int n_vocab, const jl_node *rec, const
 }
 
 static void test_golden_logits(void) {
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     char path[600];
     snprintf(path, sizeof path, "%s/%s_logits.json", golden_dir, golden_prefix);
     jl_doc doc;
@@ -247,7 +248,7 @@ static int32_t *stored_tokens(const jl_node *root, size_t *n_out) {
 }
 
 static void test_perplexity(void) {
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     /* The golden file is part of the repository: missing or unreadable is a failure. */
     char path[600];
     snprintf(path, sizeof path, "%s/%s_ppl.json", golden_dir, golden_prefix);
@@ -342,7 +343,7 @@ static void test_perplexity(void) {
 
 static void test_speed(void) {
     if (getenv("TQ_SPEED") == NULL) SKIP_TEST("a measurement, not a check: set TQ_SPEED=1 to run it");
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     int32_t toks[512];
     const int nv = g_fx.m->cfg.n_vocab, span = nv - 1000 < 200000 ? nv - 1000 : 200000;
     for (int i = 0; i < 512; i++) toks[i] = i == 0 ? 2 : 1000 + (i * 7919) % span;
@@ -401,7 +402,7 @@ static void test_bad_files(void) {
     pt.n_threads = 0;
     CHECK(fixture_open("/nonexistent/model.gguf", &pt, &f, err, sizeof err) == MODEL_ERR_ARG && f.m == NULL);
     /* The checks above alone do not make this test pass: it is about the real file. */
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     const char *tmp = "/tmp/tq_test_model_bad.gguf";
     size_t size = (size_t)gguf_file_size(model_file(g_fx.m));
     struct {
@@ -444,6 +445,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
         model_path = getenv("TQ_SMOLLM2_MODEL") ? getenv("TQ_SMOLLM2_MODEL") : "models/smollm2-135m-instruct-q4_1.gguf";
         golden_prefix = "smollm2";
+        model_env = "TQ_SMOLLM2_MODEL";
     } else if (argc > 1) {
         fprintf(stderr, "usage: test_model [smollm2]\n");
         return 2;
