@@ -5,8 +5,12 @@
  * `tq perplexity`, which prints the same numbers; this file holds the runs' order (one context
  * re-schemed, the f16 reference's rows of a whole window kept), the table layout and --speed.
  *
- *   bench_model_kv [-m model.gguf] [-f wikitext.txt] [-c ctx] [-w windows] [-t threads]
+ *   bench_model_kv [-m model.gguf] [-f wikitext.txt | --ids ids.i32] [-c ctx] [-w windows] [-t threads]
  *                  [-s scheme,scheme,...] [-l scheme,...] [--as-decode | --prompt] [--speed] [--no-quality]
+ *
+ * --ids: the tokens are read from a file of little-endian int32 ids (llama.cpp's, e.g. the
+ * chunk_tokens of tests/golden/smollm2_ppl.json) instead of tokenizing -f, and each window is
+ * fed as it is (no BOS put first): for a model whose vocabulary the engine cannot tokenize yet.
  *
  * Windows are llama-perplexity's: window i is tokens [i·ctx, (i+1)·ctx) of the whole text
  * (BOS first), rows ctx/2 .. ctx−2 scored. Every scheme runs with prefill_raw = 0 and forward
@@ -59,7 +63,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int32_t *tokenize_file(const model *m, const char *path, size_t *n_out, int32_t *bos) {
+static int32_t *tokenize_file(const model *m, const char *path, int raw_ids, size_t *n_out, int32_t *bos) {
     int fd = regular_file_open(path, NULL); /* never blocks on a FIFO */
     FILE *fp = fd < 0 ? NULL : fdopen(fd, "rb");
     if (fp == NULL) {
@@ -73,6 +77,11 @@ static int32_t *tokenize_file(const model *m, const char *path, size_t *n_out, i
     size_t got = text ? fread(text, 1, (size_t)sz, fp) : 0;
     fclose(fp);
     int32_t *ids = NULL;
+    if (text != NULL && got == (size_t)sz && raw_ids) { /* --ids: as stored, no BOS */
+        *n_out = got / sizeof(int32_t);
+        *bos = -1;
+        return (int32_t *)text;
+    }
     if (text != NULL && got == (size_t)sz) ids = eval_tokenize(m, text, got, n_out, bos); /* as llama-perplexity */
     free(text);
     return ids;
@@ -193,13 +202,14 @@ int main(int argc, char **argv) {
     const char *text = "../shared/data/wikitext-2-raw-test.txt";
     const char *schemes = "f16,q8_0,q4_0,turbo4,turbo3.5,turbo3,turbo2,turbo4v3,turbo0v4,turbo8v3", *locals = "";
     eval_view view = EVAL_COMPRESSED;
-    int ctx = 2048, windows = 20, threads = 2, speed = 0, quality = 1;
+    int ctx = 2048, windows = 20, threads = 2, speed = 0, quality = 1, raw_ids = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--speed") == 0) speed = 1;
         else if (strcmp(a, "--no-quality") == 0) quality = 0;
         else if (v != NULL && strcmp(a, "-m") == 0) model_path = v, i++;
         else if (v != NULL && strcmp(a, "-f") == 0) text = v, i++;
+        else if (v != NULL && strcmp(a, "--ids") == 0) text = v, raw_ids = 1, i++;
         else if (v != NULL && strcmp(a, "-c") == 0) ctx = atoi(v), i++;
         else if (v != NULL && strcmp(a, "-w") == 0) windows = atoi(v), i++;
         else if (v != NULL && strcmp(a, "-t") == 0) threads = atoi(v), i++;
@@ -208,7 +218,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--as-decode") == 0) view = EVAL_AS_DECODE;
         else if (strcmp(a, "--prompt") == 0) view = EVAL_PROMPT;
         else {
-            fprintf(stderr, "usage: %s [-m model] [-f text] [-c ctx] [-w windows] [-t threads] [-s schemes] "
+            fprintf(stderr, "usage: %s [-m model] [-f text | --ids ids.i32] [-c ctx] [-w windows] [-t threads] [-s schemes] "
                             "[-l schemes] [--as-decode | --prompt] [--speed] [--no-quality]\n", argv[0]);
             return 2;
         }
@@ -231,7 +241,7 @@ int main(int argc, char **argv) {
     }
     size_t n_tok = 0;
     int32_t bos = -1;
-    int32_t *toks = tokenize_file(m, text, &n_tok, &bos);
+    int32_t *toks = tokenize_file(m, text, raw_ids, &n_tok, &bos);
     if (toks == NULL || n_tok < (size_t)ctx) {
         fprintf(stderr, "cannot tokenize %s (or shorter than ctx)\n", text);
         context_free(x);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine: installs the build tools, fetches the model into a local
-# virtual environment, builds everything, then runs the main job.
+# Sets up a fresh Debian 12 machine: installs the build tools, fetches the models (Gemma 3 270M,
+# SmolLM2 135M) into a local virtual environment, builds everything, then runs the main job.
 # usage: scripts/setup.sh [--no-run]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +16,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "setup: model: $(scripts/get-model.sh)"
+models=$(scripts/get-model.sh)
+echo "$models" | sed 's/^/setup: model: /'
 make build
 if [ "${1:-}" != "--no-run" ]; then
   build/tq run

@@ -87,6 +87,32 @@ check "attn-bench -m FIFO" 1 timeout 20 "$tq" attn-bench --from-model x.txt -m "
 has "attn-bench -m FIFO message" "not a regular file (a FIFO)"
 check "TQ_MODEL FIFO" 1 env TQ_MODEL="$fifo" timeout 20 "$tq" generate -p hi -n 1
 has "TQ_MODEL FIFO message" "(from \$TQ_MODEL): not a regular file (a FIFO)"
+# Models by short name (-m NAME, $TQ_MODEL=NAME): a word that is neither a file nor a name is
+# refused with the list of names; a name is looked up in ./models, else in the tq binary's
+# ../models (here build/../models: ctest runs this script in the build directory).
+check "unknown model name" 1 "$tq" generate -m llama3-8b -p hi -n 1
+has "unknown model name message" "cannot open model 'llama3-8b': No such file or directory; nor is it a model name (gemma3-270m, smollm2-135m)"
+check "TQ_MODEL unknown name" 1 env TQ_MODEL=llama3-8b "$tq" generate -p hi -n 1
+has "TQ_MODEL unknown name message" "(from \$TQ_MODEL): No such file or directory; nor is it a model name (gemma3-270m, smollm2-135m)"
+check "attn-bench -m unknown name" 1 "$tq" attn-bench --from-model x.txt -m llama3-8b
+has "attn-bench -m unknown name message" "nor is it a model name (gemma3-270m, smollm2-135m)"
+# The context check comes after loading and before the vocabulary: the context length in the
+# message shows which model the name chose, with or without a tokenizer for it.
+models_dir=$(dirname "$0")/../models
+if [ -r "$models_dir/gemma3-270m-q4_k_m.gguf" ]; then
+  check "-m gemma3-270m" 2 "$tq" generate -m gemma3-270m -p hi -n 1 -c 10000000
+  has "-m gemma3-270m is Gemma 3" "the model's context_length 32768"
+else
+  skip "-m gemma3-270m" "no model at $models_dir/gemma3-270m-q4_k_m.gguf (scripts/get-model.sh)"
+fi
+if [ -r "$models_dir/smollm2-135m-instruct-q4_1.gguf" ]; then
+  check "-m smollm2-135m" 2 "$tq" generate -m smollm2-135m -p hi -n 1 -c 10000000
+  has "-m smollm2-135m is SmolLM2" "the model's context_length 8192"
+  check "TQ_MODEL=smollm2-135m" 2 env TQ_MODEL=smollm2-135m "$tq" passkey -c 10000000
+  has "TQ_MODEL=smollm2-135m is SmolLM2" "the model's context_length 8192"
+else
+  skip "-m smollm2-135m" "no model at $models_dir/smollm2-135m-instruct-q4_1.gguf (scripts/get-model.sh)"
+fi
 
 model=${TQ_MODEL:-$(dirname "$0")/../models/gemma3-270m-q4_k_m.gguf}
 if [ -r "$model" ]; then

@@ -1,10 +1,15 @@
 /* The Gemma 3 forward pass against llama.cpp (tests/golden/gemma3_logits.json and
  * gemma3_ppl.json, doc/gemma3.md section 9), and rejection of broken model files.
+ * `test_model smollm2` runs the same tests on SmolLM2-135M-Instruct (smollm2_logits.json,
+ * smollm2_ppl.json, doc/smollm2.md): its model from $TQ_SMOLLM2_MODEL or
+ * models/smollm2-135m-instruct-q4_1.gguf, its tolerances (SMOL_* below), and the perplexity
+ * fed the token ids stored in the golden file (chunk_tokens: no tokenizer, no text needed).
  *
  * The model comes from $TQ_MODEL or models/gemma3-270m-q4_k_m.gguf; every test that needs it
  * is reported skipped when it is absent (so the program exits 77, ctest "Skipped"). Golden
  * files: $TQ_GOLDEN_DIR or tests/golden; text: $TQ_WIKITEXT or
- * ../shared/data/wikitext-2-raw-test.txt (absent: test_perplexity is skipped).
+ * ../shared/data/wikitext-2-raw-test.txt (absent: test_perplexity is skipped unless the golden
+ * file holds the chunks' ids).
  * TQ_PPL_CHUNKS=N scores N chunks instead of 4 (40 for the figure in the report);
  * TQ_SPEED=1 prints prefill/decode speed; TQ_ONLY_SHORT=1 runs the first golden prompt and the
  * error tests only (for sanitizer builds); TQ_THREADS (default 2); TQ_GGML_ROUNDING=1 turns on
@@ -46,6 +51,8 @@
 #define PPL_REL_TOL 0.01
 
 static const char *model_path;
+static const char *model_env = "TQ_MODEL";    /* the variable that names the model file */
+static const char *golden_prefix = "gemma3"; /* golden files: <prefix>_logits.json, <prefix>_ppl.json */
 static char golden_dir[512];
 static fixture g_fx;
 static int g_threads = 2;
@@ -121,9 +128,9 @@ static void compare_row(const float *row, int n_vocab, const jl_node *rec, const
 }
 
 static void test_golden_logits(void) {
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     char path[600];
-    snprintf(path, sizeof path, "%s/gemma3_logits.json", golden_dir);
+    snprintf(path, sizeof path, "%s/%s_logits.json", golden_dir, golden_prefix);
     jl_doc doc;
     const jl_node *root = jl_load(path, &doc);
     CHECK_MSG(root != NULL, "cannot read %s", path);
@@ -230,15 +237,21 @@ static int32_t *tokenize_text(const char *path, size_t *n_out) {
     return ids;
 }
 
+/* The golden chunks' ids (chunk_tokens: n_chunks * n_ctx ids), or NULL when the file has none. */
+static int32_t *stored_tokens(const jl_node *root, size_t *n_out) {
+    const jl_node *ct = jl_get(root, "chunk_tokens");
+    *n_out = 0;
+    if (ct == NULL || ct->n == 0) return NULL;
+    int32_t *ids = malloc(ct->n * sizeof *ids);
+    for (const jl_node *t = ct->first; t && ids; t = t->next) ids[(*n_out)++] = (int32_t)t->num;
+    return ids;
+}
+
 static void test_perplexity(void) {
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
-    const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
-    FILE *probe = fopen(text, "rb");
-    if (probe == NULL) SKIP_TEST("WikiText-2 not found at %s (set TQ_WIKITEXT)", text);
-    fclose(probe);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     /* The golden file is part of the repository: missing or unreadable is a failure. */
     char path[600];
-    snprintf(path, sizeof path, "%s/gemma3_ppl.json", golden_dir);
+    snprintf(path, sizeof path, "%s/%s_ppl.json", golden_dir, golden_prefix);
     jl_doc doc;
     const jl_node *root = jl_load(path, &doc);
     CHECK_MSG(root != NULL, "cannot read %s", path);
@@ -247,16 +260,35 @@ static void test_perplexity(void) {
         return;
     }
     size_t n_tok = 0;
-    int32_t *toks = tokenize_text(text, &n_tok);
-    CHECK_MSG(toks != NULL, "cannot tokenize %s", text);
-    if (toks == NULL) {
-        jl_free(&doc);
-        return;
-    }
-    CHECK_MSG((double)n_tok == jl_num(jl_get(root, "n_tokens_file"), -1), "%zu tokens, golden %.0f", n_tok,
-              jl_num(jl_get(root, "n_tokens_file"), -1));
+    int32_t *toks = stored_tokens(root, &n_tok);
     const int n_ctx = (int)jl_num(jl_get(root, "n_ctx"), 512), first = n_ctx / 2;
     const jl_node *chunks = jl_get(root, "chunks");
+    if (toks != NULL) { /* llama.cpp's ids of the golden chunks: our tokenizer is not involved */
+        CHECK_MSG(n_tok == chunks->n * (size_t)n_ctx, "%zu stored ids, want %zu chunks of %d", n_tok,
+                  (size_t)chunks->n, n_ctx);
+        if (n_tok != chunks->n * (size_t)n_ctx) {
+            free(toks);
+            jl_free(&doc);
+            return;
+        }
+        printf("  fed the %zu token ids stored in %s (llama.cpp's tokenizer)\n", n_tok, path);
+    } else {
+        const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
+        FILE *probe = fopen(text, "rb");
+        if (probe == NULL) {
+            jl_free(&doc);
+            SKIP_TEST("WikiText-2 not found at %s (set TQ_WIKITEXT)", text);
+        }
+        fclose(probe);
+        toks = tokenize_text(text, &n_tok);
+        CHECK_MSG(toks != NULL, "cannot tokenize %s", text);
+        if (toks == NULL) {
+            jl_free(&doc);
+            return;
+        }
+        CHECK_MSG((double)n_tok == jl_num(jl_get(root, "n_tokens_file"), -1), "%zu tokens, golden %.0f", n_tok,
+                  jl_num(jl_get(root, "n_tokens_file"), -1));
+    }
     int want_chunks = getenv("TQ_PPL_CHUNKS") ? atoi(getenv("TQ_PPL_CHUNKS")) : 4;
     if (want_chunks > (int)chunks->n) want_chunks = (int)chunks->n;
     if (want_chunks < 1) want_chunks = 1;
@@ -311,9 +343,10 @@ static void test_perplexity(void) {
 
 static void test_speed(void) {
     if (getenv("TQ_SPEED") == NULL) SKIP_TEST("a measurement, not a check: set TQ_SPEED=1 to run it");
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     int32_t toks[512];
-    for (int i = 0; i < 512; i++) toks[i] = i == 0 ? 2 : 1000 + (i * 7919) % 200000;
+    const int nv = g_fx.m->cfg.n_vocab, span = nv - 1000 < 200000 ? nv - 1000 : 200000;
+    for (int i = 0; i < 512; i++) toks[i] = i == 0 ? 2 : 1000 + (i * 7919) % span;
     float *logits = malloc((size_t)g_fx.m->cfg.n_vocab * sizeof(float));
     double t0 = now_s();
     model_status ms = context_forward(g_fx.x, toks, 512, 0, 0, logits);
@@ -369,7 +402,7 @@ static void test_bad_files(void) {
     pt.n_threads = 0;
     CHECK(fixture_open("/nonexistent/model.gguf", &pt, &f, err, sizeof err) == MODEL_ERR_ARG && f.m == NULL);
     /* The checks above alone do not make this test pass: it is about the real file. */
-    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", model_path);
+    if (g_fx.m == NULL) SKIP_TEST("no model at %s (set %s or run scripts/get-model.sh)", model_path, model_env);
     const char *tmp = "/tmp/tq_test_model_bad.gguf";
     size_t size = (size_t)gguf_file_size(model_file(g_fx.m));
     struct {
@@ -392,7 +425,7 @@ static void test_bad_files(void) {
     /* requests the model cannot serve */
     model_params big = {65536, 64, 1, 0, NULL};
     CHECK(fixture_open(model_path, &big, &f, err, sizeof err) == MODEL_ERR_CONTEXT && f.m == NULL);
-    int32_t bad[2] = {2, 262144};
+    int32_t bad[2] = {2, g_fx.m->cfg.n_vocab};
     float *lg = malloc((size_t)g_fx.m->cfg.n_vocab * sizeof(float));
     CHECK(context_forward(g_fx.x, bad, 2, 0, 0, lg) == MODEL_ERR_TOKEN);
     bad[1] = -1;
@@ -407,8 +440,16 @@ static void test_bad_files(void) {
     free(lg);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
+    if (argc > 1 && strcmp(argv[1], "smollm2") == 0) {
+        model_path = getenv("TQ_SMOLLM2_MODEL") ? getenv("TQ_SMOLLM2_MODEL") : "models/smollm2-135m-instruct-q4_1.gguf";
+        golden_prefix = "smollm2";
+        model_env = "TQ_SMOLLM2_MODEL";
+    } else if (argc > 1) {
+        fprintf(stderr, "usage: test_model [smollm2]\n");
+        return 2;
+    }
     snprintf(golden_dir, sizeof golden_dir, "%s", getenv("TQ_GOLDEN_DIR") ? getenv("TQ_GOLDEN_DIR") : "tests/golden");
     if (getenv("TQ_THREADS")) g_threads = atoi(getenv("TQ_THREADS"));
     model_params p = {512, 512, g_threads, getenv("TQ_GGML_ROUNDING") != NULL, NULL};

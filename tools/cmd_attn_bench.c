@@ -194,8 +194,9 @@ int cmd_attn_bench(int argc, char **argv) {
                     "reading the first --ctx tokens of TEXT (head dims, heads and\n"
                     "layers come from the model; --queries last positions)")},
         {OPT_STRING("-m", "MODEL", &model_path,
-                    "the GGUF model for --from-model (default: $TQ_MODEL, then\n"
-                    SESSION_DEFAULT_MODEL ")")},
+                    "the GGUF model (a path or a name: gemma3-270m,\n"
+                    "smollm2-135m) for --from-model (default: $TQ_MODEL, then\n"
+                    "gemma3-270m)")},
     };
     const tool_cmd cmd = {
         .name = "attn-bench",

@@ -45,25 +45,34 @@ static int readable(const char *path, const char **why) {
     return 1;
 }
 
-/* -m, else $TQ_MODEL, else the default relative to the current directory, else relative to
- * the directory of the tq executable's parent (build/tq → models/). */
-static int find_model(session *s, const session_opts *o) {
-    const char *env = getenv("TQ_MODEL");
-    const char *given = o->model_path ? o->model_path : (env && *env ? env : NULL);
+/* The models tq knows by a short name (-m NAME, $TQ_MODEL=NAME): each is a file under models/
+ * that scripts/get-model.sh installs. The first is the default. */
+static const struct {
+    const char *name, *file;
+} known_models[] = {
+    {"gemma3-270m", SESSION_DEFAULT_MODEL},
+    {"smollm2-135m", "models/smollm2-135m-instruct-q4_1.gguf"},
+};
+#define N_KNOWN_MODELS (sizeof known_models / sizeof known_models[0])
+
+const char *session_model_names(void) { return "gemma3-270m, smollm2-135m"; }
+
+const char *session_model_file(const char *name) {
+    for (size_t i = 0; name != NULL && i < N_KNOWN_MODELS; i++)
+        if (strcmp(name, known_models[i].name) == 0) return known_models[i].file;
+    return NULL;
+}
+
+/* file (relative to the repository: models/...) relative to the current directory, else
+ * relative to the directory of the tq executable's parent (build/tq -> models/). 0 when found,
+ * with s->model_path set; else 1 with s->model_path the last path tried ("" if none). */
+static int locate(session *s, const char *file) {
     const char *why;
-    if (given) {
-        if (!readable(given, &why)) {
-            fprintf(stderr, "tq %s: cannot open model '%s'%s: %s\n", s->cmd, given,
-                    o->model_path ? "" : " (from $TQ_MODEL)", why);
-            return 1;
-        }
-        snprintf(s->model_path, sizeof s->model_path, "%s", given);
+    if (readable(file, &why)) {
+        snprintf(s->model_path, sizeof s->model_path, "%s", file);
         return 0;
     }
-    if (readable(SESSION_DEFAULT_MODEL, &why)) {
-        snprintf(s->model_path, sizeof s->model_path, "%s", SESSION_DEFAULT_MODEL);
-        return 0;
-    }
+    s->model_path[0] = 0;
     char exe[800];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -71,14 +80,37 @@ static int find_model(session *s, const session_opts *o) {
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
-            snprintf(s->model_path, sizeof s->model_path, "%s/../%s", exe, SESSION_DEFAULT_MODEL);
+            snprintf(s->model_path, sizeof s->model_path, "%s/../%s", exe, file);
             if (readable(s->model_path, &why)) return 0;
         }
     }
+    return 1;
+}
+
+/* -m, else $TQ_MODEL, else the default model: a path to a file, else a model name (a path
+ * that names a file wins over a name), each name located as locate() says. */
+static int find_model(session *s, const session_opts *o) {
+    const char *env = getenv("TQ_MODEL");
+    const char *given = o->model_path ? o->model_path : (env && *env ? env : NULL);
+    const char *from = o->model_path ? "" : " (from $TQ_MODEL)";
+    const char *why;
+    if (given && readable(given, &why)) {
+        snprintf(s->model_path, sizeof s->model_path, "%s", given);
+        return 0;
+    }
+    const char *name = given ? given : known_models[0].name;
+    const char *file = session_model_file(name);
+    if (file == NULL) { /* a path (with a '/') is only a path; a bare word may be a name */
+        fprintf(stderr, "tq %s: cannot open model '%s'%s: %s%s%s%s\n", s->cmd, given, from, why,
+                strchr(given, '/') ? "" : "; nor is it a model name (", strchr(given, '/') ? "" : session_model_names(),
+                strchr(given, '/') ? "" : ")");
+        return 1;
+    }
+    if (locate(s, file) == 0) return 0;
     fprintf(stderr,
-            "tq %s: no model: give -m PATH or set $TQ_MODEL (tried ./%s%s%s); "
-            "scripts/get-model.sh fetches the default one\n",
-            s->cmd, SESSION_DEFAULT_MODEL, n > 0 ? " and " : "", n > 0 ? s->model_path : "");
+            "tq %s: no model%s: %s is not installed (tried ./%s%s%s); scripts/get-model.sh fetches it%s\n",
+            s->cmd, from, name, file, s->model_path[0] ? " and " : "", s->model_path,
+            given ? "" : ", or give -m PATH|NAME or set $TQ_MODEL");
     s->model_path[0] = 0;
     return 1;
 }

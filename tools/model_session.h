@@ -32,6 +32,12 @@
 #define SESSION_MAX_SCHEMES 16
 #define SESSION_DEFAULT_MODEL "models/gemma3-270m-q4_k_m.gguf"
 
+/* The short model names -m and $TQ_MODEL take, comma-separated ("gemma3-270m, smollm2-135m"):
+ * each names a file under models/ that scripts/get-model.sh installs; the first is the default. */
+const char *session_model_names(void);
+/* The file (models/...) of a model name, or NULL when name is not one. */
+const char *session_model_file(const char *name);
+
 /* One KV scheme as the user named it. */
 typedef struct session_scheme {
     char name[96];       /* the text given to --kv (or built from --cache-type-k/-v) */
@@ -56,7 +62,8 @@ typedef enum session_kv_mode {
  * tool_opts_parse as its shared table; session_opts_finish then builds the scheme list. */
 typedef struct session_opts {
     const char *cmd;        /* "generate", ...: prefixes messages */
-    const char *model_path; /* -m; NULL: $TQ_MODEL, then SESSION_DEFAULT_MODEL (see .c) */
+    const char *model_path; /* -m: a path or a model name; NULL: $TQ_MODEL, then the default
+                               model (SESSION_DEFAULT_MODEL; see find_model in the .c) */
     long n_ctx;             /* -c: positions a sequence may reach */
     long n_threads;         /* -t: threads per sequence (default: online CPUs) */
     session_kv_mode kv_mode;

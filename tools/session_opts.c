@@ -86,9 +86,10 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, sessi
                                              "run first as\nthe reference)"},
     };
     const tool_opt flags[] = {
-        {OPT_STRING("-m", "PATH", &o->model_path,
-                    "model file (default: $TQ_MODEL, else " SESSION_DEFAULT_MODEL "\n"
-                    "in the current directory, else next to the tq binary's ../models)"),
+        {OPT_STRING("-m", "PATH|NAME", &o->model_path,
+                    "a GGUF file, or a model name: gemma3-270m, smollm2-135m\n"
+                    "(looked up in ./models, else in the tq binary's ../models);\n"
+                    "default: $TQ_MODEL, else gemma3-270m"),
          .alias = "--model"},
         {OPT_INT("-c", "CTX", &o->n_ctx, 8, 1L << 24, o->ctx_help), .alias = "--ctx-size"},
         {OPT_INT("-t", "THREADS", &o->n_threads, 1, 256, o->threads_help), .alias = "--threads"},

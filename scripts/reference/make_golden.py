@@ -1,23 +1,29 @@
 #!/usr/bin/env python3
-"""Build the golden reference data for the Gemma 3 270M GGUF, with llama.cpp as the oracle.
+"""Build the golden reference data for a real model (Gemma 3 270M, SmolLM2 135M), with llama.cpp
+as the oracle.
 
 The oracle is llama.cpp as wrapped by llama-cpp-python (CPU build, f16 KV cache, no flash
 attention). The script is run once, by hand, and its outputs are committed; the C tests read
 only the JSON files it writes and never need Python.
 
-Outputs (in --out, default tests/golden/):
+Outputs (in --out, default tests/golden/), for --model-name gemma3 (the default):
   tokenizer_ref.json   token ids for ~50 strings, detokenized text, special ids, vocab size
   gemma3_logits.json   4 prompts: per position top-20 ids/logits, logsumexp, 16 fixed logits;
                        32-token greedy continuation with the same data at every decode step
   gemma3_ppl.json      llama-perplexity-style perplexity on WikiText-2 raw test at ctx 512,
                        first 40 chunks: per-chunk NLL sums and token counts, final PPL
+and for --model-name smollm2: smollm2_tokenizer.json, smollm2_logits.json and smollm2_ppl.json,
+the same records for SmolLM2-135M-Instruct (its own prompts, special tokens and strings: see
+MODELS), the PPL file also holding the ids of the scored chunks ("chunk_tokens"), so the C test
+needs no tokenizer of its own (doc/smollm2.md).
 
 Set up (see doc/gemma3.md §9, "Golden data and how to regenerate it"):
   python3 -m venv .venv-ref
   CMAKE_BUILD_PARALLEL_LEVEL=2 nice -n 19 .venv-ref/bin/pip install llama-cpp-python gguf numpy
-  .venv-ref/bin/python scripts/reference/make_golden.py
+  .venv-ref/bin/python scripts/reference/make_golden.py [--model-name smollm2]
 
-Usage: make_golden.py [--model M] [--text T] [--out DIR] [--only tok,logits,ppl]
+Usage: make_golden.py [--model-name gemma3|smollm2] [--model M] [--text T] [--out DIR]
+                      [--only tok,logits,ppl]
                       [--ctx 512] [--chunks 40] [--threads 2]
 """
 
@@ -33,7 +39,6 @@ import time
 import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-DEFAULT_MODEL = os.path.join(ROOT, "models", "gemma3-270m-q4_k_m.gguf")
 DEFAULT_TEXT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data", "wikitext-2-raw-test.txt")
 DEFAULT_OUT = os.path.join(ROOT, "tests", "golden")
 
@@ -65,8 +70,9 @@ def sha256_ids(ids):
 class Oracle:
     """llama.cpp through llama-cpp-python, with fixed and recorded settings."""
 
-    def __init__(self, model_path, n_ctx, n_threads):
+    def __init__(self, model_path, n_ctx, n_threads, no_extra_bufts=False):
         import llama_cpp
+        import llama_cpp.llama as llama_py
         from llama_cpp import Llama
 
         self.llama_cpp = llama_cpp
@@ -81,7 +87,23 @@ class Oracle:
             n_gpu_layers=0,
             seed=1234,
         )
-        self.llm = Llama(model_path=model_path, verbose=False, **self.settings)
+        # --no-extra-bufts: model parameter use_extra_bufts = false (no CPU "extra" buffer types:
+        # the repacked and AMX weight layouts). Llama() has no argument for it, so the default
+        # model parameters are wrapped while it loads. Needed on CPUs with AMX, where llama.cpp
+        # of llama-cpp-python 0.3.36 crashes in llama_decode with them (both models).
+        default_params = llama_py.llama_cpp.llama_model_default_params
+        if no_extra_bufts:
+            def params_without_extra_bufts():
+                p = default_params()
+                p.use_extra_bufts = False
+                return p
+            llama_py.llama_cpp.llama_model_default_params = params_without_extra_bufts
+        try:
+            self.llm = Llama(model_path=model_path, verbose=False, **self.settings)
+        finally:
+            llama_py.llama_cpp.llama_model_default_params = default_params
+        if no_extra_bufts:
+            self.settings["use_extra_bufts"] = False
         cp = self.llm.context_params
         ggml_type = {0: "f32", 1: "f16", 8: "q8_0", 30: "bf16"}
         self.settings.update(
@@ -233,12 +255,7 @@ TOKENIZER_STRINGS = [
     "❤️ ✨ 🚀",
     "Private use \ue000 and \U000f0000 and a bell \x07 end",
     "non\u00a0breaking and zero\u200bwidth",
-    "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n",
-    "<start_of_turn>user\n",
-    "<bos>Text after a literal bos",
-    "text with <eos> in the middle",
-    "<pad><unk><mask> and <unused0>",
-    "<start_of_image> [multimodal] <end_of_image>",
+] + [None] + [  # None: the model's special-token strings (MODELS[...]["special_strings"])
     "HTML <table><tr><td>cell</td></tr></table> <b>bold</b>",
     "URL https://example.com/path?query=1&x=y#frag",
     "email: someone@example.org",
@@ -253,7 +270,10 @@ SPECIAL_MARKERS = ["<", "[multimodal]"]
 
 
 def make_tokenizer(oracle, text_path, meta_common):
-    cases = [s.encode("utf-8") for s in TOKENIZER_STRINGS] + wikitext_lines(text_path)
+    strings = []
+    for s in TOKENIZER_STRINGS:
+        strings += M["special_strings"] if s is None else [s]
+    cases = [s.encode("utf-8") for s in strings + M["extra_strings"]] + wikitext_lines(text_path)
     out_cases = []
     for data in cases:
         text = data.decode("utf-8")
@@ -273,7 +293,7 @@ def make_tokenizer(oracle, text_path, meta_common):
         out_cases.append(case)
 
     add_bos_examples = []
-    for s in ["Hello world", "", "<start_of_turn>user\n"]:
+    for s in ["Hello world", "", M["special_strings"][1]]:
         data = s.encode()
         add_bos_examples.append({
             "text": s,
@@ -291,7 +311,7 @@ def make_tokenizer(oracle, text_path, meta_common):
         "nl": int(lc.llama_vocab_nl(v)),
     }
     pieces = {}
-    for t in [0, 1, 2, 3, 4, 5, 105, 106, 107, 108, 138, 238, 248, 255968, 255999, 256000, 236743]:
+    for t in M["piece_ids"]:
         pieces[str(t)] = {"piece": oracle.piece(t, False).hex(), "piece_special": oracle.piece(t, True).hex()}
 
     return {
@@ -320,7 +340,7 @@ def make_tokenizer(oracle, text_path, meta_common):
 
 LOGIT_PROMPTS = [
     ("short", "The quick brown fox jumps over the"),
-    ("chat", "<start_of_turn>user\nWrite a short poem about the sea.<end_of_turn>\n<start_of_turn>model\n"),
+    ("chat", None),  # MODELS[...]["chat_prompt"]
     ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n"),
     ("long", "The lighthouse at the northern end of the island was built in 1871 from granite "
              "quarried on the mainland. For more than a century its keepers recorded the weather "
@@ -330,7 +350,7 @@ LOGIT_PROMPTS = [
 
 
 def fixed_token_ids(oracle):
-    ids = [0, 1, 2, 3, 105, 106, 107, 108, 138, 236743]
+    ids = list(M["fixed_ids"])
     for w in [" the", " The", ".", ",", " and"]:
         t = oracle.tokenize(w.encode(), False, False)
         if len(t) == 1 and t[0] not in ids:
@@ -347,9 +367,11 @@ def fixed_token_ids(oracle):
 def make_logits(oracle, meta_common):
     fixed = fixed_token_ids(oracle)
     prompts = []
+    add_bos = bool(oracle.llama_cpp.llama_vocab_get_add_bos(oracle.vocab))
     for name, text in LOGIT_PROMPTS:
+        text = M["chat_prompt"] if text is None else text
         ids = oracle.tokenize(text.encode(), add_special=True, parse_special=True)[:64]
-        assert ids[0] == int(oracle.llama_cpp.llama_vocab_bos(oracle.vocab))
+        assert not add_bos or ids[0] == int(oracle.llama_cpp.llama_vocab_bos(oracle.vocab))
         logits = oracle.eval_fresh(ids)
         positions = [position_record(logits[p], fixed) for p in range(len(ids))]
         # greedy continuation, one token at a time on top of the KV cache
@@ -391,6 +413,9 @@ def make_logits(oracle, meta_common):
         "top_k": TOP_K,
         "n_greedy": N_GREEDY,
         "fixed_token_ids": fixed,
+        **({} if add_bos else {"bos_note": (
+            "This vocabulary does not add BOS (tokenizer.ggml.add_bos_token = false), so the prompts "
+            "start with their first text token, as llama.cpp evaluates them.")}),
         "prompts": prompts,
     }
 
@@ -415,6 +440,7 @@ def make_ppl(oracle, text_path, n_ctx, n_chunks_want, meta_common):
     data, stripped = read_perplexity_text(text_path)
     tokens = oracle.tokenize(data, add_special=True, parse_special=False)
     bos = int(oracle.llama_cpp.llama_vocab_bos(oracle.vocab))
+    add_bos = bool(oracle.llama_cpp.llama_vocab_get_add_bos(oracle.vocab))
     n_chunk_max = len(tokens) // n_ctx
     n_chunk = min(n_chunks_want, n_chunk_max)
     first = n_ctx // 2
@@ -427,7 +453,8 @@ def make_ppl(oracle, text_path, n_ctx, n_chunks_want, meta_common):
         start = i * n_ctx
         orig = tokens[start: start + n_ctx]
         batch = list(orig)
-        batch[0] = bos
+        if add_bos:  # llama-perplexity: the chunk's first token becomes BOS only if the vocab adds one
+            batch[0] = bos
         tc = time.time()
         logits = oracle.eval_fresh(batch)
         rows = logits[first: n_ctx - 1].astype(np.float64)  # positions first .. n_ctx-2
@@ -489,10 +516,70 @@ def make_ppl(oracle, text_path, n_ctx, n_chunks_want, meta_common):
         "ppl": ppl,
         "chunks": chunks,
         "chunk0_nll": chunk0_nll,
+        **({} if add_bos else {"bos_note": (
+            "This vocabulary does not add BOS (tokenizer.ggml.add_bos_token = false): the text is "
+            "tokenized without one and llama-perplexity leaves each chunk's first token as it is.")}),
+        **({"chunk_tokens": [int(t) for t in tokens[: n_chunk * n_ctx]],
+            "chunk_tokens_note": "the token ids of the n_chunks chunks, n_chunks * n_ctx ids in order "
+                                 "(tokens[0 : n_chunks * n_ctx] of the file's tokens)"}
+           if M["store_chunk_tokens"] else {}),
     }
 
 
 # ------------------------------------------------------------------------------------------------
+# the models: what differs between them (files, special tokens, prompts)
+
+CHATML_SPECIAL_STRINGS = [
+    "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\n",
+    "<|endoftext|>Text after a literal endoftext",
+    "text with <|im_end|> in the middle",
+    "<repo_name>turboquant<file_sep>src/main.c<filename>",
+    "<jupyter_start><jupyter_code>print(1)<jupyter_output>",
+]
+
+MODELS = {
+    "gemma3": dict(
+        model="gemma3-270m-q4_k_m.gguf",
+        files=("tokenizer_ref.json", "gemma3_logits.json", "gemma3_ppl.json"),
+        special_strings=[
+            "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n",
+            "<start_of_turn>user\n",
+            "<bos>Text after a literal bos",
+            "text with <eos> in the middle",
+            "<pad><unk><mask> and <unused0>",
+            "<start_of_image> [multimodal] <end_of_image>",
+        ],
+        extra_strings=[],
+        piece_ids=[0, 1, 2, 3, 4, 5, 105, 106, 107, 108, 138, 238, 248, 255968, 255999, 256000, 236743],
+        chat_prompt="<start_of_turn>user\nWrite a short poem about the sea.<end_of_turn>\n<start_of_turn>model\n",
+        fixed_ids=[0, 1, 2, 3, 105, 106, 107, 108, 138, 236743],
+        store_chunk_tokens=False,
+    ),
+    "smollm2": dict(
+        model="smollm2-135m-instruct-q4_1.gguf",
+        files=("smollm2_tokenizer.json", "smollm2_logits.json", "smollm2_ppl.json"),
+        special_strings=CHATML_SPECIAL_STRINGS,
+        # what byte-level BPE pre-tokenizers split differently: contractions, digit runs,
+        # punctuation runs, whitespace before words, compatibility forms, combining marks
+        extra_strings=[
+            "I'm sure they're here, we've seen it, you'll see, don't worry, it's HE'S",
+            "12345678901234567890 and 3.14159265358979",
+            "a  b   c    d\n\n\n  e \t f",
+            "!!!??? ... ,,, ;;; ---> <=> :)",
+            "\ufb01ne \uff26\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 e\u0301 \u00e9",
+            "    def indented(self):\n        pass\n",
+            "\u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd \u0928\u092e\u0938\u094d\u0924\u0947",
+        ],
+        piece_ids=[0, 1, 2, 3, 16, 17, 28, 198, 216, 260, 355, 1000, 20000, 49151],
+        chat_prompt=("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+                     "Face<|im_end|>\n<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n"
+                     "<|im_start|>assistant\n"),
+        fixed_ids=[0, 1, 2, 3, 16, 17, 198, 216, 260, 28, 30],
+        store_chunk_tokens=True,
+    ),
+}
+M = MODELS["gemma3"]  # set by main from --model-name
 
 
 def write_json(path, obj):
@@ -506,18 +593,27 @@ def write_json(path, obj):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--model-name", choices=sorted(MODELS), default="gemma3")
+    ap.add_argument("--model", default=None, help="the GGUF (default: models/ + the model's file)")
     ap.add_argument("--text", default=DEFAULT_TEXT)
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--only", default="tok,logits,ppl")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--chunks", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="load without llama.cpp's extra CPU buffer types (repack, AMX): needed "
+                         "where they crash (CPUs with AMX)")
     args = ap.parse_args()
     what = set(args.only.split(","))
+    global M
+    M = MODELS[args.model_name]
+    if args.model is None:
+        args.model = os.path.join(ROOT, "models", M["model"])
+    tok_file, logits_file, ppl_file = M["files"]
 
     model_path = os.path.realpath(args.model)
-    oracle = Oracle(model_path, args.ctx, args.threads)
+    oracle = Oracle(model_path, args.ctx, args.threads, args.no_extra_bufts)
     meta_common = {
         "generator": "scripts/reference/make_golden.py",
         "oracle": "llama.cpp via llama-cpp-python (CPU)",
@@ -528,12 +624,12 @@ def main():
     }
     os.makedirs(args.out, exist_ok=True)
     if "tok" in what:
-        write_json(os.path.join(args.out, "tokenizer_ref.json"), make_tokenizer(oracle, args.text, meta_common))
+        write_json(os.path.join(args.out, tok_file), make_tokenizer(oracle, args.text, meta_common))
     if "logits" in what:
-        write_json(os.path.join(args.out, "gemma3_logits.json"), make_logits(oracle, meta_common))
+        write_json(os.path.join(args.out, logits_file), make_logits(oracle, meta_common))
     if "ppl" in what:
         res = make_ppl(oracle, args.text, args.ctx, args.chunks, meta_common)
-        write_json(os.path.join(args.out, "gemma3_ppl.json"), res)
+        write_json(os.path.join(args.out, ppl_file), res)
         print(f"PPL(ctx {args.ctx}, {res['n_chunks']} chunks) = {res['ppl']:.4f}; "
               f"{res['n_tokens_file']} tokens in the file", file=sys.stderr)
 

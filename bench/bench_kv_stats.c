@@ -1,0 +1,178 @@
+/* The statistics of a real model's keys, values and queries that decide how TurboQuant's key
+ * transform copes (doc/kvcache.md: key mean, key scale, key split), per layer: a benchmark
+ * that prints, not a test. doc/smollm2.md compares SmolLM2 with Gemma 3 through it.
+ *
+ *   bench_kv_stats [-m model.gguf] (-f text | --ids ids.i32) [-c tokens] [-t threads]
+ *
+ * The first -c tokens (default 2048) of the text (tokenized as llama-perplexity does, BOS
+ * first) or of a file of little-endian int32 token ids (--ids: fed as they are, for a model
+ * whose vocabulary the engine cannot tokenize yet) go through the model in one sequence; the
+ * attention hook (context_set_attn_hook) sees every layer's keys, values and queries after
+ * QK-norm and RoPE. Per layer, over its KV heads (min / max over heads where two numbers):
+ *   |mean|/rms  the norm of the head's key mean over the rms key norm: how much of a key is an
+ *               offset common to all tokens, what the key mean removes (0: none)
+ *   kloud       the loudest key channel's energy over the mean channel energy, keys less
+ *               their mean (1: flat; the key scale and split weigh such channels)
+ *   qloud       the same for the queries (of the q heads on that KV head)
+ *   |k| |v|     mean key and value norms; k cv: the key norms' coefficient of variation
+ *   gain        the key scale's predicted score-error factor Σa·Σb / (Σ√(ab))² (doc/kvcache.md),
+ *               a, b the query and key channel energies. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context.h"
+#include "eval.h"
+#include "../tests/model_fixture.h"
+
+typedef struct {
+    int n_kv, n_q, dk, dv, n_layer;
+    double *k_sum, *k_sq, *q_sq, *k_norm, *k_norm_sq, *v_norm; /* per layer x kv head (x dk) */
+    long n_tok;
+} stats;
+
+static void hook(void *ctx, int il, int pos0, int n, const float *q, const float *k, const float *v,
+                 const tq_attn_params *ap) {
+    stats *s = ctx;
+    (void)pos0;
+    (void)ap;
+    const int dk = s->dk, dv = s->dv, g = s->n_q / s->n_kv;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < s->n_kv; h++) {
+            const size_t lh = (size_t)il * (size_t)s->n_kv + (size_t)h;
+            const float *kr = k + ((size_t)t * s->n_kv + h) * dk, *vr = v + ((size_t)t * s->n_kv + h) * dv;
+            double kn = 0, vn = 0;
+            for (int i = 0; i < dk; i++) {
+                s->k_sum[lh * dk + i] += kr[i];
+                s->k_sq[lh * dk + i] += (double)kr[i] * kr[i];
+                kn += (double)kr[i] * kr[i];
+                for (int j = 0; j < g; j++) {
+                    double qv = q[((size_t)t * s->n_q + (size_t)h * g + j) * dk + i];
+                    s->q_sq[lh * dk + i] += qv * qv;
+                }
+            }
+            for (int i = 0; i < dv; i++) vn += (double)vr[i] * vr[i];
+            s->k_norm[lh] += sqrt(kn);
+            s->k_norm_sq[lh] += kn;
+            s->v_norm[lh] += sqrt(vn);
+        }
+    if (il == 0) s->n_tok += n;
+}
+
+/* The tokens: --ids as stored (int32 LE), else the text tokenized as llama-perplexity does. */
+static int32_t *read_tokens(const model *m, const char *path, int raw_ids, size_t *n) {
+    *n = 0;
+    FILE *fp = fopen(path, "rb");
+    char *data = NULL;
+    size_t len = 0, got;
+    for (char buf[65536]; fp && (got = fread(buf, 1, sizeof buf, fp)) > 0; len += got) {
+        char *grown = realloc(data, len + got);
+        if (grown == NULL) break;
+        data = grown;
+        memcpy(data + len, buf, got);
+    }
+    if (fp) fclose(fp);
+    if (data == NULL || raw_ids) {
+        *n = len / sizeof(int32_t);
+        return (int32_t *)data;
+    }
+    int32_t bos, *ids = eval_tokenize(m, data, len, n, &bos);
+    free(data);
+    return ids;
+}
+
+int main(int argc, char **argv) {
+    const char *model_path = "models/gemma3-270m-q4_k_m.gguf", *text = NULL, *ids_path = NULL;
+    int n_ctx = 2048, threads = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(a, "-m")) model_path = v, i++;
+        else if (v && !strcmp(a, "-f")) text = v, i++;
+        else if (v && !strcmp(a, "--ids")) ids_path = v, i++;
+        else if (v && !strcmp(a, "-c")) n_ctx = atoi(v), i++;
+        else if (v && !strcmp(a, "-t")) threads = atoi(v), i++;
+        else {
+            fprintf(stderr, "usage: %s [-m model] (-f text | --ids ids.i32) [-c tokens] [-t threads]\n", argv[0]);
+            return 2;
+        }
+    }
+    if ((text == NULL) == (ids_path == NULL) || n_ctx < 1 || threads < 1) {
+        fprintf(stderr, "%s: give one of -f and --ids; -c, -t >= 1\n", argv[0]);
+        return 2;
+    }
+    fixture f;
+    char err[300];
+    const model_params p = {n_ctx, 512, threads, 0, NULL};
+    model_status ms = fixture_open(model_path, &p, &f, err, sizeof err);
+    if (ms != MODEL_OK) {
+        fprintf(stderr, "%s: %s (%s)\n", model_path, err, model_status_name(ms));
+        return 1;
+    }
+    model *m = f.m;
+    model_context *x = f.x;
+    size_t n = 0;
+    int32_t *ids = read_tokens(m, ids_path ? ids_path : text, ids_path != NULL, &n);
+    if (ids == NULL || n < (size_t)n_ctx) {
+        fprintf(stderr, "%s: cannot read %d tokens\n", ids_path ? ids_path : text, n_ctx);
+        return 1;
+    }
+    const model_config *c = model_get_config(m);
+    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    const size_t lh = (size_t)c->n_layer * (size_t)c->n_head_kv;
+    s.k_sum = calloc(lh * (size_t)s.dk, sizeof(double));
+    s.k_sq = calloc(lh * (size_t)s.dk, sizeof(double));
+    s.q_sq = calloc(lh * (size_t)s.dk, sizeof(double));
+    s.k_norm = calloc(lh, sizeof(double));
+    s.k_norm_sq = calloc(lh, sizeof(double));
+    s.v_norm = calloc(lh, sizeof(double));
+    context_set_attn_hook(x, hook, &s);
+    for (int p0 = 0; p0 < n_ctx && ms == MODEL_OK; p0 += 512)
+        ms = context_forward(x, ids + p0, n_ctx - p0 < 512 ? n_ctx - p0 : 512, p0, 0, NULL);
+    if (ms != MODEL_OK) {
+        fprintf(stderr, "forward: %s\n", context_last_error(x));
+        return 1;
+    }
+    printf("%s: %ld tokens, %d layers, %d q heads on %d kv heads, head_dim %d\n", model_path, s.n_tok, s.n_layer,
+           s.n_q, s.n_kv, s.dk);
+    printf("layer  |mean|/rms        kloud           qloud           |k|     k cv   |v|     gain\n");
+    const double N = (double)s.n_tok;
+    double all_mr = 0, all_kl = 0, all_ql = 0, all_gain = 0;
+    for (int il = 0; il < s.n_layer; il++) {
+        double mr[2] = {1e9, 0}, kl[2] = {1e9, 0}, ql[2] = {1e9, 0}, kn = 0, cv = 0, vn = 0, gain = 0;
+        for (int h = 0; h < s.n_kv; h++) {
+            const size_t o = ((size_t)il * s.n_kv + h) * (size_t)s.dk;
+            double mean_sq = 0, e_sum = 0, e_max = 0, q_sum = 0, q_max = 0, sa = 0, sb = 0, sab = 0;
+            for (int i = 0; i < s.dk; i++) {
+                double mu = s.k_sum[o + i] / N, e = s.k_sq[o + i] / N - mu * mu, a = s.q_sq[o + i] / N;
+                mean_sq += mu * mu;
+                e_sum += e, q_sum += a;
+                if (e > e_max) e_max = e;
+                if (a > q_max) q_max = a;
+                sa += a, sb += e, sab += sqrt(a * (e > 0 ? e : 0));
+            }
+            const size_t l = (size_t)il * s.n_kv + h;
+            const double rms = sqrt(s.k_norm_sq[l] / N), mkn = s.k_norm[l] / N;
+            double r = sqrt(mean_sq) / rms, k1 = e_max / (e_sum / s.dk), q1 = q_max / (q_sum / s.dk);
+            mr[0] = fmin(mr[0], r), mr[1] = fmax(mr[1], r);
+            kl[0] = fmin(kl[0], k1), kl[1] = fmax(kl[1], k1);
+            ql[0] = fmin(ql[0], q1), ql[1] = fmax(ql[1], q1);
+            kn += mkn / s.n_kv;
+            cv += sqrt(fmax(0, s.k_norm_sq[l] / N - mkn * mkn)) / mkn / s.n_kv;
+            vn += s.v_norm[l] / N / s.n_kv;
+            gain += log(sa * sb / (sab * sab)) / s.n_kv;
+            all_mr += r, all_kl += log(k1), all_ql += log(q1);
+        }
+        all_gain += gain;
+        printf("%5d  %.3f .. %.3f  %6.1f .. %5.1f  %6.1f .. %5.1f  %6.2f  %.3f  %6.2f  %.2f\n", il, mr[0], mr[1],
+               kl[0], kl[1], ql[0], ql[1], kn, cv, vn, exp(gain));
+    }
+    const double nh = (double)s.n_layer * s.n_kv;
+    printf("mean over heads: |mean|/rms %.3f, kloud (geo) %.1f, qloud (geo) %.1f, gain (geo) %.2f\n", all_mr / nh,
+           exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer));
+    fixture_close(&f);
+    free(ids);
+    free(s.k_sum), free(s.k_sq), free(s.q_sq), free(s.k_norm), free(s.k_norm_sq), free(s.v_norm);
+    return 0;
+}
