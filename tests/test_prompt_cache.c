@@ -281,6 +281,54 @@ out:
     remove(tiny2_path);
 }
 
+/* context_kv_save / _load (files) and the memory forms: what goes in must fit the context. */
+static void test_context_state(void) {
+    static tiny t;
+    model *m = load_tiny(&t, MODEL_ARCH_GEMMA3, 0, 904, tiny_path);
+    if (m == NULL) return;
+    const char *kvf = "/tmp/tq_test_prompt_cache.tqkv";
+    int32_t prompt[12];
+    tokens_from(prompt, 12, model_get_config(m)->n_vocab, 7);
+    model_context *x = open_ctx(m, "turbo3", CTX, 8, 0), *y = open_ctx(m, "turbo3", CTX, 8, 0);
+    model_context *f = open_ctx(m, "f16", CTX, 8, 0), *s = open_ctx(m, "turbo3", 8, 8, 0);
+    if (!x || !y || !f || !s) goto out;
+    CHECK(run(x, prompt, 0, 12, 8, NULL) == MODEL_OK && run(y, prompt, 0, 3, 8, NULL) == MODEL_OK);
+    CHECK(run(f, prompt, 0, 3, 8, NULL) == MODEL_OK && run(s, prompt, 0, 3, 8, NULL) == MODEL_OK);
+    CHECK(context_kv_save(x, kvf) == MODEL_OK);
+    CHECK(context_kv_load(f, kvf) == MODEL_ERR_KV_SCHEME && context_seq_len(f) == 3); /* another scheme */
+    CHECK(context_kv_load(s, kvf) == MODEL_ERR_CONTEXT && context_seq_len(s) == 3);   /* 12 > max_ctx 8 */
+    CHECK(context_kv_load(y, "/tmp/tq_no_such_cache_file") == MODEL_ERR_FILE && context_seq_len(y) == 3);
+    CHECK(context_kv_load(y, tiny_path) == MODEL_ERR_FILE && context_seq_len(y) == 3); /* not a cache */
+    printf("    %s\n", context_last_error(y));
+    CHECK(context_kv_load(y, kvf) == MODEL_OK && context_seq_len(y) == 12);
+    const size_t n = context_kv_save_bound(y);
+    uint8_t *a = malloc(n), *b = malloc(n);
+    size_t wa = 0, wb = 0;
+    CHECK(a && b && n > 0);
+    if (a && b) { /* the restored cache saves to the same bytes */
+        CHECK(context_kv_save_memory(x, a, n, &wa) == MODEL_OK && context_kv_save_memory(y, b, n, &wb) == MODEL_OK);
+        CHECK(wa == n && wb == n && memcmp(a, b, n) == 0);
+        CHECK(context_kv_save_memory(y, b, n - 1, &wb) == MODEL_ERR_BATCH && wb == 0);
+        a[n / 2] ^= 1;
+        CHECK(context_kv_load_memory(y, a, n) == MODEL_ERR_FILE && context_seq_len(y) == 12);
+        CHECK(context_kv_load_memory(y, b, n - 1) == MODEL_ERR_FILE);
+    }
+    free(a);
+    free(b);
+    CHECK(context_kv_load_memory(NULL, "x", 1) == MODEL_ERR_ARG && context_kv_load_memory(y, NULL, 1) == MODEL_ERR_ARG);
+    CHECK(context_kv_save(NULL, kvf) == MODEL_ERR_ARG && context_kv_save(y, NULL) == MODEL_ERR_ARG);
+    CHECK(context_kv_save_bound(NULL) == 0 && context_kv_save_memory(y, NULL, 1, NULL) == MODEL_ERR_ARG);
+    CHECK(context_set_kv_keep_history(NULL, 1) == MODEL_ERR_ARG);
+out:
+    context_free(x);
+    context_free(y);
+    context_free(f);
+    context_free(s);
+    model_free(m);
+    remove(kvf);
+    remove(tiny_path);
+}
+
 static void test_xxh64(void) {
     uint8_t b[773];
     for (int i = 0; i < 768; i++) b[i] = (uint8_t)i;
@@ -324,6 +372,7 @@ int main(void) {
     RUN_TEST(test_xxh64);
     RUN_TEST(test_tiny_restore);
     RUN_TEST(test_mismatches);
+    RUN_TEST(test_context_state);
     RUN_TEST(test_real_restore);
     return test_report();
 }

@@ -11,10 +11,10 @@
  *
  * --prompt-cache FILE (llama.cpp's flag; doc/prompt-cache.md): when FILE is a prompt cache of
  * this model file and KV scheme whose tokens are a prefix of the prompt's, the sequence is
- * restored from it and only the rest is prefilled — from the last multiple of 512 at or below
- * the restored length, so the prefill runs in the very chunks a fresh one would and the
- * output is bit for bit the one without the cache; a whole-prompt match takes the stored
- * logits of the last position. Anything else is one line on stderr and a fresh prefill. After
+ * restored from it and only the rest is prefilled (at least two tokens: one alone would be a
+ * decode step); a whole-prompt match takes the stored logits of the last position, so its
+ * output is bit for bit the one without the cache. Anything else is one line on stderr and a
+ * fresh prefill. After
  * the prompt the file is saved atomically (a failure is reported, not fatal). The context keeps
  * the sliding-window layers' whole history so that it can be saved at any length.
  */
@@ -65,8 +65,11 @@ static int restore_prompt(const char *path, session_seq *q, const int32_t *ids, 
         memcpy(logits, t.logits, (size_t)q->cfg->n_vocab * sizeof *logits);
         *have_logits = 1;
         keep = n;
-    } else { /* on a chunk boundary of a fresh prefill, at least the last token to run */
-        keep = ((int)t.n_tokens < n ? (int)t.n_tokens : n - 1) / GEN_MAX_BATCH * GEN_MAX_BATCH;
+    } else {
+        keep = (int)t.n_tokens < n ? (int)t.n_tokens : n - 1;
+        /* Never one token alone: a one-token call is a decode step, which ends a raw prefill
+         * (doc/kvcache.md §3) one token early; two or more stay a prefill as in a fresh run. */
+        if (n - keep == 1 && keep > 0) keep--;
     }
     context_truncate(q->x, keep);
     fprintf(stderr, "tq generate: prompt cache '%s': %zu tokens restored, %d kept, %d to prefill\n", path,
