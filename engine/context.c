@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context_internal.h"
 #include "model_internal.h"
 #include "quants.h"
 
@@ -45,6 +46,7 @@ struct model_context {
     void *attn_work;               /* attention workspace, attn_work_size bytes: the largest
                                       tq_kv_attention_workspace_size over layers, max_batch */
     size_t attn_work_size;
+    int kv_keep_history;           /* 1: no layer window given to the cache (context_set_kv_keep_history) */
     model_attn_hook attn_hook;     /* NULL, or called by every layer of context_forward */
     void *attn_hook_ctx;
     char err[256];                 /* message of the last failing call */
@@ -140,8 +142,8 @@ static model_status build_attn_work(model_context *m, const tq_kv_cache *kv, voi
 }
 
 /* Makes kv (scheme, created by the caller) the context's cache with a workspace of its own,
- * freeing what it had; on error frees kv and the context keeps what it had. */
-static model_status install_kv(model_context *m, tq_kv_cache *kv, const tq_kv_scheme *scheme) {
+ * freeing what it had; on error frees kv and the context keeps what it had (context_internal.h). */
+model_status context_install_kv(model_context *m, tq_kv_cache *kv, const tq_kv_scheme *scheme) {
     void *work = NULL;
     size_t ws = 0;
     model_status st = build_attn_work(m, kv, &work, &ws);
@@ -173,7 +175,7 @@ static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const
     size_t *windows = calloc((size_t)c->n_layer, sizeof *windows);
     if (windows == NULL) return fail(m, MODEL_ERR_NOMEM, "KV cache windows");
     for (int il = 0; il < c->n_layer; il++)
-        windows[il] = m->w->layers[il].is_swa ? (size_t)c->sliding_window : 0;
+        windows[il] = m->w->layers[il].is_swa && !m->kv_keep_history ? (size_t)c->sliding_window : 0;
     kc.layer_windows = windows;
     tq_kv_cache *kv = NULL;
     tq_status ts = tq_kv_cache_create(&kv, &kc);
@@ -184,7 +186,7 @@ static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const
         tq_kv_cache_free(kv);
         return kv_fail(m, ts, "reserve");
     }
-    return install_kv(m, kv, &kc.scheme);
+    return context_install_kv(m, kv, &kc.scheme);
 }
 
 model_status context_set_kv_layer_schemes(model_context *m, const tq_kv_scheme *scheme,
@@ -196,6 +198,16 @@ model_status context_set_kv_layer_schemes(model_context *m, const tq_kv_scheme *
 
 model_status context_set_kv_scheme(model_context *m, const tq_kv_scheme *scheme) {
     return context_set_kv_layer_schemes(m, scheme, NULL);
+}
+
+model_status context_set_kv_keep_history(model_context *m, int keep) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    const int was = m->kv_keep_history;
+    const tq_kv_scheme scheme = m->kv_scheme;
+    m->kv_keep_history = keep != 0;
+    model_status st = context_set_kv_scheme(m, &scheme);
+    if (st != MODEL_OK) m->kv_keep_history = was;
+    return st;
 }
 
 model_status context_kv_memory(const model_context *m, tq_kv_memory *mem) {
@@ -466,6 +478,11 @@ const context_params *context_get_params(const model_context *m) { return m == N
 
 const char *context_last_error(const model_context *m) { return m == NULL ? "NULL context" : m->err; }
 
+char *context_error_buffer(model_context *m, size_t *cap) {
+    *cap = sizeof m->err;
+    return m->err;
+}
+
 void context_free(model_context *m) {
     if (m == NULL) return;
     free_state(&m->s);
@@ -530,8 +547,9 @@ model_status context_fork(const model_context *src, tq_threadpool *pool, model_c
     model_context *m = context_alloc(src->model, &src->params, pool, &st);
     tq_kv_cache *kv = NULL;
     if (st == MODEL_OK) {
+        m->kv_keep_history = src->kv_keep_history;
         tq_status ts = tq_kv_cache_fork(src->kv, &kv);
-        st = ts != TQ_OK ? kv_fail(m, ts, "fork") : install_kv(m, kv, &src->kv_scheme);
+        st = ts != TQ_OK ? kv_fail(m, ts, "fork") : context_install_kv(m, kv, &src->kv_scheme);
     }
     return context_finish(m, st, out, err, err_cap);
 }

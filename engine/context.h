@@ -130,6 +130,14 @@ model_status context_set_kv_scheme(model_context *x, const tq_kv_scheme *scheme)
  * the sliding-window layers (model_layer_is_swa) at f16 and compress only the global ones. */
 model_status context_set_kv_layer_schemes(model_context *x, const tq_kv_scheme *scheme,
                                           const tq_kv_layer_scheme *layer_schemes);
+/* keep = 1: the sliding-window layers keep every position instead of recycling the pages of
+ * positions no query can see again (memory O(context) instead of O(window) on those layers),
+ * so that the sequence can be saved at any length (cache files hold whole histories:
+ * context_kv_save_memory, doc/prompt-cache.md); keep = 0 (the default) recycles. Logits are the
+ * same either way (tests/test_prompt_cache.c). Replaces the cache with an empty one of the
+ * current scheme (no per-layer overrides) as context_set_kv_scheme does; later
+ * context_set_kv_* calls keep the setting. Errors: as context_set_kv_scheme. */
+model_status context_set_kv_keep_history(model_context *x, int keep);
 /* Memory of the sequence's K/V (tq_kv_cache_memory: exact data bytes, allocated bytes, and
  * what fp16 would take). Errors: MODEL_ERR_ARG (NULL argument). */
 model_status context_kv_memory(const model_context *x, tq_kv_memory *mem);
@@ -156,5 +164,30 @@ model_status contexts_kv_memory(const model_context *const *xs, size_t n, tq_kv_
 /* *shared_bytes = the part of x's context_kv_memory allocated_bytes in pages another cache
  * also holds (tq_kv_cache_shared_bytes). Errors: MODEL_ERR_ARG (NULL argument). */
 model_status context_kv_shared_bytes(const model_context *x, size_t *shared_bytes);
+
+/* ---- saving and restoring the sequence (engine/context_state.c, doc/prompt-cache.md) ------- */
+
+/* Exact bytes of the library's cache file image of x's sequence (tq_kv_cache_save_bound); 0
+ * when it cannot be saved: a sliding-window layer has recycled positions (create the context
+ * with kv_keep_history = 1 to save at any length), or x is NULL. */
+size_t context_kv_save_bound(const model_context *x);
+/* Writes that image (doc/cachefile.md) into dst (capacity bytes), its size into *written (may
+ * be NULL). Errors: MODEL_ERR_ARG (NULL x/dst), MODEL_ERR_POS (positions recycled: cannot be
+ * saved), MODEL_ERR_BATCH (capacity too small), MODEL_ERR_NOMEM. */
+model_status context_kv_save_memory(const model_context *x, void *dst, size_t capacity, size_t *written);
+/* Replaces x's sequence with the one in a cache file image: the library checks every byte
+ * (tq_kv_cache_load_memory_expect) and that the file's shapes, scheme, every layer's scheme
+ * and windows are x's; here, that every layer holds the same length, at most max_ctx. The
+ * restored state is the saved one bit for bit (two-phase state, key mean, scale and split, raw
+ * and compressed tokens), so what follows gives the logits the saved context would have. On
+ * error x keeps its sequence. Errors: MODEL_ERR_ARG, MODEL_ERR_FILE (not a valid image:
+ * context_last_error has the library's word), MODEL_ERR_KV_SCHEME (a valid image of another
+ * model shape, scheme or window), MODEL_ERR_CONTEXT (longer than max_ctx), MODEL_ERR_NOMEM. */
+model_status context_kv_load_memory(model_context *x, const void *data, size_t size);
+/* The same with a file: tq_kv_cache_save (atomic: temporary file, fsync, rename) and
+ * tq_kv_cache_load_expect. Errors as above; MODEL_ERR_FILE also when the file cannot be
+ * opened, read or written (nothing written then). */
+model_status context_kv_save(const model_context *x, const char *path);
+model_status context_kv_load(model_context *x, const char *path);
 
 #endif

@@ -557,3 +557,4 @@ uint32_t gguf_version(const gguf_file *f) { return f ? f->version : 0; }
 uint32_t gguf_alignment(const gguf_file *f) { return f ? f->alignment : 0; }
 uint64_t gguf_data_offset(const gguf_file *f) { return f ? f->data_offset : 0; }
 uint64_t gguf_file_size(const gguf_file *f) { return f ? f->size : 0; }
+const void *gguf_file_bytes(const gguf_file *f) { return f ? f->base : NULL; }

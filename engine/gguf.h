@@ -205,6 +205,8 @@ uint32_t gguf_version(const gguf_file *f);     /* 2 or 3 */
 uint32_t gguf_alignment(const gguf_file *f);   /* general.alignment or 32 */
 uint64_t gguf_data_offset(const gguf_file *f); /* file offset of the data section */
 uint64_t gguf_file_size(const gguf_file *f);
+/* The file's bytes, gguf_file_size() of them (the mapping, or the caller's buffer); NULL for NULL. */
+const void *gguf_file_bytes(const gguf_file *f);
 
 /* ---- metadata ---------------------------------------------------------------------- */
 

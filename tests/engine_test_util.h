@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "../engine/context.h"
 #include "../engine/model.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -41,6 +42,16 @@ static inline model *load_tiny(tiny *t, model_arch arch, int q8, uint64_t seed, 
     t->q8 = q8;
     CHECK(write_tiny(t, path, NULL));
     return load_model(path);
+}
+
+/* Decodes cont[0, n) one token at a time from the context's length, a logit row per step.
+ * No CHECK: may run on a thread. */
+static inline model_status decode_rows(model_context *x, const int32_t *cont, int n, float *rows) {
+    model_status st = MODEL_OK;
+    const size_t nv = (size_t)context_config(x)->n_vocab;
+    for (int i = 0; st == MODEL_OK && i < n; i++)
+        st = context_forward(x, cont + i, 1, context_seq_len(x), 0, rows + (size_t)i * nv);
+    return st;
 }
 
 #endif

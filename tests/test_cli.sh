@@ -128,6 +128,38 @@ if [ -r "$model" ]; then
   check "generate run" 0 "$tq" generate -m "$model" -p "The capital of France is" -n 4 --temp 0 -t 2
   has "generate echoes the prompt" "The capital of France is"
   for key in "prefill:" "decode:" "tok/s" "KV cache (f16)" "bytes/token"; do has "generate prints $key" "$key"; done
+  # --prompt-cache: a miss writes the file; a hit on the whole prompt prints what the same
+  # command without the flag prints, bit for bit (stored logits); every file that does not
+  # fit (another scheme, a corrupted byte, cut short, not a cache, not a prefix) is one line on
+  # stderr and a fresh prefill, exit 0 (doc/prompt-cache.md).
+  pc=/tmp/tq_cli_pc.$$; rm -f "$pc"
+  p1="The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
+  p2="$p1 Madrid. The capital of Germany is"
+  gen() { "$tq" generate -m "$model" -n 4 --temp 0 -c 1024 -t 2 --kv turbo3 "$@" 2>/tmp/tq_cli_err.$$; }
+  ref1=$(gen -p "$p1"); ref2=$(gen -p "$p2")
+  pc_case() { # name, expected stderr text, prompt, expected stdout
+    local got; got=$(gen -p "$3" --prompt-cache "$pc"); local rc=$?
+    if [ $rc = 0 ] && grep -q -F "$2" /tmp/tq_cli_err.$$ && [ "$got" = "$4" ]; then pass=$((pass+1)); echo "ok   prompt cache: $1"
+    else fail=$((fail+1)); echo "FAIL prompt cache: $1 (exit $rc)"; cat /tmp/tq_cli_err.$$; echo "got: $got"; echo "want: $4"; fi
+  }
+  pc_case "no file yet" "no such file (it will be written)" "$p1" "$ref1"
+  pc_case "whole prompt" "0 to prefill" "$p1" "$ref1"
+  # a prefix: only the rest runs (the same text here; in general the rest's calls have other
+  # lengths than a fresh prefill's, and rounding may differ: doc/prompt-cache.md)
+  pc_case "a prefix of a longer prompt" "20 tokens restored, 20 kept, 7 to prefill" "$p2" "$ref2"
+  pc_case "not a prefix" "are not a prefix of this prompt's" "$p1" "$ref1"
+  cp "$pc" "$pc.good"
+  if "$tq" generate -m "$model" -p "$p1" -n 1 --temp 0 -c 256 -t 2 --kv f16 --prompt-cache "$pc" >/dev/null 2>/tmp/tq_cli_err.$$ &&
+     grep -q "made with another KV scheme (k=3:v=3" /tmp/tq_cli_err.$$; then pass=$((pass+1)); echo "ok   prompt cache: another scheme"
+  else fail=$((fail+1)); echo "FAIL prompt cache: another scheme"; cat /tmp/tq_cli_err.$$; fi
+  cp "$pc.good" "$pc"
+  printf '\x55' | dd of="$pc" bs=1 seek=3000 conv=notrunc 2>/dev/null
+  pc_case "a corrupted byte" "not used: corrupt" "$p1" "$ref1"
+  head -c 5000 "$pc.good" >"$pc"
+  pc_case "cut short" "not used: truncated" "$p1" "$ref1"
+  echo "hello" >"$pc"
+  pc_case "not a cache" "not a prompt cache file" "$p1" "$ref1"
+  rm -f "$pc" "$pc.good" "$pc".tmp.*
   text=/tmp/tq_cli_text.$$
   for i in 1 2 3 4 5 6; do
     echo "The lighthouse keeper climbed the stairs every evening to light the lamp for the ships."

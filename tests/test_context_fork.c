@@ -43,15 +43,6 @@ static model_status prefill(model_context *x, const int32_t *tokens, int n, int 
     return st;
 }
 
-/* Decodes cont[0, n) one token at a time from the context's length, a logit row per step. */
-static model_status decode(model_context *x, const int32_t *cont, int n, float *rows) {
-    model_status st = MODEL_OK;
-    const size_t nv = (size_t)context_config(x)->n_vocab;
-    for (int i = 0; st == MODEL_OK && i < n; i++)
-        st = context_forward(x, cont + i, 1, context_seq_len(x), 0, rows + (size_t)i * nv);
-    return st;
-}
-
 /* What an independent context gives: the prompt, then cont[0, n) decoded. */
 static void reference(const fork_case *c, const int32_t *cont, int n, float *rows) {
     const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme};
@@ -61,7 +52,7 @@ static void reference(const fork_case *c, const int32_t *cont, int n, float *row
     CHECK_MSG(st == MODEL_OK, "%s: %s", model_status_name(st), err);
     if (st != MODEL_OK) return;
     st = prefill(x, c->prompt, c->np, c->chunk);
-    if (st == MODEL_OK) st = decode(x, cont, n, rows);
+    if (st == MODEL_OK) st = decode_rows(x, cont, n, rows);
     CHECK_MSG(st == MODEL_OK, "reference: %s: %s", model_status_name(st), context_last_error(x));
     context_free(x);
 }
@@ -122,8 +113,8 @@ static void check_sequential(const fork_case *c) {
     /* phase 1: A and B step by step in turn */
     const size_t row = (size_t)nv;
     for (int i = 0; i < nc; i++) {
-        CHECK(decode(a, cont_a + i, 1, got_a + i * row) == MODEL_OK);
-        CHECK(decode(b, cont_b + i, 1, got_b + i * row) == MODEL_OK);
+        CHECK(decode_rows(a, cont_a + i, 1, got_a + i * row) == MODEL_OK);
+        CHECK(decode_rows(b, cont_b + i, 1, got_b + i * row) == MODEL_OK);
     }
     CHECK_MSG(same_rows(got_a, want_a, nc, nv), "A's continuation differs from an independent context's");
     CHECK_MSG(same_rows(got_b, want_b, nc, nv), "B's continuation differs from an independent context's");
@@ -134,14 +125,14 @@ static void check_sequential(const fork_case *c) {
     CHECK_MSG(st == MODEL_OK, "fork of a fork: %s: %s", model_status_name(st), err);
     context_truncate(a, c->np / 2);
     CHECK(context_forward(a, refill, c->chunk, context_seq_len(a), 0, NULL) == MODEL_OK);
-    CHECK(decode(b, cont_b + nc, nc, got_b + nc * row) == MODEL_OK);
+    CHECK(decode_rows(b, cont_b + nc, nc, got_b + nc * row) == MODEL_OK);
     /* phase 3: A freed */
     context_free(a);
     a = NULL;
-    CHECK(decode(b, cont_b + 2 * nc, nc, got_b + 2 * nc * row) == MODEL_OK);
+    CHECK(decode_rows(b, cont_b + 2 * nc, nc, got_b + 2 * nc * row) == MODEL_OK);
     CHECK_MSG(same_rows(got_b, want_b, 3 * nc, nv), "B after A's truncation, refill and free differs");
     if (fc != NULL) {
-        CHECK(decode(fc, cont_b + nc, 2 * nc, got_c) == MODEL_OK);
+        CHECK(decode_rows(fc, cont_b + nc, 2 * nc, got_c) == MODEL_OK);
         CHECK_MSG(same_rows(got_c, want_b + nc * row, 2 * nc, nv), "a fork of the fork differs");
     }
     context_free(fc);
@@ -164,7 +155,7 @@ typedef struct side {
 
 static void *run_side(void *arg) {
     side *s = arg;
-    s->st = decode(s->x, s->cont, s->n, s->rows);
+    s->st = decode_rows(s->x, s->cont, s->n, s->rows);
     return NULL;
 }
 

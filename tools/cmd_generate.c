@@ -8,6 +8,15 @@
  * is full. Afterwards stderr gets prefill and decode speed and the KV bytes in use (the
  * library's count: compressed tokens at their code size, the still-raw newest ones at fp16)
  * against what fp16 K and V would take.
+ *
+ * --prompt-cache FILE (llama.cpp's flag; doc/prompt-cache.md): when FILE is a prompt cache of
+ * this model file and KV scheme whose tokens are a prefix of the prompt's, the sequence is
+ * restored from it and only the rest is prefilled (at least two tokens: one alone would be a
+ * decode step); a whole-prompt match takes the stored logits of the last position, so its
+ * output is bit for bit the one without the cache. Anything else is one line on stderr and a
+ * fresh prefill. After
+ * the prompt the file is saved atomically (a failure is reported, not fatal). The context keeps
+ * the sliding-window layers' whole history so that it can be saved at any length.
  */
 #include <float.h>
 #include <stdio.h>
@@ -17,6 +26,7 @@
 #include "commands.h"
 #include "common.h"
 #include "model_session.h"
+#include "prompt_cache.h"
 #include "sampler.h"
 
 #define GEN_MAX_BATCH 512
@@ -26,6 +36,48 @@ static void print_bytes(FILE *f, size_t b) {
     else fprintf(f, "%.1f KiB", (double)b / 1024);
 }
 
+/* Restores what FILE holds of the prompt ids[0, n) into q: returns the positions kept (0: a
+ * fresh prefill), with *have_logits set when logits holds the last position's row. Every
+ * reason not to use the file is one line on stderr. */
+static int restore_prompt(const char *path, session_seq *q, const int32_t *ids, int n, float *logits,
+                          int *have_logits) {
+    prompt_cache_tokens t;
+    char why[320];
+    *have_logits = 0;
+    prompt_cache_status st = prompt_cache_load(path, q->x, &t, why, sizeof why);
+    if (st != PCACHE_OK) {
+        fprintf(stderr, "tq generate: prompt cache '%s' not used: %s%s\n", path, why,
+                st == PCACHE_ERR_ABSENT ? " (it will be written)" : "; prefilling the whole prompt");
+        return 0;
+    }
+    int keep = 0;
+    if (t.n_tokens > (size_t)n || memcmp(t.tokens, ids, t.n_tokens * sizeof *ids) != 0) {
+        size_t same = 0;
+        while (same < t.n_tokens && same < (size_t)n && t.tokens[same] == ids[same]) same++;
+        fprintf(stderr,
+                "tq generate: prompt cache '%s' not used: its %zu tokens are not a prefix of this prompt's %d "
+                "(they agree on the first %zu); prefilling the whole prompt\n",
+                path, t.n_tokens, n, same);
+        prompt_cache_tokens_free(&t);
+        context_truncate(q->x, 0);
+        return 0;
+    } else if (t.n_tokens == (size_t)n && t.logits != NULL) {
+        memcpy(logits, t.logits, (size_t)q->cfg->n_vocab * sizeof *logits);
+        *have_logits = 1;
+        keep = n;
+    } else {
+        keep = (int)t.n_tokens < n ? (int)t.n_tokens : n - 1;
+        /* Never one token alone: a one-token call is a decode step, which ends a raw prefill
+         * (doc/kvcache.md §3) one token early; two or more stay a prefill as in a fresh run. */
+        if (n - keep == 1 && keep > 0) keep--;
+    }
+    context_truncate(q->x, keep);
+    fprintf(stderr, "tq generate: prompt cache '%s': %zu tokens restored, %d kept, %d to prefill\n", path,
+            t.n_tokens, keep, n - keep);
+    prompt_cache_tokens_free(&t);
+    return keep;
+}
+
 int cmd_generate(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "generate", 4096, SESSION_KV_ONE);
@@ -33,6 +85,7 @@ int cmd_generate(int argc, char **argv) {
     long n_gen = 64, top_k = 40;
     double temp = 0.8, top_p = 0.95;
     uint64_t seed = 1;
+    const char *cache_path = NULL;
     const tool_opt opts[] = {
         {OPT_STRING("-p", "PROMPT", &prompt, "text to continue (required)"), .required = 1},
         {OPT_INT("-n", "N", &n_gen, 1, 1L << 24, "tokens to generate (default 64)")},
@@ -42,12 +95,14 @@ int cmd_generate(int argc, char **argv) {
         {OPT_DOUBLE("--top-p", "P", &top_p, DBL_TRUE_MIN, 1, /* (0, 1] */
                     "and within cumulative probability P; 1 = all (default 0.95)")},
         {OPT_U64("--seed", "S", &seed, "sampling seed (default 1): the same seed repeats a run")},
+        {OPT_STRING("--prompt-cache", "FILE",
+                    &cache_path, "reuse the prompt's KV cache from FILE when it matches; save it there")},
     };
     const tool_cmd cmd = {
         .name = "generate",
         .synopsis =
             "usage: tq generate -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-            "                   [-m MODEL] [-c CTX] [-t THREADS] [--kv SCHEME]\n",
+            "                   [--prompt-cache FILE] [-m MODEL] [-c CTX] [-t THREADS] [--kv SCHEME]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
         .epilogue = "\nThe text goes to stdout; speed and KV memory go to stderr.\n",
     };
@@ -84,11 +139,27 @@ int cmd_generate(int argc, char **argv) {
     }
     ids = grown;
 
+    double t0 = tool_now();
+    int n_kept = 0, have_logits = 0;
+    if (cache_path != NULL) {
+        if (context_set_kv_keep_history(q.x, 1) != MODEL_OK) {
+            fprintf(stderr, "tq generate: %s\n", context_last_error(q.x));
+            rc = 1;
+            goto done;
+        }
+        n_kept = restore_prompt(cache_path, &q, ids, (int)n_prompt, logits, &have_logits);
+    }
     fputs(prompt, stdout);
     fflush(stdout);
-    double t0 = tool_now();
-    if ((rc = session_forward(&q, ids, (int)n_prompt, 0, 0, logits)) != 0) goto done;
+    if (!have_logits &&
+        (rc = session_forward(&q, ids + n_kept, (int)n_prompt - n_kept, n_kept, 0, logits)) != 0)
+        goto done;
     double t_prefill = tool_now() - t0;
+    if (cache_path != NULL) {
+        char why[320];
+        prompt_cache_status ps = prompt_cache_save(cache_path, q.x, ids, n_prompt, logits, why, sizeof why);
+        if (ps != PCACHE_OK) fprintf(stderr, "tq generate: prompt cache '%s' not saved: %s\n", cache_path, why);
+    }
 
     int pos = (int)n_prompt, n_out = 0, n_decoded = 0;
     const char *why = NULL;
@@ -127,8 +198,9 @@ int cmd_generate(int argc, char **argv) {
     }
     fprintf(stderr, "\n");
     if (why) fprintf(stderr, "stopped: %s after %d tokens\n", why, n_out);
-    fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s)\n", n_prompt, t_prefill,
-            t_prefill > 0 ? (double)n_prompt / t_prefill : 0.0);
+    fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s)\n", n_prompt - (size_t)n_kept, t_prefill,
+            t_prefill > 0 ? (double)(n_prompt - (size_t)n_kept) / t_prefill : 0.0);
+    if (cache_path != NULL) fprintf(stderr, "prompt cache: %d of %zu prompt tokens restored\n", n_kept, n_prompt);
     fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", n_decoded, t_decode,
             t_decode > 0 && n_decoded ? (double)n_decoded / t_decode : 0.0);
     const int n_layer = s.cfg.n_layer;
