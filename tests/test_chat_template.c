@@ -190,7 +190,41 @@ static void test_names(void) {
     CHECK(chat_template_end_of_turn(CHAT_LLAMA2) == NULL); /* EOS */
 }
 
+/* Streaming: a character split across pieces waits for its last byte. */
+static void test_utf8_whole(void) {
+    const char *e = "\xc3\xa9";                 /* é: 2 bytes */
+    const char *ja = "\xe6\x97\xa5";            /* 日: 3 bytes */
+    const char *emoji = "\xf0\x9f\x98\x80";     /* 😀: 4 bytes */
+    CHECK(chat_utf8_whole("", 0) == 0);
+    CHECK(chat_utf8_whole("abc", 3) == 3);
+    CHECK(chat_utf8_whole(e, 1) == 0);
+    CHECK(chat_utf8_whole(e, 2) == 2);
+    CHECK(chat_utf8_whole(ja, 1) == 0 && chat_utf8_whole(ja, 2) == 0 && chat_utf8_whole(ja, 3) == 3);
+    for (size_t k = 1; k < 4; k++) CHECK(chat_utf8_whole(emoji, k) == 0);
+    CHECK(chat_utf8_whole(emoji, 4) == 4);
+    char buf[16];
+    memcpy(buf, "ab", 2);
+    memcpy(buf + 2, emoji, 3); /* "ab" + 3 of 4 bytes */
+    CHECK(chat_utf8_whole(buf, 5) == 2);
+    memcpy(buf + 2, ja, 3);
+    memcpy(buf + 5, e, 1);     /* "ab日" + half of é */
+    CHECK(chat_utf8_whole(buf, 6) == 5);
+    /* Stray bytes pass: a lone continuation byte, an invalid lead byte. */
+    CHECK(chat_utf8_whole("a\x80", 2) == 2);
+    CHECK(chat_utf8_whole("a\xff", 2) == 2);
+    CHECK(chat_utf8_whole("\x80\x80\x80\x80", 4) == 4);
+    /* Every split of a mixed text: the parts written, whole prefixes each time, give the text. */
+    const char text[] = "a\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80z";
+    const size_t n = sizeof text - 1;
+    for (size_t cut = 0; cut <= n; cut++) {
+        size_t w = chat_utf8_whole(text, cut);
+        CHECK(w <= cut && cut - w <= 3);
+        CHECK(w == 0 || (text[w] & 0xC0) != 0x80 || w == n); /* never inside a character */
+    }
+}
+
 int main(void) {
+    RUN_TEST(test_utf8_whole);
     RUN_TEST(test_layouts);
     RUN_TEST(test_edges);
     RUN_TEST(test_detect);

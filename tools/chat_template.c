@@ -116,6 +116,26 @@ const char *chat_template_end_of_turn(chat_family f) {
     }
 }
 
+/* ---- streaming ---------------------------------------------------------------------------- */
+
+/* Length of the sequence a lead byte starts (1 for ASCII and for stray bytes). */
+static size_t utf8_len(unsigned char b) {
+    if (b >= 0xF0 && b <= 0xF4) return 4;
+    if (b >= 0xE0 && b < 0xF0) return 3;
+    if (b >= 0xC2 && b < 0xE0) return 2;
+    return 1;
+}
+
+size_t chat_utf8_whole(const char *p, size_t n) {
+    /* The last lead byte among the final 3 bytes: is its character complete? */
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char b = (unsigned char)p[n - back];
+        if ((b & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
+        return utf8_len(b) > back ? n - back : n;
+    }
+    return n;
+}
+
 /* ---- formatting --------------------------------------------------------------------------- */
 
 typedef struct text {

@@ -57,4 +57,10 @@ char *chat_format(chat_family f, const chat_msg *msgs, size_t n, int add_generat
  * "<|im_end|>", "<|eot_id|>", "<|end|>"), or NULL when it is the vocabulary's EOS. */
 const char *chat_template_end_of_turn(chat_family f);
 
+/* The length of the longest prefix of p[0..n) that does not end inside a UTF-8 character:
+ * n, less the bytes of a final multi-byte character whose last bytes are still missing (at
+ * most 3). Stray bytes count as whole characters. tq chat streams answers with it, so that a
+ * character split across two tokens (byte tokens) is written whole. */
+size_t chat_utf8_whole(const char *p, size_t n);
+
 #endif

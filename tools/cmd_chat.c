@@ -139,30 +139,14 @@ typedef struct utf8_stream {
     size_t n_pend;
 } utf8_stream;
 
-/* Length of the sequence a lead byte starts (1 for ASCII and for stray bytes). */
-static size_t utf8_len(unsigned char b) {
-    if (b >= 0xF0 && b <= 0xF4) return 4;
-    if (b >= 0xE0 && b < 0xF0) return 3;
-    if (b >= 0xC2 && b < 0xE0) return 2;
-    return 1;
-}
-
 static void stream_put(utf8_stream *u, FILE *f, const char *p, size_t n) {
     char buf[4 + 4096];
-    size_t total = 0;
     memcpy(buf, u->pend, u->n_pend);
-    total = u->n_pend;
+    size_t total = u->n_pend;
     if (n > sizeof buf - total) n = sizeof buf - total; /* pieces are far shorter */
     memcpy(buf + total, p, n);
     total += n;
-    /* The last lead byte among the final 3: is its character complete? */
-    size_t cut = total;
-    for (size_t back = 1; back <= 3 && back <= total; back++) {
-        unsigned char b = (unsigned char)buf[total - back];
-        if ((b & 0xC0) == 0x80) continue; /* continuation byte: look further back */
-        if (utf8_len(b) > back) cut = total - back;
-        break;
-    }
+    const size_t cut = chat_utf8_whole(buf, total);
     fwrite(buf, 1, cut, f);
     fflush(f);
     u->n_pend = total - cut;
