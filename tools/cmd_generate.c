@@ -18,7 +18,6 @@
  * the prompt the file is saved atomically (a failure is reported, not fatal). The context keeps
  * the sliding-window layers' whole history so that it can be saved at any length.
  */
-#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +27,7 @@
 #include "model_session.h"
 #include "prompt_cache.h"
 #include "sampler.h"
+#include "sampling_opts.h"
 
 #define GEN_MAX_BATCH 512
 
@@ -82,19 +82,11 @@ int cmd_generate(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "generate", 4096, SESSION_KV_ONE);
     const char *prompt = NULL;
-    long n_gen = 64, top_k = 40;
-    double temp = 0.8, top_p = 0.95;
-    uint64_t seed = 1;
+    sampling_opts so = SAMPLING_OPTS_INIT(64);
     const char *cache_path = NULL;
     const tool_opt opts[] = {
         {OPT_STRING("-p", "PROMPT", &prompt, "text to continue (required)"), .required = 1},
-        {OPT_INT("-n", "N", &n_gen, 1, 1L << 24, "tokens to generate (default 64)")},
-        {OPT_DOUBLE("--temp", "T", &temp, 0, 100, "temperature; 0 = greedy (default 0.8)")},
-        {OPT_INT("--top-k", "K", &top_k, 0, 1L << 30,
-                 "sample among the K most likely; 0 = all (default 40)")},
-        {OPT_DOUBLE("--top-p", "P", &top_p, DBL_TRUE_MIN, 1, /* (0, 1] */
-                    "and within cumulative probability P; 1 = all (default 0.95)")},
-        {OPT_U64("--seed", "S", &seed, "sampling seed (default 1): the same seed repeats a run")},
+        SAMPLING_OPTS(so, "tokens to generate (default 64)"),
         {OPT_STRING("--prompt-cache", "FILE",
                     &cache_path, "reuse the prompt's KV cache from FILE when it matches; save it there")},
     };
@@ -127,7 +119,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     const int nv = s.cfg.n_vocab;
-    sampler_params sp = {(float)temp, (int)top_k, (float)top_p, seed};
+    const sampler_params sp = sampling_params(&so);
     logits = malloc((size_t)nv * sizeof *logits);
     smp = sampler_create(&sp, nv);
     int32_t *grown = realloc(ids, ((size_t)s.n_ctx + 1) * sizeof *ids);
@@ -176,7 +168,7 @@ int cmd_generate(int argc, char **argv) {
         fflush(stdout);
         ids[pos] = tok;
         n_out++;
-        if (n_out >= n_gen) break;
+        if (n_out >= so.n_predict) break;
         if (pos + 1 >= s.n_ctx) {
             why = "context full";
             break;

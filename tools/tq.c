@@ -16,6 +16,7 @@ typedef struct command {
 static const command commands[] = {
     {"run", cmd_run, "demo: f16 vs turbo3 KV on the default model (text, memory, speed, KLD)"},
     {"generate", cmd_generate, "continue a prompt, streaming tokens (-p, -n, --temp, --kv)"},
+    {"chat", cmd_chat, "multi-turn chat with the model's template, turns from stdin (--system, --kv)"},
     {"perplexity", cmd_perplexity, "llama.cpp-style perplexity, KLD and top-1 per KV scheme"},
     {"passkey", cmd_passkey, "pass-key retrieval rate per KV scheme and needle depth"},
     {"codec-bench", cmd_codec_bench, "codec quality and throughput per bit width"},
