@@ -344,53 +344,13 @@ prompt_cache_status prompt_cache_load(const char *path, model_context *x, prompt
 
 /* ---- save ----------------------------------------------------------------------------------- */
 
-/* Writes n bytes; 0 on an error. */
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return 0;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 1;
-}
-
-/* fsync of the folder holding path (the rename made durable); file systems that refuse fsync
- * on a folder are fine. */
-static void sync_dir_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (slash == NULL) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    (void)fsync(fd);
-    close(fd);
-}
-
 /* front (front_n bytes, checksum included) then image, to a new temporary file renamed over path. */
 static prompt_cache_status write_atomic(const char *path, const uint8_t *front, size_t front_n, const uint8_t *image,
                                         size_t image_n, char *why, size_t cap) {
-    size_t pn = strlen(path);
-    char *tmp = malloc(pn + 16);
-    if (tmp == NULL) return say(why, cap, PCACHE_ERR_NOMEM, "out of memory");
-    snprintf(tmp, pn + 16, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp); /* O_EXCL: a new file of ours, mode 0600 (a prompt may be private) */
-    if (fd < 0) {
-        prompt_cache_status st = say(why, cap, PCACHE_ERR_IO, "cannot create a temporary file next to it: %s",
-                                     strerror(errno));
-        free(tmp);
-        return st;
-    }
-    int ok = write_all(fd, front, front_n) && write_all(fd, image, image_n) && fsync(fd) == 0;
-    int err = errno;
-    if (close(fd) != 0 && ok) ok = 0, err = errno;
-    if (ok && rename(tmp, path) != 0) ok = 0, err = errno;
-    if (!ok) unlink(tmp);
-    free(tmp);
-    if (!ok) return say(why, cap, PCACHE_ERR_IO, "cannot write: %s", strerror(err));
-    sync_dir_of(path);
+    const char *what = NULL;
+    int err = regular_file_write_atomic(path, front, front_n, image, image_n, &what);
+    if (err == ENOMEM) return say(why, cap, PCACHE_ERR_NOMEM, "out of memory");
+    if (err != 0) return say(why, cap, PCACHE_ERR_IO, "%s: %s", what, strerror(err));
     return PCACHE_OK;
 }
 

@@ -122,5 +122,48 @@ check "message too long" 0 "$long"$'\n'"$u1"$'\n' "$tq" chat -m "$model" --temp 
 has "skip message" "leaves no room for an answer: skipped"
 [ "$(grep -c '^turn' "$err")" = 1 ] && ok "the next message is answered" || bad "turns: $(grep -c '^turn' "$err")"
 
+# ---- sessions (--session FILE: FILE.turns + a prompt cache) ----------------------------------------
+sess=/tmp/tq_chat_sess.$$
+trap 'rm -f "$out" "$err" "$sess" "$sess.turns" "$out".*' EXIT
+check "both turns in one run" 0 "$u1"$'\n'"$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3
+cp "$out" "$out.whole"
+check "session turn 1" 0 "$u1"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3 --session "$sess"
+has "new session" "session '$sess' is new"
+cp "$out" "$out.s1"
+held=$(sed -n 's/^turn 1: .*KV (turbo3): \([0-9]*\) tokens.*/\1/p' "$err")
+[ -s "$sess" ] && [ -s "$sess.turns" ] && ok "session files written" || bad "no session files"
+check "session turn 2" 0 "$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3 --session "$sess"
+has "session restored" "2 messages, $held tokens restored"
+has "turn 2 prefills only its own tokens" "($held reused)"
+cat "$out.s1" "$out" > "$out.s12"
+cmp -s "$out.s12" "$out.whole" && ok "resumed answers = one-run answers" || bad "resumed answers differ"
+cp "$sess" "$sess.keep"; cp "$sess.turns" "$sess.turns.keep"
+# Another scheme: the turns resume, the cache does not (prefilled again).
+check "session, other scheme" 0 "$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv f16 --session "$sess"
+has "other scheme message" "KV cache not restored"
+has "other scheme: prefill from 0" "(0 reused)"
+# A corrupted cache: one byte flipped in its middle.
+cp "$sess.keep" "$sess"; cp "$sess.turns.keep" "$sess.turns"
+size=$(stat -c %s "$sess")
+printf '\xff' | dd of="$sess" bs=1 seek=$((size / 2)) conv=notrunc status=none
+check "session, corrupted cache" 0 "$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3 --session "$sess"
+has "corrupted cache message" "KV cache not restored"
+has "corrupted cache: prefill from 0" "(0 reused)"
+# A truncated cache.
+head -c 1000 "$sess.keep" > "$sess"; cp "$sess.turns.keep" "$sess.turns"
+check "session, truncated cache" 0 "$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3 --session "$sess"
+has "truncated cache message" "KV cache not restored"
+# Broken turns: a fresh conversation (the cache is not used without them).
+cp "$sess.keep" "$sess"; printf 'tq-chat-turns 1\nuser 99\nshort\n' > "$sess.turns"
+check "session, truncated turns" 0 "$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3 --session "$sess"
+has "bad turns message" "starting a new conversation"
+has "bad turns: prefill from 0" "(0 reused)"
+printf 'not a turns file\n' > "$sess.turns"
+check "session, not a turns file" 0 "$u2"$'\n' "$tq" chat -m "$model" --temp 0 -n 8 -t 2 --kv turbo3 --session "$sess"
+has "not a turns file message" "not a tq chat turns file"
+check "session in a missing folder" 0 "$u1"$'\n' "$tq" chat -m "$model" --temp 0 -n 4 -t 2 --session /nonexistent/dir/s
+has "unsaved message" "not saved"
+rm -f "$sess.keep" "$sess.turns.keep"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

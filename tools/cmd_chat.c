@@ -19,20 +19,24 @@
  * text stays) until it does, and prefills again from where the layout changed; a message that
  * does not fit even alone is skipped with a message. Never an exit.
  *
- * Resuming (prompt caches, tq chat --session): chat_run() takes a chat whose context may
- * already hold tokens (held[0..n_held)) and whose messages (chat_add) may already hold the turns
- * those tokens came from; the first turn then prefills only what differs.
+ * Resuming (tq chat --session FILE, chat_session.h): the conversation's messages (FILE.turns)
+ * and its KV cache (FILE, a prompt cache) are restored before the first turn and saved after
+ * each one; chat_run() takes a chat whose context may already hold tokens (held[0..n_held)) and
+ * whose messages may already hold the turns those tokens came from, and the first turn then
+ * prefills only what differs (everything, when the cache did not load or does not match).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "chat_session.h"
 #include "chat_template.h"
 #include "commands.h"
 #include "common.h"
 #include "gguf.h"
 #include "model_session.h"
+#include "prompt_cache.h"
 #include "sampling_opts.h"
 
 #define CHAT_MAX_BATCH 512
@@ -52,6 +56,7 @@ typedef struct chat {
     long n_predict;         /* -n: most tokens per answer */
     int turn;
     FILE *out;              /* the answers */
+    const char *session;    /* --session FILE, or NULL */
 } chat;
 
 /* ---- the conversation --------------------------------------------------------------------- */
@@ -300,6 +305,60 @@ oom:
     return 1;
 }
 
+/* ---- sessions (--session FILE) ----------------------------------------------------------------- */
+
+static int add_turn(void *ctx, const char *role, const char *content, size_t len) {
+    return chat_add(ctx, role, content, len);
+}
+
+/* Restores c->session before the first turn: its messages, then as much of its KV cache as
+ * they lay out. Anything missing or unreadable is one line on stderr and a fresh start (or a
+ * fresh prefill). Returns 1 when messages were restored (the --system text is then the
+ * session's), 0 otherwise, -1 when memory is short. */
+static int session_restore(chat *c) {
+    char why[320];
+    char *turns = chat_session_turns_path(c->session);
+    if (turns == NULL) return -1;
+    int rc = chat_session_read_turns(turns, add_turn, c, why, sizeof why);
+    if (rc == 1) {
+        fprintf(stderr, "tq chat: session '%s' is new\n", c->session);
+    } else if (rc < 0) {
+        fprintf(stderr, "tq chat: session '%s': %s: %s; starting a new conversation\n", c->session, turns, why);
+        free_msgs(c->msgs, c->n_msgs);
+        c->n_msgs = 0;
+    }
+    free(turns);
+    if (rc != 0) return 0;
+    prompt_cache_tokens t = {0};
+    prompt_cache_status st = prompt_cache_load(c->session, c->q->x, &t, why, sizeof why);
+    if (st == PCACHE_OK) {
+        memcpy(c->held, t.tokens, t.n_tokens * sizeof *t.tokens); /* n_tokens <= max_ctx: checked */
+        c->n_held = (int)t.n_tokens;
+    } else {
+        fprintf(stderr, "tq chat: session '%s': KV cache not restored (%s); the conversation is "
+                "prefilled again\n", c->session, why);
+    }
+    prompt_cache_tokens_free(&t);
+    fprintf(stderr, "tq chat: session '%s': %zu messages, %d tokens restored\n", c->session, c->n_msgs,
+            c->n_held);
+    return 1;
+}
+
+/* Saves the conversation after a turn: KV cache first, then the messages (either file alone
+ * stale costs a prefill on resume, never a wrong continuation). A failure is one line. */
+static void session_save(chat *c) {
+    char why[320];
+    if (c->n_held > 0) {
+        prompt_cache_status st = prompt_cache_save(c->session, c->q->x, c->held, (size_t)c->n_held, NULL, why,
+                                                   sizeof why);
+        if (st != PCACHE_OK) fprintf(stderr, "tq chat: session '%s' not saved: %s\n", c->session, why);
+    }
+    char *turns = chat_session_turns_path(c->session);
+    if (turns == NULL || chat_session_write_turns(turns, c->msgs, c->n_msgs, why, sizeof why) != 0)
+        fprintf(stderr, "tq chat: session turns not saved: %s\n", turns ? why : "out of memory");
+    free(turns);
+}
+
 /* Reads user turns from in, one per line, until EOF (0) or a failure (1). Empty lines are
  * skipped. c's context may already hold tokens (held) and c its earlier messages. */
 static int chat_run(chat *c, FILE *in) {
@@ -317,6 +376,7 @@ static int chat_run(chat *c, FILE *in) {
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
         if (n == 0) continue;
         if ((rc = chat_turn(c, line, (size_t)n)) != 0) break;
+        if (c->session) session_save(c);
     }
     free(line);
     return rc;
@@ -370,19 +430,22 @@ static int vocab_adds_bos(tokenizer *tok) {
 int cmd_chat(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "chat", 4096, SESSION_KV_ONE);
-    const char *system = NULL, *template_name = NULL;
+    const char *system = NULL, *template_name = NULL, *session_path = NULL;
     sampling_opts so = SAMPLING_OPTS_INIT(256);
     const tool_opt opts[] = {
         {OPT_STRING("--system", "TEXT", &system, "system text opening the conversation")},
         {OPT_STRING("--chat-template", "NAME", &template_name,
                     "the template family instead of the model's (listed below)")},
         SAMPLING_OPTS(so, "most tokens per answer (default 256)"),
+        {OPT_STRING("--session", "FILE", &session_path,
+                    "resume the conversation saved in FILE (and FILE.turns); save it there after each turn")},
     };
     const tool_cmd cmd = {
         .name = "chat",
         .synopsis =
             "usage: tq chat [--system TEXT] [--chat-template NAME] [-n N] [--temp T] [--top-k K]\n"
-            "               [--top-p P] [--seed S] [-m MODEL] [-c CTX] [-t THREADS] [--kv SCHEME]\n",
+            "               [--top-p P] [--seed S] [--session FILE] [-m MODEL] [-c CTX] [-t THREADS]\n"
+            "               [--kv SCHEME]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
         .epilogue = "\nTurns are read from standard input, one line each, until EOF. Answers go to "
                     "stdout;\nafter each turn stderr gets tokens prefilled and generated, speed "
@@ -405,6 +468,7 @@ int cmd_chat(int argc, char **argv) {
     c.q = &q;
     c.n_predict = so.n_predict;
     c.out = stdout;
+    c.session = session_path;
     if ((rc = session_open(&s, &o)) != 0) return rc;
     if ((rc = pick_family(&s, template_name, &c.family)) != 0) goto done;
     if ((rc = session_seq_open(&s, &o.schemes[0], CHAT_MAX_BATCH, &q)) != 0) goto done;
@@ -416,8 +480,18 @@ int cmd_chat(int argc, char **argv) {
     c.logits = malloc((size_t)s.cfg.n_vocab * sizeof *c.logits);
     c.held = malloc(((size_t)s.n_ctx + 1) * sizeof *c.held);
     rc = 1;
-    if (c.smp == NULL || c.logits == NULL || c.held == NULL ||
-        (system && chat_add(&c, "system", system, strlen(system)))) {
+    int resumed = 0;
+    if (c.smp && c.logits && c.held && session_path) {
+        if (context_set_kv_keep_history(q.x, 1) != MODEL_OK) { /* saved at any length */
+            fprintf(stderr, "tq chat: %s\n", context_last_error(q.x));
+            goto done;
+        }
+        resumed = session_restore(&c);
+        if (resumed && system)
+            fprintf(stderr, "tq chat: --system ignored: the session's conversation goes on\n");
+    }
+    if (c.smp == NULL || c.logits == NULL || c.held == NULL || resumed < 0 ||
+        (system && !resumed && chat_add(&c, "system", system, strlen(system)))) {
         fprintf(stderr, "tq chat: out of memory\n");
         goto done;
     }
