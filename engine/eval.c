@@ -21,7 +21,7 @@ int32_t *eval_tokenize(const model *m, const char *text, size_t len, size_t *n_o
     int32_t *ids = NULL;
     if (vocab_build(model_file(m), &gv, err, sizeof err) != VOCAB_OK) return NULL;
     if (tokenizer_create(&gv.v, &tok) == TOKENIZER_OK) {
-        *bos = tokenizer_bos_id(tok);
+        *bos = tokenizer_add_bos(tok) ? tokenizer_bos_id(tok) : -1; /* as llama-perplexity */
         const size_t cap = tokenizer_encode_bound(tok, len);
         ids = cap > 0 ? malloc(cap * sizeof *ids) : NULL;
         if (ids != NULL &&

@@ -47,8 +47,9 @@ typedef struct eval_piece {
 } eval_piece;
 
 /* Tokens of text[0..len) as llama-perplexity reads a file (doc/gemma3.md §8): one trailing '\n'
- * removed, tokenized once with BOS (the model's own vocabulary). Returns a malloc'd array of
- * *n_out tokens, or NULL (no usable vocabulary, out of memory); *bos: the BOS id, or -1. */
+ * removed, tokenized once with BOS where the vocabulary adds it (the model's own). Returns a malloc'd array of
+ * *n_out tokens, or NULL (no usable vocabulary, out of memory); *bos: the BOS id each window
+ * starts with (llama-perplexity: only when the vocabulary adds BOS), or -1. */
 int32_t *eval_tokenize(const model *m, const char *text, size_t len, size_t *n_out, int32_t *bos);
 /* Sets a scheme's prefill_raw for the view: 1 for EVAL_PROMPT, else 0 unless keep_prefill_raw
  * (the scheme's text named prefill_raw itself; never kept for EVAL_AS_DECODE). */

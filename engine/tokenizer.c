@@ -188,6 +188,8 @@ int32_t tokenizer_n_vocab(const tokenizer *tok) { return tok ? tok->n_vocab : 0;
 int32_t tokenizer_bos_id(const tokenizer *tok) { return tok ? tok->bos_id : -1; }
 int32_t tokenizer_eos_id(const tokenizer *tok) { return tok ? tok->eos_id : -1; }
 
+int tokenizer_add_bos(const tokenizer *tok) { return tok != NULL && tok->add_bos; }
+
 int tokenizer_token_type_of(const tokenizer *tok, int32_t id) {
     if (!tok || id < 0 || id >= tok->n_vocab) return -1;
     return tok->types[id];

@@ -159,6 +159,9 @@ void tokenizer_free(tokenizer *tok);
 int32_t tokenizer_n_vocab(const tokenizer *tok);
 int32_t tokenizer_bos_id(const tokenizer *tok); /* -1 if none */
 int32_t tokenizer_eos_id(const tokenizer *tok); /* -1 if none */
+/* 1 if encoding with TOKENIZER_ENCODE_ADD_SPECIAL puts BOS first (tokenizer.ggml.add_bos_token:
+ * Gemma 3 yes, SmolLM2 no), else 0; 0 for NULL. */
+int tokenizer_add_bos(const tokenizer *tok);
 /* Type of a token, or -1 if id is out of range. */
 int tokenizer_token_type_of(const tokenizer *tok, int32_t id);
 /* Id of the token whose text is exactly text[0..len), or -1. Thread-safe. */

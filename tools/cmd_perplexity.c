@@ -119,7 +119,7 @@ int cmd_perplexity(int argc, char **argv) {
     const int n_pieces = eval_plan(ctx, view, NULL, 0);
     plan = malloc((size_t)n_pieces * sizeof *plan);
     if (plan == NULL || eval_plan(ctx, view, plan, n_pieces) != n_pieces) goto nomem;
-    const int32_t bos = tokenizer_bos_id(s.tok);
+    const int32_t bos = tokenizer_add_bos(s.tok) ? tokenizer_bos_id(s.tok) : -1; /* as llama-perplexity */
     batch = malloc((size_t)ctx * sizeof *batch);
     logits = malloc((size_t)EVAL_PIECE * (size_t)nv * sizeof *logits);
     ref = malloc((size_t)EVAL_PIECE * (size_t)nv * sizeof *ref);
