@@ -272,6 +272,32 @@ static void test_perplexity(void) {
             return;
         }
         printf("  fed the %zu token ids stored in %s (llama.cpp's tokenizer)\n", n_tok, path);
+        /* And our tokenizer gives those ids: the whole text tokenized as llama-perplexity does. */
+        const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
+        FILE *probe = fopen(text, "rb");
+        if (probe == NULL) {
+            printf("skip tokenizer vs the stored ids: WikiText-2 not found at %s (set TQ_WIKITEXT)\n", text);
+        } else {
+            fclose(probe);
+            size_t n_ours = 0;
+            int32_t *ours = tokenize_text(text, &n_ours);
+            CHECK_MSG(ours != NULL, "cannot tokenize %s", text);
+            if (ours != NULL) {
+                CHECK_MSG((double)n_ours == jl_num(jl_get(root, "n_tokens_file"), -1), "%zu tokens, llama.cpp %.0f",
+                          n_ours, jl_num(jl_get(root, "n_tokens_file"), -1));
+                size_t diff = n_ours < n_tok ? 0 : n_tok;
+                for (size_t i = 0; i < n_tok && i < n_ours; i++)
+                    if (ours[i] != toks[i]) {
+                        diff = i;
+                        break;
+                    }
+                CHECK_MSG(n_ours >= n_tok && diff == n_tok, "our ids differ from llama.cpp's at %zu of %zu", diff,
+                          n_tok);
+                printf("  our tokenizer: %zu ids for the text (llama.cpp %.0f), the stored %zu equal\n", n_ours,
+                       jl_num(jl_get(root, "n_tokens_file"), -1), n_tok);
+                free(ours);
+            }
+        }
     } else {
         const char *text = getenv("TQ_WIKITEXT") ? getenv("TQ_WIKITEXT") : "../shared/data/wikitext-2-raw-test.txt";
         FILE *probe = fopen(text, "rb");
