@@ -361,11 +361,11 @@ write(d + '/model.gguf', 'wordpiece', 'gpt-2')
 PY
 then
   check "tokenize help" 0 "$tq" tokenize --help
-  check "tokenize without -m" 2 "$tq" tokenize -p hi
+  TQ_MODEL=/nonexistent/m.gguf check "tokenize without -m: \$TQ_MODEL" 1 "$tq" tokenize -p hi
   check "tokenize without text" 2 "$tq" tokenize -m "$tokdir/bpe.gguf"
   check "tokenize -p and -f" 2 "$tq" tokenize -m "$tokdir/bpe.gguf" -p hi -f x
   check "tokenize missing model" 1 "$tq" tokenize -m "$tokdir/none.gguf" -p ab
-  has "tokenize missing model: message" "cannot read"
+  has "tokenize missing model: message" "cannot open model"
   check "tokenize non-GGUF" 1 "$tq" tokenize -m "$0" -p ab
   has "tokenize non-GGUF: message" "GGUF_ERR_BAD_MAGIC"
   check "tokenize unknown pre" 1 "$tq" tokenize -m "$tokdir/pre.gguf" -p ab
@@ -374,6 +374,12 @@ then
   has "tokenize unknown model: names it" "tokenizer.ggml.model 'wordpiece' is not supported"
   check "tokenize missing -f file" 1 "$tq" tokenize -m "$tokdir/bpe.gguf" -f "$tokdir/none.txt"
   check "tokenize ids" 0 "$tq" tokenize -m "$tokdir/bpe.gguf" -p "ab ab<|end|>" --ids
+  if [ -r models/smollm2-135m-instruct-q4_1.gguf ]; then
+    check "tokenize -m smollm2-135m (a name)" 0 "$tq" tokenize -m smollm2-135m -p "Hello world" --ids
+    has "tokenize by name: llama.cpp's ids" "[19556, 905]"
+  else
+    echo "skip tokenize by model name: no models/smollm2-135m-instruct-q4_1.gguf"
+  fi
   has "tokenize ids: merged, control text matched" "[2, 4, 5]"
   check "tokenize no-parse-special" 0 "$tq" tokenize -m "$tokdir/bpe.gguf" -p "ab<|end|>" --ids --no-parse-special
   has "tokenize no-parse-special: no control token" "[2]"

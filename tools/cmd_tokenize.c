@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "common.h"
 #include "gguf.h"
+#include "model_session.h"
 #include "options.h"
 #include "tokenizer.h"
 #include "vocab.h"
@@ -92,10 +93,11 @@ static int print_tokens(const tokenizer *tok, const int32_t *ids, size_t n, int 
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *file = NULL;
+    const char *model_arg = NULL, *prompt = NULL, *file = NULL;
     int ids_only = 0, no_bos = 0, no_parse_special = 0, from_stdin = 0, show_count = 0;
     const tool_opt opts[] = {
-        {OPT_STRING("-m", "PATH", &model, "GGUF file: a model or a vocabulary-only file (required)"), .required = 1},
+        {OPT_STRING("-m", "PATH|NAME", &model_arg,
+                    "GGUF file (a model or a vocabulary-only file) or a model name (default: as the other commands)")},
         {OPT_STRING("-p", "TEXT", &prompt, "the text to tokenize")},
         {OPT_STRING("-f", "FILE", &file, "tokenize the contents of FILE")},
         {OPT_FLAG("--stdin", &from_stdin, "tokenize standard input")},
@@ -107,7 +109,7 @@ int cmd_tokenize(int argc, char **argv) {
     };
     const tool_cmd cmd = {
         .name = "tokenize",
-        .synopsis = "usage: tq tokenize -m PATH (-p TEXT | -f FILE | --stdin) [--ids] [--no-bos]\n"
+        .synopsis = "usage: tq tokenize [-m PATH|NAME] (-p TEXT | -f FILE | --stdin) [--ids] [--no-bos]\n"
                     "                   [--no-parse-special] [--show-count]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts),
         .epilogue = "\nAs llama.cpp's llama-tokenize: one line per token, \"ID -> 'PIECE'\", or the ids\n"
@@ -125,7 +127,12 @@ int cmd_tokenize(int argc, char **argv) {
     } else if (from_stdin) {
         if (read_stdin(&text, &len) != 0) return 1;
     }
-    tokenizer *tok = open_vocab(model);
+    char model_path[1024];
+    if (session_find_model("tokenize", model_arg, model_path, sizeof model_path) != 0) {
+        free(text);
+        return 1;
+    }
+    tokenizer *tok = open_vocab(model_path);
     if (tok == NULL) {
         free(text);
         return 1;

@@ -65,14 +65,14 @@ const char *session_model_file(const char *name) {
 
 /* file (relative to the repository: models/...) relative to the current directory, else
  * relative to the directory of the tq executable's parent (build/tq -> models/). 0 when found,
- * with s->model_path set; else 1 with s->model_path the last path tried ("" if none). */
-static int locate(session *s, const char *file) {
+ * with path set; else 1 with path the last path tried ("" if none). */
+static int locate(char *path, size_t cap, const char *file) {
     const char *why;
     if (readable(file, &why)) {
-        snprintf(s->model_path, sizeof s->model_path, "%s", file);
+        snprintf(path, cap, "%s", file);
         return 0;
     }
-    s->model_path[0] = 0;
+    path[0] = 0;
     char exe[800];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -80,39 +80,41 @@ static int locate(session *s, const char *file) {
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
-            snprintf(s->model_path, sizeof s->model_path, "%s/../%s", exe, file);
-            if (readable(s->model_path, &why)) return 0;
+            snprintf(path, cap, "%s/../%s", exe, file);
+            if (readable(path, &why)) return 0;
         }
     }
     return 1;
 }
 
-/* -m, else $TQ_MODEL, else the default model: a path to a file, else a model name (a path
- * that names a file wins over a name), each name located as locate() says. */
-static int find_model(session *s, const session_opts *o) {
+int session_find_model(const char *cmd, const char *flag, char *path, size_t cap) {
     const char *env = getenv("TQ_MODEL");
-    const char *given = o->model_path ? o->model_path : (env && *env ? env : NULL);
-    const char *from = o->model_path ? "" : " (from $TQ_MODEL)";
+    const char *given = flag ? flag : (env && *env ? env : NULL);
+    const char *from = flag ? "" : " (from $TQ_MODEL)";
     const char *why;
     if (given && readable(given, &why)) {
-        snprintf(s->model_path, sizeof s->model_path, "%s", given);
+        snprintf(path, cap, "%s", given);
         return 0;
     }
     const char *name = given ? given : known_models[0].name;
     const char *file = session_model_file(name);
     if (file == NULL) { /* a path (with a '/') is only a path; a bare word may be a name */
-        fprintf(stderr, "tq %s: cannot open model '%s'%s: %s%s%s%s\n", s->cmd, given, from, why,
+        fprintf(stderr, "tq %s: cannot open model '%s'%s: %s%s%s%s\n", cmd, given, from, why,
                 strchr(given, '/') ? "" : "; nor is it a model name (", strchr(given, '/') ? "" : session_model_names(),
                 strchr(given, '/') ? "" : ")");
         return 1;
     }
-    if (locate(s, file) == 0) return 0;
+    if (locate(path, cap, file) == 0) return 0;
     fprintf(stderr,
             "tq %s: no model%s: %s is not installed (tried ./%s%s%s); scripts/get-model.sh fetches it%s\n",
-            s->cmd, from, name, file, s->model_path[0] ? " and " : "", s->model_path,
+            cmd, from, name, file, path[0] ? " and " : "", path,
             given ? "" : ", or give -m PATH|NAME or set $TQ_MODEL");
-    s->model_path[0] = 0;
+    path[0] = 0;
     return 1;
+}
+
+static int find_model(session *s, const session_opts *o) {
+    return session_find_model(s->cmd, o->model_path, s->model_path, sizeof s->model_path);
 }
 
 static int kv_scheme_error(const session *s, const session_scheme *scheme, const char *msg) {

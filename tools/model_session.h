@@ -37,6 +37,10 @@
 const char *session_model_names(void);
 /* The file (models/...) of a model name, or NULL when name is not one. */
 const char *session_model_file(const char *name);
+/* The model file the command uses: flag (-m), else $TQ_MODEL, else the default model; a path to
+ * a readable file, else a model name located under ./models or the tq binary's ../models. 0 with
+ * path (cap bytes) set, or 1 after printing why ("tq CMD: ..."). */
+int session_find_model(const char *cmd, const char *flag, char *path, size_t cap);
 
 /* One KV scheme as the user named it. */
 typedef struct session_scheme {
