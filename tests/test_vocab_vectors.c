@@ -7,7 +7,7 @@
  *                     fast and the reference encoder; SentencePiece and BPE files alike.
  *   test_wikitext     every BPE vocabulary (the vector files, and the SmolLM2 model's when
  *                     present): WikiText-2 test (TQ_WIKITEXT, default
- *                     /work/shared/data/wikitext-2-raw-test.txt) encodes and decodes back to
+ *                     ../shared/data/wikitext-2-raw-test.txt) encodes and decodes back to
  *                     the same bytes; the fast and the reference encoder agree on its first
  *                     lines; the time of the full encode is printed.
  *   test_random       every BPE vocabulary: random bytes (invalid UTF-8 included), random
@@ -190,7 +190,7 @@ static int round_trip(tokenizer *tok, const char *text, size_t len, double *secs
 
 static const char *wikitext_path(void) {
     const char *path = getenv("TQ_WIKITEXT");
-    return path && *path ? path : "/work/shared/data/wikitext-2-raw-test.txt";
+    return path && *path ? path : "../shared/data/wikitext-2-raw-test.txt";
 }
 
 static void test_wikitext(void) {

@@ -419,14 +419,6 @@ static int pick_family(const session *s, const char *name, chat_family *out) {
     return 1;
 }
 
-/* 1 when the vocabulary adds BOS: encoding the empty text with add-special gives it. */
-static int vocab_adds_bos(tokenizer *tok) {
-    int32_t ids[4];
-    size_t n = 0;
-    int st = tokenizer_encode(tok, "", 0, TOKENIZER_ENCODE_ADD_SPECIAL, ids, 4, &n);
-    return st == TOKENIZER_OK && n > 0 && ids[0] == tokenizer_bos_id(tok);
-}
-
 int cmd_chat(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "chat", 4096, SESSION_KV_ONE);
@@ -474,7 +466,7 @@ int cmd_chat(int argc, char **argv) {
     if ((rc = session_seq_open(&s, &o.schemes[0], CHAT_MAX_BATCH, &q)) != 0) goto done;
     const char *eot = chat_template_end_of_turn(c.family);
     c.eot_id = eot ? tokenizer_find_token(s.tok, eot, strlen(eot)) : -1;
-    c.add_bos = vocab_adds_bos(s.tok);
+    c.add_bos = tokenizer_add_bos(s.tok);
     const sampler_params sp = sampling_params(&so);
     c.smp = sampler_create(&sp, s.cfg.n_vocab);
     c.logits = malloc((size_t)s.cfg.n_vocab * sizeof *c.logits);
