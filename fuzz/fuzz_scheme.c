@@ -42,7 +42,9 @@ static int side_ok(tq_kv_format f, float bits) {
     switch (f) {
     case TQ_KV_F16:
     case TQ_KV_Q8_0:
-    case TQ_KV_Q4_0: return bits == 0.0f;
+    case TQ_KV_Q4_0:
+    case TQ_KV_Q8_0R:
+    case TQ_KV_Q4_0R: return bits == 0.0f;
     case TQ_KV_TURBO: return bits >= 1.0f && bits <= 8.0f;
     }
     return 0;

@@ -5,7 +5,9 @@
  * head is prepared (rotated) once, and every compressed key is scored in the rotated basis.
  * Values accumulate in their codec's rotated basis too, and one inverse rotation per query
  * head ends the call. The raw fp16 part is attended exactly, in the original basis, into a
- * second accumulator that the same online softmax rescales.
+ * second accumulator that the same online softmax rescales. The rotated block formats
+ * (q8_0r / q4_0r) work the same way with their Walsh–Hadamard rotation: queries rotated once,
+ * values summed in the rotated basis and rotated back once per query head.
  *
  * Work is cut into tasks (KV head, block of up to QB query positions, key split). A task walks
  * its key range in blocks of at most KB keys (KB_FUSED for fused TURBO decode) that never
@@ -443,6 +445,8 @@ static void merge_fn(void *ctxp, size_t task, int thread) {
             tq_codec_accum_finish(l->v.codec, nat, (size_t)pl->vt, vout, (size_t)pl->dv);
         } else if (l->v.format == TQ_KV_TURBO)
             tq_codec_accum_finish(l->v.codec, p0 + 2, (size_t)pl->va, vout, (size_t)pl->dv);
+        else if (l->v.rot) /* q8_0r / q4_0r: summed in the rotated basis */
+            tq_rotation_inverse(l->v.rot, p0 + 2, vout, 1);
         else
             memcpy(vout, p0 + 2, sizeof(float) * (size_t)pl->dv);
         float inv = 1.0f / L;
@@ -492,7 +496,8 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
     w += (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats;
     x.scratch = w;
     atomic_init(&x.corrupt, 0);
-    /* Prepare every query head once: rotated (and sketched) for TURBO keys. */
+    /* Prepare every query head once: rotated (and sketched) for TURBO keys, rotated for
+     * q8_0r / q4_0r keys (⟨q, k⟩ = ⟨R q, R k⟩). */
     size_t nrow = n_queries * (size_t)pl->nqh;
     for (size_t r = 0; r < nrow; r++) {
         const float *qr = q + r * (size_t)pl->dk;
@@ -510,6 +515,7 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
                 if (!isfinite(qr[j])) return TQ_ERR_NONFINITE;
                 pr[j] = qr[j];
             }
+            if (l->k.rot) tq_rotation_forward(l->k.rot, pr, pr, 1); /* q8_0r / q4_0r keys */
         }
         x.qmu[r] = tq_key_transform_offset_row(l->kt, h, qr); /* ⟨q, mean⟩, added to scores */
     }

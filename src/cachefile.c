@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 4; versions 1 to 3 still load): the layout
+ * Cache files (doc/cachefile.md, format version 5; versions 1 to 4 still load): the layout
  * shared by the writer (cachefile_write.c) and the reader (cachefile_read.c) — CRC32C, the
  * sections' sizes, layer scheme records — and the reading of one layer section: its checks
  * (every value an encoder writes) and the restore of the layer through the cache's narrow call
@@ -92,7 +92,9 @@ void tq_cf_put_layer_scheme(uint8_t *p, const tq_kv_layer_scheme *l) {
 /* A layer scheme record; 0 when a field holds a value no writer produces. */
 int tq_cf_get_layer_scheme(const uint8_t *p, uint32_t version, tq_kv_layer_scheme *l) {
     memset(l, 0, sizeof *l);
-    if (p[0] > TQ_KV_TURBO || p[1] > TQ_KV_TURBO || p[2] > TQ_VARIANT_PROD || p[3] > 1 ||
+    /* v5 added the rotated formats q8_0r / q4_0r (codes 4, 5). */
+    unsigned fmax = version >= 5 ? TQ_KV_Q4_0R : TQ_KV_TURBO;
+    if (p[0] > fmax || p[1] > fmax || p[2] > TQ_VARIANT_PROD || p[3] > 1 ||
         p[4] > 1 || p[5] > (version >= 2) || p[6] > (version >= 3) || p[7])
         return 0;
     l->key_format = (tq_kv_format)p[0];
@@ -147,6 +149,8 @@ static int record_ok(const tq_kv_tensor *x, const uint8_t *r) {
     case TQ_KV_TURBO: /* the codec's one rule (kernels/record.h) */
         return tq_record_norm_ok(tq_record_load_norm(x, r + x->norm_off)) &&
                (!x->prod || tq_record_gamma_ok(tq_record_load_norm(x, r + x->gamma_off)));
+    case TQ_KV_Q8_0R: /* never a record's format (the records of q8_0r / q4_0r are Q8_0 / Q4_0) */
+    case TQ_KV_Q4_0R: return 0;
     }
     return 0;
 }

@@ -3,7 +3,10 @@
  * layer, and the bytes per token. The layout of a record is its owner's: the codec describes a
  * TurboQuant record (tq_codec_describe), the block formats f16 / q8_0 / q4_0
  * (kernels/blockq.h); the cache keeps that description (tq_kv_tensor) and encodes and decodes
- * through them.
+ * through them. The rotated formats q8_0r / q4_0r are a q8_0 / q4_0 record of R·v, R the
+ * seeded randomized Walsh–Hadamard rotation of rotation.c (block Hadamard at a dim that is not
+ * a power of two): the description is the block format's with the rotation beside it
+ * (tq_record.rot), which this file creates and frees (doc/kvcache.md §2).
  */
 #include <math.h>
 #include <string.h>
@@ -32,6 +35,15 @@ int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk) {
     return cc.split == TQ_SPLIT_BLOCK;
 }
 
+/* The block format that stores a rotated format's records; f itself for the others. */
+static tq_kv_format block_format(tq_kv_format f) {
+    return f == TQ_KV_Q8_0R ? TQ_KV_Q8_0 : f == TQ_KV_Q4_0R ? TQ_KV_Q4_0 : f;
+}
+
+/* The seed of a rotated tensor's rotation: the scheme's seed, apart for keys and values. */
+#define ROT_SEED_KEY 0x526F744Bull   /* "RotK" */
+#define ROT_SEED_VALUE 0x526F7456ull /* "RotV" */
+
 static tq_status tensor_bytes(tq_kv_format f, int dim, float bits, tq_variant variant, int norm,
                               int split, size_t *bytes) {
     if (dim < TQ_MIN_DIM || dim > TQ_MAX_DIM) return TQ_ERR_DIM;
@@ -41,7 +53,7 @@ static tq_status tensor_bytes(tq_kv_format f, int dim, float bits, tq_variant va
         return tq_codec_config_bytes(&cc, bytes);
     }
     tq_record x;
-    tq_status st = tq_record_plain(&x, f, dim);
+    tq_status st = tq_record_plain(&x, block_format(f), dim);
     *bytes = x.rec_bytes;
     return st;
 }
@@ -58,11 +70,19 @@ tq_status tq_kv_layer_scheme_bytes(const tq_kv_layer_scheme *l, int dk, int dv, 
                         0, vb);
 }
 
-/* Sets up a tensor: its record description from the codec (TURBO) or the block formats. */
+/* Sets up a tensor: its record description from the codec (TURBO) or the block formats, with
+ * the rotation of a rotated format. */
 tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
                             tq_variant variant, int norm, uint64_t seed, int is_key, int split) {
     memset(x, 0, sizeof *x);
-    if (f != TQ_KV_TURBO) return tq_record_plain(x, f, dim);
+    if (f != TQ_KV_TURBO) {
+        tq_status st = tq_record_plain(x, block_format(f), dim);
+        if (st || block_format(f) == f) return st;
+        st = tq_rotation_create(&x->rot, dim, seed ^ (is_key ? ROT_SEED_KEY : ROT_SEED_VALUE),
+                                TQ_ROTATION_AUTO);
+        if (st) memset(x, 0, sizeof *x);
+        return st;
+    }
     size_t bytes;
     tq_status st = tensor_bytes(f, dim, bits, variant, norm, split, &bytes);
     if (st) return st;
@@ -76,9 +96,22 @@ tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits
     return st;
 }
 
+void tq_kv_tensor_free(tq_kv_tensor *x) {
+    tq_codec_free(x->codec);
+    tq_rotation_free(x->rot);
+    x->codec = NULL;
+    x->rot = NULL;
+}
+
 tq_status tq_kv_tensor_encode(const tq_kv_tensor *x, const float *v, uint8_t *rec) {
     if (x->format == TQ_KV_TURBO) return tq_codec_encode(x->codec, v, 1, rec, x->rec_bytes);
-    tq_blockq_encode(x, v, rec);
+    if (x->rot) {
+        float r[TQ_MAX_DIM];
+        tq_rotation_forward(x->rot, v, r, 1);
+        tq_blockq_encode(x, r, rec);
+    } else {
+        tq_blockq_encode(x, v, rec);
+    }
     return TQ_OK;
 }
 
@@ -86,5 +119,6 @@ tq_status tq_kv_tensor_encode(const tq_kv_tensor *x, const float *v, uint8_t *re
 tq_status tq_kv_tensor_decode(const tq_kv_tensor *x, const uint8_t *rec, float *out) {
     if (x->format == TQ_KV_TURBO) return tq_codec_decode(x->codec, rec, 1, out, (size_t)x->dim);
     tq_blockq_decode(x, rec, out);
+    if (x->rot) tq_rotation_inverse(x->rot, out, out, 1);
     return TQ_OK;
 }

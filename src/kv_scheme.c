@@ -12,10 +12,11 @@
 static const char scheme_help[] =
     "valid KV cache schemes:\n"
     "  f16 | q8_0 | q4_0            same format for keys and values\n"
+    "  q8_0r | q4_0r                q8_0 / q4_0 after a seeded Hadamard rotation (llama.cpp's)\n"
     "  turboB                       B-bit TurboQuant keys and values, B in [1, 8], fractional ok"
     " (turbo3, turbo3.5)\n"
-    "  turboKvV | kKvV              K-bit keys, V-bit values; 0 or f16/q8_0/q4_0 for a plain"
-    " format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4)\n"
+    "  turboKvV | kKvV              K-bit keys, V-bit values; 0 or f16/q8_0/q4_0/q8_0r/q4_0r for"
+    " a plain format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4, kq8_0rvq4_0r)\n"
     "  k=K:v=V                      explicit form\n"
     "options, appended as :name=value\n"
     "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1 window=N batch=N\n"
@@ -141,15 +142,29 @@ static int parse_number(const char *p, size_t n, const char *field, int fraction
     return 1;
 }
 
+/* The names of the plain formats (every format but TQ_KV_TURBO), indexed by tq_kv_format. */
+static const char *const plain_names[] = {
+    [TQ_KV_F16] = "f16",     [TQ_KV_Q8_0] = "q8_0",   [TQ_KV_Q4_0] = "q4_0",
+    [TQ_KV_Q8_0R] = "q8_0r", [TQ_KV_Q4_0R] = "q4_0r",
+};
+#define N_FORMATS ((int)(sizeof plain_names / sizeof plain_names[0]))
+
+/* 1 and *fmt if p[0, n) names a plain format. */
+static int plain_format(const char *p, size_t n, tq_kv_format *fmt) {
+    for (int f = 0; f < N_FORMATS; f++)
+        if (plain_names[f] && strlen(plain_names[f]) == n && !memcmp(p, plain_names[f], n))
+            return *fmt = (tq_kv_format)f, 1;
+    return 0;
+}
+
 /* One side of a form: a bit width (0 = f16; else 1 to 8, fractional ok) or a plain format
  * name. Returns 0 on failure, with a message naming `field` in why. */
 static int parse_side(const char *p, size_t n, const char *field, tq_kv_format *fmt, float *bits,
                       char *why, size_t why_cap) {
-    if (n == 3 && !memcmp(p, "f16", 3)) return *fmt = TQ_KV_F16, *bits = 0, 1;
-    if (n == 4 && !memcmp(p, "q8_0", 4)) return *fmt = TQ_KV_Q8_0, *bits = 0, 1;
-    if (n == 4 && !memcmp(p, "q4_0", 4)) return *fmt = TQ_KV_Q4_0, *bits = 0, 1;
+    if (plain_format(p, n, fmt)) return *bits = 0, 1;
     if (n > 0 && ((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= 'A' && p[0] <= 'Z'))) {
-        snprintf(why, why_cap, "%s: expected a bit width, f16, q8_0 or q4_0 in", field);
+        snprintf(why, why_cap, "%s: expected a bit width, f16, q8_0, q4_0, q8_0r or q4_0r in",
+                 field);
         return 0;
     }
     unsigned long long u;
@@ -172,9 +187,7 @@ static int parse_base(const char *p, size_t n, int edge, tq_kv_layer_scheme *l, 
                       size_t why_cap) {
     tq_kv_format kf, vf;
     float kb, vb;
-    if ((n == 3 && !memcmp(p, "f16", 3)) || (n == 4 && !memcmp(p, "q8_0", 4)) ||
-        (n == 4 && !memcmp(p, "q4_0", 4))) {
-        parse_side(p, n, "", &kf, &kb, why, why_cap);
+    if (plain_format(p, n, &kf)) {
         layer_scheme_set(l, kf, 0, kf, 0);
         return 1;
     }
@@ -345,17 +358,13 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
 }
 
 static int format_side(char *buf, size_t cap, tq_kv_format f, float bits) {
-    switch (f) {
-    case TQ_KV_F16: return snprintf(buf, cap, "f16");
-    case TQ_KV_Q8_0: return snprintf(buf, cap, "q8_0");
-    case TQ_KV_Q4_0: return snprintf(buf, cap, "q4_0");
-    case TQ_KV_TURBO: return snprintf(buf, cap, "%.9g", (double)bits);
-    }
+    if (f == TQ_KV_TURBO) return snprintf(buf, cap, "%.9g", (double)bits);
+    if ((unsigned)f < (unsigned)N_FORMATS && plain_names[f]) return snprintf(buf, cap, "%s", plain_names[f]);
     return -1;
 }
 
 int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l) {
-    if ((unsigned)l->key_format > TQ_KV_TURBO || (unsigned)l->value_format > TQ_KV_TURBO) return 0;
+    if ((unsigned)l->key_format > TQ_KV_Q4_0R || (unsigned)l->value_format > TQ_KV_Q4_0R) return 0;
     if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD) return 0;
     return 1;
 }

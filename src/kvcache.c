@@ -48,8 +48,8 @@ tq_status tq_kv_cache_config_in(tq_kv_cache_config *dst, const tq_kv_cache_confi
 }
 
 static void layer_free(tq_kv_layer *l) {
-    tq_codec_free(l->k.codec);
-    tq_codec_free(l->v.codec);
+    tq_kv_tensor_free(&l->k);
+    tq_kv_tensor_free(&l->v);
     /* Pages a fork shares lose a reference; the last holder frees them. */
     for (size_t i = 0; i < l->n_cpages; i++) tq_kv_page_drop(l->cpages[i]);
     for (size_t i = 0; i < l->n_rpages; i++) tq_kv_page_drop(l->rpages[i]);

@@ -30,8 +30,8 @@
 #define TQ_KV_KEY_SCALE_TOKENS ((size_t)512)
 
 /* One of K or V of a layer, in its compressed format: the description of its records, as the
- * codec (TURBO) or the block formats (f16, q8_0, q4_0) give it (kernels/record.h); its codec is
- * the layer's to free. */
+ * codec (TURBO) or the block formats (f16, q8_0, q4_0; q8_0r / q4_0r with their rotation) give
+ * it (kernels/record.h); its codec or rotation is the layer's to free (tq_kv_tensor_free). */
 typedef tq_record tq_kv_tensor;
 
 typedef struct tq_kv_layer {
@@ -111,9 +111,13 @@ int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l);
 /* Sets up tensor x for format f at dim and bits (TURBO: its codec from variant, norm, seed and,
  * for keys with a key split, split; is_key: rows in the scoring basis of prepared queries),
  * with the record description its codec (tq_codec_describe) or block format (tq_record_plain)
- * gives. Errors: those of the sizes and the codec. x->codec is the caller's to free. */
+ * gives (q8_0r / q4_0r: the block format's, with the rotation seeded from seed, apart for keys
+ * and values). Errors: those of the sizes, the codec and the rotation. Free with
+ * tq_kv_tensor_free. */
 tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
                             tq_variant variant, int norm, uint64_t seed, int is_key, int split);
+/* Frees what tq_kv_tensor_init made for x (its codec, its rotation); x stays a description. */
+void tq_kv_tensor_free(tq_kv_tensor *x);
 /* One record (x->rec_bytes at rec) of the x->dim floats v (F16 in native byte order). */
 tq_status tq_kv_tensor_encode(const tq_kv_tensor *x, const float *v, uint8_t *rec);
 /* One record → x->dim floats in the original basis (the reference path: no shortcut). */

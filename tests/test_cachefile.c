@@ -14,11 +14,14 @@
  * Issue 15: the layer windows persist (version 4): save → load keeps them and the windowed
  * recycling goes on; tq_kv_cache_convert keeps them; _expect compares them.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v4.bin (when the format version moves, or
- * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin and
- * cache_v3.bin, written by versions 1 (before the key scale), 2 (before the key split) and 3
- * (before the layer windows), and cache_v3_mean8.bin (before the key mean came from 512
- * tokens) must still load.
+ * Issue 17: the rotated formats q8_0r / q4_0r (version 5) save and load; a version 4 file
+ * with their format codes is TQ_ERR_FORMAT.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v5.bin (when the format version moves, or
+ * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
+ * cache_v3.bin and cache_v4.bin, written by versions 1 (before the key scale), 2 (before the
+ * key split), 3 (before the layer windows) and 4 (before q8_0r / q4_0r), and
+ * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -39,7 +42,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v4.bin"
+#define GOLDEN "tests/golden/cache_v5.bin"
+#define GOLDEN_V4 "tests/golden/cache_v4.bin"
 #define GOLDEN_V3 "tests/golden/cache_v3.bin"
 #define GOLDEN_V2 "tests/golden/cache_v2.bin"
 #define GOLDEN_V1 "tests/golden/cache_v1.bin"
@@ -580,6 +584,19 @@ static void test_golden(void) {
     /* Files of earlier versions load as the caches they were written from (v3: no layer
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
+    check_old_version(GOLDEN_V4, c, -1);
+    {
+        /* Version 4 knows no q8_0r / q4_0r: their codes there are a file no writer made. */
+        uint8_t *g4 = read_file(GOLDEN_V4, &gn);
+        tq_kv_cache *x = NULL;
+        CHECK(g4 && gn > 80);
+        for (int code = TQ_KV_Q8_0R; g4 && code <= TQ_KV_Q4_0R; code++) {
+            g4[64 + 8] = (uint8_t)code; /* the scheme's layer record: key format */
+            fix_crcs(g4, gn);
+            CHECK_MSG(tq_kv_cache_load_memory(g4, gn, &x) == TQ_ERR_FORMAT && !x, "code %d", code);
+        }
+        free(g4);
+    }
     tq_kv_cache *w3 = golden_cache_v3();
     check_old_version(GOLDEN_V3, w3, -1);
     tq_kv_cache_free(w3);
@@ -1210,8 +1227,8 @@ static void test_load_file_equals_memory(void) {
         tq_kv_cache_free(y);
     }
     CHECK_MSG(bad == 0, "%d of %d cases differ", bad, cases);
-    const char *golden[] = {GOLDEN, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
-    for (size_t g = 0; g < 5; g++) {
+    const char *golden[] = {GOLDEN, GOLDEN_V4, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
+    for (size_t g = 0; g < 6; g++) {
         tq_kv_cache *x = NULL;
         CHECK_MSG(tq_kv_cache_load(golden[g], &x) == TQ_OK && x, "%s", golden[g]);
         tq_kv_cache_free(x);
@@ -1311,7 +1328,7 @@ static void test_negative_zero_fields(void) {
  * versions the loader takes are 1 … TQ_KV_CACHE_FILE_VERSION. */
 static void test_version_macro(void) {
     const char *path = scratch("version.tqkv");
-    tq_kv_cache *c = golden_cache();
+    tq_kv_cache *c = build("k=q4_0r:v=q8_0r:window=4:batch=8", 2, 2, 16, 20, NULL);
     CHECK(tq_kv_cache_save(c, path) == TQ_OK);
     size_t n = 0;
     uint8_t *f = read_file(path, &n);
@@ -1327,7 +1344,7 @@ static void test_version_macro(void) {
             tq_status st = tq_kv_cache_load_memory(f, n, &b);
             tq_kv_cache_free(b);
             b = NULL;
-            /* Older versions are read, but this cache uses a key split (version 3) and its
+            /* Older versions are read, but this cache uses q4_0r / q8_0r (version 5) and its
              * scheme section holds the layer windows (version 4). */
             tq_status want = v == 0 || v > TQ_KV_CACHE_FILE_VERSION ? TQ_ERR_VERSION
                              : v == TQ_KV_CACHE_FILE_VERSION        ? TQ_OK

@@ -22,7 +22,10 @@ typedef enum tq_kv_format {
     TQ_KV_F16 = 0,   /* IEEE half per element: 2·dim bytes */
     TQ_KV_Q8_0 = 1,  /* blocks of 32: fp16 scale + 32 int8; dim % 16 == 0 */
     TQ_KV_Q4_0 = 2,  /* blocks of 32: fp16 scale + 16 bytes of 4-bit values; dim % 16 == 0 */
-    TQ_KV_TURBO = 3  /* a TurboQuant codec record (tq_codec_bytes_per_vector) */
+    TQ_KV_TURBO = 3, /* a TurboQuant codec record (tq_codec_bytes_per_vector) */
+    TQ_KV_Q8_0R = 4, /* q8_0 of the vector after a seeded Walsh–Hadamard rotation (as llama.cpp
+                        rotates K and V before q8_0); same bytes as Q8_0 */
+    TQ_KV_Q4_0R = 5  /* q4_0 after the rotation; same bytes as Q4_0 */
 } tq_kv_format;
 
 /* The storage of one layer. No size of its own: versioned by the struct that holds it. */
@@ -51,7 +54,8 @@ typedef struct tq_kv_scheme {
     int prefill_raw;           /* 1 (default): multi-token appends stay raw until the first
                                   single-token append or tq_kv_cache_compress; 0: compress on
                                   every append (same final state) */
-    uint64_t seed;             /* seed of every TURBO codec; default as tq_codec_config_init */
+    uint64_t seed;             /* seed of every TURBO codec and of the q8_0r / q4_0r rotations;
+                                  default as tq_codec_config_init */
 } tq_kv_scheme;
 
 /* Parses a scheme string (grammar: tq_kv_scheme_help, doc/kvcache.md §2) into *out, every field
@@ -194,8 +198,8 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 /* ---- Cache files (doc/cachefile.md) ------------------------------------------------------ */
 
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
- * version 4 has no layer windows). */
-#define TQ_KV_CACHE_FILE_VERSION 4
+ * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r). */
+#define TQ_KV_CACHE_FILE_VERSION 5
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */

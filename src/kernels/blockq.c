@@ -69,7 +69,9 @@ void tq_blockq_encode(const tq_record *x, const float *v, uint8_t *rec) {
         return;
     case TQ_KV_Q8_0: encode_q8_0(v, x->dim, rec); return;
     case TQ_KV_Q4_0: encode_q4_0(v, x->dim, rec); return;
-    case TQ_KV_TURBO: return;
+    case TQ_KV_TURBO: /* not block formats (a rotated tensor's records are Q8_0 / Q4_0) */
+    case TQ_KV_Q8_0R:
+    case TQ_KV_Q4_0R: return;
     }
 }
 
@@ -106,6 +108,8 @@ void tq_blockq_decode(const tq_record *x, const uint8_t *rec, float *out) {
         return;
     case TQ_KV_Q8_0: tq_blockq_q8_0_decode(rec, x->dim, out); return;
     case TQ_KV_Q4_0: tq_blockq_q4_0_decode(rec, x->dim, out); return;
-    case TQ_KV_TURBO: return;
+    case TQ_KV_TURBO: /* not block formats (a rotated tensor's records are Q8_0 / Q4_0) */
+    case TQ_KV_Q8_0R:
+    case TQ_KV_Q4_0R: return;
     }
 }

@@ -45,6 +45,9 @@ int tq_record_decode_rows(const tq_kernel_set *ks, const tq_record *x, const uin
         return 1;
     case TQ_KV_TURBO:
         break;
+    case TQ_KV_Q8_0R: /* never a record's format: a rotated tensor's records are Q8_0 / Q4_0 */
+    case TQ_KV_Q4_0R:
+        return 0;
     }
     const tq_kernel_table *k = ks->codec;
     void (*unpack)(const uint8_t *, int, int, const float *, float, float *) = k->unpack_lookup;

@@ -2,7 +2,8 @@
  * The description of one stored record, as every kernel reads it: the format, the bytes, and
  * for a TurboQuant record its segments (packed index words), bit widths, centroids, norm and
  * PROD parts (doc/format.md). The codec fills it for TurboQuant records (tq_codec_describe in
- * src/codec_record.h), the block formats for f16 / q8_0 / q4_0 (tq_record_plain in blockq.h);
+ * src/codec_record.h), the block formats for f16 / q8_0 / q4_0 (tq_record_plain in blockq.h; q8_0r / q4_0r are
+ * q8_0 / q4_0 records with a rotation beside them, `rot`);
  * the KV cache keeps one per K and V of a layer and hands it to the kernels with plain
  * pointers. A plain struct: no kernel needs anything above this layer.
  */
@@ -24,6 +25,10 @@ typedef struct tq_record {
     /* TQ_KV_TURBO (one codec unit: fixed or block split) */
     tq_codec *codec; /* the codec that filled this description and owns its rotation(s); the
                         kernels never read it; NULL for the other formats */
+    /* Q8_0 / Q4_0 of a rotated format (TQ_KV_Q8_0R / Q4_0R, kv_records.c): the records hold
+     * the blocks of R·v, and rows decode to the rotated basis; the kernels never read it;
+     * NULL for the plain formats and TURBO */
+    tq_rotation *rot;
     int block;       /* TQ_SPLIT_BLOCK: channels in the first block (segment 0); else 0 */
     int n_seg;
     struct {
