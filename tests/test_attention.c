@@ -26,7 +26,9 @@
 static const char *schemes[] = {"f16",      "q8_0",     "q4_0",     "turbo2",   "turbo3",
                                 "turbo4",   "turbo4v2", "turbo4v3", "turbo0v4", "turbo0v2",
                                 "turbo3.5", "turbo2.5", "k3.5v3",   "turbo8v4", "turbo8v3",
-                                "k=4:v=3:variant=prod", "turbo3:mean=1"};
+                                "k=4:v=3:variant=prod", "turbo3:mean=1",
+                                /* the rotated block formats (issue 17) */
+                                "q8_0r",    "q4_0r",    "kq4_0rv3", "turbo3vq8_0r"};
 #define N_SCHEMES (sizeof schemes / sizeof *schemes)
 
 static unsigned long long rng_state = 88172645463325252ull;

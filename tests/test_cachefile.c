@@ -416,7 +416,8 @@ static int append_both(tq_kv_cache *a, tq_kv_cache *b, uint32_t seed) {
 }
 
 static const char *schemes[] = {"f16", "q8_0", "turbo3", "turbo4v2", "k3.5v3",
-                                "turbo3:mean=1", "k=4:v=3:variant=prod", "turbo0v4"};
+                                "turbo3:mean=1", "k=4:v=3:variant=prod", "turbo0v4",
+                                "q4_0r", "k=q8_0r:v=q4_0r", "kq4_0rv3"};
 #define N_SCHEMES (sizeof schemes / sizeof *schemes)
 
 static void roundtrip_one(const char *scheme, const tq_kv_layer_scheme *ov, int n_layers) {
@@ -459,6 +460,7 @@ static void test_roundtrip_window_and_edges(void) {
     roundtrip_one("turbo3:first=1:last=1:edge=q8_0", NULL, 4);
     roundtrip_one("turbo4v2:first=1:window=64", NULL, 3);
     roundtrip_one("turbo3:start=1000", NULL, 2); /* nothing compressed yet */
+    roundtrip_one("turbo3:first=1:last=1:edge=kq8_0rvq4_0r", NULL, 3);
     /* Per-layer overrides. */
     tq_kv_scheme a, b, c;
     tq_kv_scheme_parse("turbo3", &a, NULL, 0);
@@ -1245,7 +1247,8 @@ static void test_load_file_equals_memory(void) {
  * re-save as +0.0, which broke the load → save identity; fuzz/corpus/cachefile holds such a
  * file). Query statistics of −0.0 (no encoder writes them) are TQ_ERR_CORRUPT. */
 static void test_negative_zero_fields(void) {
-    static const char *plain[] = {"f16", "q4_0", "q8_0", "turbo0v4", "turbo4v0", "kq8_0v4"};
+    static const char *plain[] = {"f16", "q4_0", "q8_0", "turbo0v4", "turbo4v0", "kq8_0v4",
+                                  "q4_0r", "kq8_0rv4"};
     for (size_t s = 0; s < sizeof plain / sizeof *plain; s++) {
         tq_kv_cache *c = build(plain[s], 2, 2, 64, 40, NULL);
         CHECK_MSG(c != NULL, "%s", plain[s]);

@@ -79,6 +79,19 @@ static void test_parse(void) {
     CHECK(s.layer.key_bits == 3.5f && s.layer.value_bits == 3);
     CHECK(tq_kv_scheme_parse("turbo8v4", &s, NULL, 0) == TQ_OK && s.layer.key_bits == 8);
     CHECK(tq_kv_scheme_parse("kq8_0v4", &s, NULL, 0) == TQ_OK && s.layer.key_format == TQ_KV_Q8_0);
+    /* The rotated formats (issue 17), as a whole scheme and as either side. */
+    CHECK(tq_kv_scheme_parse("q8_0r", &s, NULL, 0) == TQ_OK && s.layer.key_format == TQ_KV_Q8_0R &&
+          s.layer.value_format == TQ_KV_Q8_0R && s.layer.key_bits == 0 && s.layer.key_mean == 0);
+    CHECK(tq_kv_scheme_parse("q4_0r", &s, NULL, 0) == TQ_OK && s.layer.key_format == TQ_KV_Q4_0R &&
+          s.layer.value_format == TQ_KV_Q4_0R && s.layer.key_scale == 0);
+    CHECK(tq_kv_scheme_parse("k=q8_0r:v=q4_0r", &s, NULL, 0) == TQ_OK &&
+          s.layer.key_format == TQ_KV_Q8_0R && s.layer.value_format == TQ_KV_Q4_0R);
+    CHECK(tq_kv_scheme_parse("kq8_0rv4", &s, NULL, 0) == TQ_OK && s.layer.key_format == TQ_KV_Q8_0R &&
+          s.layer.value_format == TQ_KV_TURBO && s.layer.value_bits == 4);
+    CHECK(tq_kv_scheme_parse("turbo0vq4_0r", &s, NULL, 0) == TQ_OK &&
+          s.layer.key_format == TQ_KV_F16 && s.layer.value_format == TQ_KV_Q4_0R);
+    CHECK(tq_kv_scheme_parse("turbo3:first=1:edge=q4_0r", &s, NULL, 0) == TQ_OK &&
+          s.edge.key_format == TQ_KV_Q4_0R && s.layer.key_format == TQ_KV_TURBO);
     CHECK(tq_kv_scheme_parse("k=4:v=3:variant=prod:norm=0:window=32:seed=7:batch=16:start=100",
                              &s, NULL, 0) == TQ_OK);
     CHECK(s.layer.key_variant == TQ_VARIANT_PROD && s.layer.norm_correction == 0);
@@ -102,7 +115,10 @@ static void test_parse(void) {
                            /* found by fuzz_scheme: PROD keys (norm=1 is refused beside them),
                             * edge-only key flags, an edge form with no edge layers */
                            "turbo3:variant=prod", "f16:first=5", "turbo0v4:first=1",
-                           "turbo3:first=2:edge=q8_0", "turbo3:edge=q8_0"};
+                           "turbo3:first=2:edge=q8_0", "turbo3:edge=q8_0",
+                           /* the rotated formats (issue 17) */
+                           "q4_0r", "q8_0r:seed=9", "k=q8_0r:v=q4_0r", "kq4_0rv3", "turbo0vq8_0r",
+                           "turbo3:first=1:edge=kq8_0rvq4_0r", "q4_0r:first=1"};
     for (int i = 0; i < (int)(sizeof forms / sizeof *forms); i++) {
         tq_kv_scheme a, b;
         char buf[256];
@@ -116,7 +132,10 @@ static void test_parse(void) {
     const char *bad[] = {"", "turbo", "turbo9", "turbo0.5", "k3", "k3v", "q5_0", "turbo3:",
                          "turbo3:window", "turbo3:window=-1", "turbo3:foo=1", "turbo3:variant=x",
                          "turbo3:batch=0", "k=3", "k=3:v=x", "turbo3:k=3", "turbo3v2x",
-                         "k=4:v=3:variant=prod:norm=1"};
+                         "k=4:v=3:variant=prod:norm=1",
+                         /* the rotated formats' names exactly (issue 17) */
+                         "q4_0rr", "q8_0R", "q4_r", "turboq4_0r", "k=q4_0r", "kq4_0r",
+                         "q4_0r:variant=y", "k=q4_0r:v=q4_0rr"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char err[2048];
         CHECK_MSG(tq_kv_scheme_parse(bad[i], &s, err, sizeof err) == TQ_ERR_SCHEME, "%s", bad[i]);
@@ -252,6 +271,9 @@ static void test_bytes(void) {
         {"turbo4v2", 128, 66, 34},  {"turbo0v4", 128, 256, 66}, {"turbo3.5", 128, 58, 58},
         {"turbo8v4", 128, 130, 66}, {"turbo3", 256, 98, 98},    {"q8_0", 80, 86, 86},
         {"q4_0", 80, 46, 46},       {"turbo3", 80, 34, 34},
+        /* the rotated formats: the bytes of their block formats */
+        {"q8_0r", 128, 136, 136},   {"q4_0r", 128, 72, 72},     {"q4_0r", 80, 46, 46},
+        {"kq8_0rvq4_0r", 256, 272, 144},
     };
     for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
         tq_kv_scheme s;
@@ -519,6 +541,16 @@ static void test_convert(void) {
     double e = 0, n = 0;
     for (int i = 0; i < H * D; i++) e += (k[i] - kat(7)[i]) * (double)(k[i] - kat(7)[i]), n += kat(7)[i] * (double)kat(7)[i];
     CHECK(e / n < 0.08);
+    tq_kv_cache_free(direct);
+    tq_kv_cache_free(conv);
+    /* A rotated format converts as its direct cache compresses (issue 17). */
+    direct = cache_for("k=q4_0r:v=q8_0r", 2);
+    for (int l = 0; l < 2; l++) tq_kv_cache_append(direct, l, kat(0), vat(0), 500);
+    tq_kv_cache_compress(direct, -1);
+    tq_kv_scheme_parse("k=q4_0r:v=q8_0r", &s, NULL, 0);
+    conv = NULL;
+    CHECK(tq_kv_cache_convert(f, &s, &conv) == TQ_OK);
+    CHECK(conv && same_state(conv, direct) && tq_kv_cache_compressed_length(conv, 1) == 448);
     tq_kv_cache_free(f);
     tq_kv_cache_free(direct);
     tq_kv_cache_free(conv);
@@ -577,6 +609,71 @@ static void test_errors(void) {
     CHECK(tq_kv_cache_length(NULL, 0) == 0);
     tq_kv_cache_free(c);
     tq_kv_cache_free(NULL);
+}
+
+/* Relative squared error of K and V (together) read back from a cache of `scheme` at head dim
+ * d holding n of the test vectors, every one with channel 5 times `outlier` (as real keys
+ * have: a few channels far larger than the rest); −1 on error. */
+static double rotated_err(const char *scheme, int d, float outlier) {
+    enum { N = 256 };
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 1, 1, d, d);
+    tq_kv_cache *c = NULL;
+    if (tq_kv_scheme_parse(scheme, &cfg.scheme, NULL, 0) || tq_kv_cache_create(&c, &cfg)) return -1;
+    float *x = malloc(sizeof(float) * N * (size_t)d * 4), *k = x, *v = x + N * d;
+    float *rk = v + N * d, *rv = rk + N * d;
+    for (int i = 0; i < N * d; i++) {
+        k[i] = Kd[i] * (i % d == 5 ? outlier : 1.0f);
+        v[i] = Vd[i] * (i % d == 5 ? outlier : 1.0f);
+    }
+    double e = 0.0, s = 0.0;
+    if (tq_kv_cache_append(c, 0, k, v, N) || tq_kv_cache_compress(c, 0) ||
+        tq_kv_cache_compressed_length(c, 0) != N ||
+        tq_kv_cache_read(c, 0, 0, N, rk, (size_t)N * (size_t)d, rv, (size_t)N * (size_t)d))
+        e = -1.0;
+    for (int i = 0; e >= 0.0 && i < 2 * N * d; i++) {
+        e += ((double)rk[i] - x[i]) * ((double)rk[i] - x[i]);
+        s += (double)x[i] * x[i];
+    }
+    free(x);
+    tq_kv_cache_free(c);
+    return e < 0.0 ? -1.0 : e / s;
+}
+
+/* q8_0r / q4_0r (issue 17): a rotated record decodes to the original basis (the reference read),
+ * and the rotation does what it is for: with an outlier channel, plain q4_0 spends a block's
+ * scale on it, the rotation spreads it over every block and the error drops well below
+ * plain q4_0's (q8_0 likewise); without one they stay close. Power-of-two (Hadamard) and
+ * other (block Hadamard) head dims. */
+static void test_rotated_formats(void) {
+    static const int dims[] = {128, 80, 64};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+        int d = dims[i];
+        double p4 = rotated_err("q4_0", d, 30.0f), r4 = rotated_err("q4_0r", d, 30.0f);
+        double p8 = rotated_err("q8_0", d, 30.0f), r8 = rotated_err("q8_0r", d, 30.0f);
+        double g4 = rotated_err("q4_0", d, 1.0f), s4 = rotated_err("q4_0r", d, 1.0f);
+        printf("     d %d, outlier channel: q4_0 %.5f q4_0r %.5f, q8_0 %.7f q8_0r %.7f; "
+               "none: q4_0 %.5f q4_0r %.5f\n", d, p4, r4, p8, r8, g4, s4);
+        CHECK_MSG(p4 > 0 && r4 > 0 && r4 < 0.5 * p4, "d %d: q4_0r %g vs q4_0 %g", d, r4, p4);
+        CHECK_MSG(p8 > 0 && r8 > 0 && r8 < 0.5 * p8, "d %d: q8_0r %g vs q8_0 %g", d, r8, p8);
+        CHECK_MSG(g4 > 0 && s4 > 0 && s4 < 1.5 * g4 && s4 < 0.02, "d %d: %g vs %g", d, s4, g4);
+    }
+    /* Keys and values are rotated apart (their own seeds), and the seed moves both. */
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 1, 1, 64, 64);
+    tq_kv_cache *a = NULL, *b = NULL;
+    CHECK(tq_kv_scheme_parse("q4_0r", &cfg.scheme, NULL, 0) == TQ_OK && tq_kv_cache_create(&a, &cfg) == TQ_OK);
+    CHECK(tq_kv_scheme_parse("q4_0r:seed=1", &cfg.scheme, NULL, 0) == TQ_OK && tq_kv_cache_create(&b, &cfg) == TQ_OK);
+    uint8_t ra[64], rb[64], rv[64];
+    CHECK(a && b && a->layers[0].k.rot && a->layers[0].v.rot && a->layers[0].k.format == TQ_KV_Q4_0);
+    if (a && b) {
+        CHECK(tq_kv_tensor_encode(&a->layers[0].k, Kd, ra) == TQ_OK);
+        CHECK(tq_kv_tensor_encode(&a->layers[0].v, Kd, rv) == TQ_OK);
+        CHECK(tq_kv_tensor_encode(&b->layers[0].k, Kd, rb) == TQ_OK);
+        CHECK(memcmp(ra, rv, a->layers[0].k.rec_bytes) != 0 && memcmp(ra, rb, a->layers[0].k.rec_bytes) != 0);
+    }
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(b);
 }
 
 /* Decode attention of layer 0 with a sliding window w (one query per KV head); 0 on error. */
@@ -695,6 +792,7 @@ int main(void) {
     RUN_TEST(test_convert);
     RUN_TEST(test_layer_schemes);
     RUN_TEST(test_errors);
+    RUN_TEST(test_rotated_formats);
     RUN_TEST(test_windowed);
     return test_report();
 }

@@ -136,7 +136,8 @@ static size_t key_bytes(const tq_kv_cache *c) {
     return b;
 }
 
-static const char *schemes[] = {"f16", "q8_0", "q4_0", "turbo3", "turbo3.5", "turbo4:prefill_raw=0"};
+static const char *schemes[] = {"f16", "q8_0", "q4_0", "turbo3", "turbo3.5", "turbo4:prefill_raw=0",
+                                "q4_0r", "kq8_0rv3"};
 #define N_SCHEMES (sizeof schemes / sizeof *schemes)
 
 /* Fork after the prefix, diverge (150 decode steps and a 20-token chunk each): both equal

@@ -96,10 +96,12 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, sessi
         {OPT_CALL("--kv", kv[kv_mode].meta, kv_option, o, kv[kv_mode].help)},
         {OPT_STRING("--cache-type-k", "T", &o->cache_type_k,
                     "llama.cpp-style K / V cache types (f16, q8_0, q4_0, turboN); the\n"
-                    "other defaults to f16; together they name one more scheme"),
+                    "other defaults to f16; together they name one more scheme. q8_0 / q4_0\n"
+                    "are unrotated: llama.cpp's Hadamard-rotated caches are --kv q8_0r / q4_0r"),
          .show = "--cache-type-k T, --cache-type-v T"},
         {OPT_STRING("--cache-type-v", "T", &o->cache_type_v, NULL)}, /* listed with -k */
-        {OPT_TEXT("Schemes (doc/kvcache.md): f16, q8_0, q4_0, turboB (turbo3, turbo3.5), turboKvV\n"
+        {OPT_TEXT("Schemes (doc/kvcache.md): f16, q8_0, q4_0, q8_0r, q4_0r (rotated), turboB (turbo3,\n"
+                  "turbo3.5), turboKvV\n"
                   "(turbo4v2), kKvV or k=K:v=V, each followed by any :option=value.")},
     };
     _Static_assert(OPT_COUNT(flags) <= SESSION_N_FLAGS, "session_opts.flags is too short");
@@ -108,7 +110,9 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, sessi
 }
 
 /* A llama.cpp cache type as one side of an explicit k=K:v=V scheme: f16 / q8_0 / q4_0 stay,
- * turboN becomes N (the bits). NULL for anything else. */
+ * turboN becomes N (the bits). NULL for anything else. q8_0 / q4_0 stay the plain formats,
+ * although llama.cpp (since 2026) rotates K and V before q8_0 / q4_0 under these names: the
+ * rotated formats are q8_0r / q4_0r, named by --kv (doc/kvcache.md §2). */
 static const char *cache_type_side(const char *t, char *buf, size_t cap) {
     if (t == NULL) return "f16";
     if (!strcmp(t, "f16") || !strcmp(t, "q8_0") || !strcmp(t, "q4_0")) return t;
