@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 4; versions 1 to 3 still load), shared by the
+ * Cache files (doc/cachefile.md, format version 5; versions 1 to 4 still load), shared by the
  * three files that implement them: cachefile.c (the layout: CRC32C, section sizes, layer
  * scheme records, the checks of a layer section and its restore), cachefile_write.c (save) and
  * cachefile_read.c (load). Not public.
@@ -13,9 +13,9 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 4, so moving the public macro without this code fails to compile. */
+ * version 5, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 4, "src/cachefile*.c write the version 4 layout");
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 5, "src/cachefile*.c write the version 5 layout");
 #define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */

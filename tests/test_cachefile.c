@@ -14,10 +14,13 @@
  * Issue 15: the layer windows persist (version 4): save → load keeps them and the windowed
  * recycling goes on; tq_kv_cache_convert keeps them; _expect compares them.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v4.bin (when the format version moves, or
- * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin and
- * cache_v3.bin, written by versions 1 (before the key scale), 2 (before the key split) and 3
- * (before the layer windows), and cache_v3_mean8.bin (before the key mean came from 512
+ * Issue 17: attention sinks (version 5): the scheme's sink count (header offset 56) and each
+ * layer's sink store persist; save → load is bit-exact.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v5.bin (when the format version moves, or
+ * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
+ * cache_v3.bin and cache_v4.bin, written by versions 1 (before the key scale), 2 (before the
+ * key split), 3 (before the layer windows) and 4 (before the sinks), and cache_v3_mean8.bin (before the key mean came from 512
  * tokens) must still load.
  */
 #include <dirent.h>
@@ -39,7 +42,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v4.bin"
+#define GOLDEN "tests/golden/cache_v5.bin"
+#define GOLDEN_V4 "tests/golden/cache_v4.bin"
 #define GOLDEN_V3 "tests/golden/cache_v3.bin"
 #define GOLDEN_V2 "tests/golden/cache_v2.bin"
 #define GOLDEN_V1 "tests/golden/cache_v1.bin"
@@ -483,10 +487,15 @@ static void test_roundtrip_file(void) {
 
 /* The golden cache: 2 layers (the first a q8_0 edge), 2 KV heads, d = 16, 20 tokens,
  * turbo3.5 with key mean, scale and split, window 4, batch 8, layer windows 0 and 12 (nothing
- * dropped yet): compressed and raw tokens, a mean, a scale, a channel order, an edge, both
- * formats, a sliding window. */
+ * dropped yet), 3 attention sinks: compressed and raw tokens, a mean, a scale, a channel
+ * order, an edge, both formats, a sliding window, sink stores. */
 static const size_t golden_windows[2] = {0, 12};
 static tq_kv_cache *golden_cache(void) {
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3", 2, 2, 16, 20,
+                   NULL, golden_windows);
+}
+/* The cache version 4 wrote: the same without sinks. */
+static tq_kv_cache *golden_cache_v4(void) {
     return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL,
                    golden_windows);
 }
@@ -580,8 +589,10 @@ static void test_golden(void) {
     /* Files of earlier versions load as the caches they were written from (v3: no layer
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
-    tq_kv_cache *w3 = golden_cache_v3();
+    tq_kv_cache *w4 = golden_cache_v4(), *w3 = golden_cache_v3();
+    check_old_version(GOLDEN_V4, w4, -1);
     check_old_version(GOLDEN_V3, w3, -1);
+    tq_kv_cache_free(w4);
     tq_kv_cache_free(w3);
     tq_kv_cache *v2 = golden_cache_v2(), *v1 = golden_cache_v1();
     check_old_version(GOLDEN_V2, v2, 6);

@@ -52,6 +52,9 @@ typedef struct tq_kv_scheme {
                                   single-token append or tq_kv_cache_compress; 0: compress on
                                   every append (same final state) */
     uint64_t seed;             /* seed of every TURBO codec; default as tq_codec_config_init */
+    int sink;                  /* attention sinks: positions [0, sink) of every layer are also
+                                  kept fp16 once compressed and attended exactly; [0, 1024],
+                                  default 0 */
 } tq_kv_scheme;
 
 /* Parses a scheme string (grammar: tq_kv_scheme_help, doc/kvcache.md §2) into *out, every field
@@ -195,7 +198,7 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
  * version 4 has no layer windows). */
-#define TQ_KV_CACHE_FILE_VERSION 4
+#define TQ_KV_CACHE_FILE_VERSION 5
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
