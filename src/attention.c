@@ -277,13 +277,17 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     int fk_c = few ? fused_kind(ak, &l->k, 1) : FUSED_NONE, fv_c = few ? fused_kind(ak, &l->v, 0) : FUSED_NONE;
     int fk_r = few ? fused_kind(ak, NULL, 1) : FUSED_NONE, fv_r = few ? fused_kind(ak, NULL, 0) : FUSED_NONE;
     int big = fk_c == FUSED_TURBO && fv_c == FUSED_TURBO;
+    /* Attention sinks: keys below ns are read exact from the sink store, as the raw part is
+     * (fp16 rows, the raw kernels and accumulator); a block is sink, compressed or raw. */
+    const size_t ns = tq_kv_sink_len(c, l);
     for (size_t b0 = t0; b0 < t1;) {
-        size_t bl = big && b0 < l->n_comp ? KB_FUSED : KB;
+        int comp = b0 < l->n_comp && b0 >= ns;
+        size_t bl = big && comp ? KB_FUSED : KB;
         size_t b1 = b0 + bl < t1 ? b0 + bl : t1;
         size_t page_end = (b0 / TQ_KV_P + 1) * TQ_KV_P;
         if (b1 > page_end) b1 = page_end;
-        int comp = b0 < l->n_comp;
         if (comp && b1 > l->n_comp) b1 = l->n_comp;
+        if (b0 < ns && b1 > ns) b1 = ns;
         size_t nb = b1 - b0;
         /* Which query positions see any key of the block. */
         int any = 0;
@@ -304,7 +308,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             if (!tq_record_decode_rows(x->ks, &l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
                 atomic_store(&x->corrupt, 1);
         } else {
-            tq_record_f16_rows(x->ks, tq_kv_kraw(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
+            tq_record_f16_rows(x->ks, tq_kv_kexact(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
         }
         /* Scores and online-softmax updates of every row. */
         for (size_t i = i0; i < i1; i++) {
@@ -325,7 +329,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_F16) {
                 const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_krec(c, l, v0, h)
-                                            : tq_kv_kraw(c, l, v0, h);
+                                            : tq_kv_kexact(c, l, v0, h);
                 ak->score_f16(rows, (size_t)pl->dk, (int)(v1 - v0), pl->dk, qv, (size_t)kw, G, Si, sb);
             } else {
                 for (size_t t = v0; t < v1; t++) {
@@ -364,7 +368,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             if (!tq_record_decode_rows(x->ks, &l->v, tq_kv_vrec(c, l, b0, h), nb, vtile, (size_t)pl->vt))
                 atomic_store(&x->corrupt, 1);
         } else {
-            tq_record_f16_rows(x->ks, tq_kv_vraw(c, l, b0, h), nb, pl->dv, vtile, (size_t)pl->vt);
+            tq_record_f16_rows(x->ks, tq_kv_vexact(c, l, b0, h), nb, pl->dv, vtile, (size_t)pl->vt);
         }
         for (size_t i = i0; i < i1; i++) {
             size_t lo, hi;
@@ -384,7 +388,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                         atomic_store(&x->corrupt, 1);
                 } else {
                     const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_vrec(c, l, v0, h)
-                                                : tq_kv_vraw(c, l, v0, h);
+                                                : tq_kv_vexact(c, l, v0, h);
                     ak->accum_f16(rows, (size_t)pl->dv, (int)(v1 - v0), pl->dv, p0, sb, G, acc0,
                                   pl->row_floats);
                 }

@@ -69,6 +69,8 @@ size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n
     size_t n = CF_LAYER_FIXED + tq_key_transform_state_bytes(l->kt);
     n = tq_cf_add_sat(n, tq_cf_mul_sat((size_t)n_comp, H * (l->k.rec_bytes + l->v.rec_bytes)));
     n = tq_cf_add_sat(n, tq_cf_mul_sat((size_t)(len - n_comp), H * 2 * (dk + dv)));
+    /* v5: the sink store (none in files of earlier versions: their schemes have no sinks). */
+    n = tq_cf_add_sat(n, tq_kv_sink_held(c, l, (size_t)n_comp) * H * 2 * (dk + dv));
     return n;
 }
 
@@ -222,6 +224,9 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     const uint8_t *kraw = vrec + (size_t)n_comp * (size_t)H * l->v.rec_bytes;
     size_t n_raw = (size_t)(len - n_comp);
     const uint8_t *vraw = kraw + n_raw * (size_t)H * (size_t)dk * 2;
+    size_t ns = tq_kv_sink_held(c, l, (size_t)n_comp); /* v5: the sink store */
+    const uint8_t *ksink = vraw + n_raw * (size_t)H * (size_t)dv * 2;
+    const uint8_t *vsink = ksink + ns * (size_t)H * (size_t)dk * 2;
     for (size_t t = 0; !st && t < (size_t)n_comp * (size_t)H; t++)
         if (!record_ok(&l->k, krec + t * l->k.rec_bytes) ||
             !record_ok(&l->v, vrec + t * l->v.rec_bytes))
@@ -230,11 +235,20 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
         if (!f16_finite(tq_load_u16(kraw + 2 * j))) st = TQ_ERR_CORRUPT;
     for (size_t j = 0; !st && j < n_raw * (size_t)H * (size_t)dv; j++)
         if (!f16_finite(tq_load_u16(vraw + 2 * j))) st = TQ_ERR_CORRUPT;
+    for (size_t j = 0; !st && j < ns * (size_t)H * (size_t)(dk + dv); j++)
+        if (!f16_finite(tq_load_u16(ksink + 2 * j))) st = TQ_ERR_CORRUPT; /* K then V */
     if (!st) st = tq_kv_layer_restore(c, i, (size_t)len, (size_t)n_comp, started, kt);
     if (st) {
         tq_key_transform_free(kt);
         return st == TQ_ERR_INVALID ? TQ_ERR_FORMAT : st;
     }
     fill_pages(c, l, (size_t)n_comp, n_raw, krec, vrec, kraw, vraw);
+    for (size_t t = 0; t < ns; t++) /* restore allocated the sink store (n_comp ≥ ns > 0) */
+        for (int h = 0; h < H; h++) {
+            size_t at = t * (size_t)H + (size_t)h;
+            uint16_t *kd = (uint16_t *)tq_kv_ksink(c, l, t, h), *vd = (uint16_t *)tq_kv_vsink(c, l, t, h);
+            for (int j = 0; j < dk; j++) kd[j] = tq_load_u16(ksink + 2 * (at * (size_t)dk + (size_t)j));
+            for (int j = 0; j < dv; j++) vd[j] = tq_load_u16(vsink + 2 * (at * (size_t)dv + (size_t)j));
+        }
     return TQ_OK;
 }

@@ -18,6 +18,7 @@
 typedef struct cf_front {
     uint32_t version, n_layers, H, dk, dv, scheme_bytes;
     uint64_t seed, n_tokens;
+    uint32_t sink;          /* v5: the scheme's attention sinks (header offset 56) */
     tq_kv_cache_config cfg; /* shapes and scheme (check_scheme); layer_schemes set by load */
     tq_kv_layer_scheme *ls; /* the n_layers layer scheme records (check_scheme; owned) */
     size_t *windows;        /* v4: the n_layers layer windows, NULL when all are 0 (owned) */
@@ -45,7 +46,9 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     if (version < CF_VERSION_MIN || version > CF_VERSION) return TQ_ERR_VERSION;
     if (tq_cf_get_u32(d + 12) != CF_HEADER_BYTES) return TQ_ERR_FORMAT;
     if (tq_cf_crc_of(ct, d, 60) != tq_cf_get_u32(d + 60)) return TQ_ERR_CHECKSUM;
-    if (tq_cf_get_u32(d + 52) || tq_cf_get_u32(d + 56)) return TQ_ERR_FORMAT;
+    /* v5: offset 56 holds the scheme's sinks; reserved (zero) before. */
+    uint32_t sink = tq_cf_get_u32(d + 56);
+    if (tq_cf_get_u32(d + 52) || (version < 5 && sink) || sink > TQ_KV_SINK_MAX) return TQ_ERR_FORMAT;
     uint32_t n_layers = tq_cf_get_u32(d + 16), H = tq_cf_get_u32(d + 20), dk = tq_cf_get_u32(d + 24),
              dv = tq_cf_get_u32(d + 28);
     uint32_t scheme_bytes = tq_cf_get_u32(d + 48);
@@ -58,6 +61,7 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
         return TQ_ERR_MISMATCH;
     memset(f, 0, sizeof *f);
     f->version = version;
+    f->sink = sink;
     f->n_layers = n_layers;
     f->H = H;
     f->dk = dk;
@@ -77,7 +81,7 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
  * (4·H·dk) and key scale block (8 + 12·H·dk, + 2·H·dk with a key split), as layer_payload and
  * write_cache lay them out; then n_tokens tokens (Σ len = n_tokens) at the cheapest / dearest
  * per-token cost of any layer, a token of a layer costing H·(kb + vb) compressed and
- * H·2·(dk + dv) raw. 0 when a layer scheme has no record size for these dims (then
+ * H·2·(dk + dv) raw (v5, with sinks: a compressed one up to both). 0 when a layer scheme has no record size for these dims (then
  * tq_kv_cache_create refuses it too). */
 static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
     size_t H = f->H, nm = (size_t)f->H * f->dk, raw = 2 * ((size_t)f->dk + f->dv);
@@ -91,6 +95,7 @@ static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
                                                                  l->key_scale && l->key_split));
         size_t comp = tq_cf_add_sat(kb, vb);
         size_t cheap = comp < raw ? comp : raw, dear = comp > raw ? comp : raw;
+        if (f->sink) dear = tq_cf_add_sat(comp, raw); /* v5: a sink is stored twice */
         if (cheap < least) least = cheap;
         if (dear > most) most = dear;
     }
@@ -131,6 +136,7 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
     if (v32[5] > 1 || v32[3] < 1) return TQ_ERR_FORMAT;
     sc->prefill_raw = (int)v32[5];
     sc->seed = tq_cf_get_u64(sp + 56);
+    sc->sink = (int)f->sink;
     if (sc->seed != f->seed) return TQ_ERR_FORMAT;
     tq_kv_layer_scheme *ls = malloc(n_layers * sizeof *ls);
     if (!ls) return TQ_ERR_NOMEM;
@@ -176,7 +182,7 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
                  expect->scheme.batch == sc->batch &&
                  expect->scheme.quantized_kv_start == sc->quantized_kv_start &&
                  (expect->scheme.prefill_raw ? 1 : 0) == sc->prefill_raw &&
-                 expect->scheme.seed == sc->seed;
+                 expect->scheme.seed == sc->seed && expect->scheme.sink == sc->sink;
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
             if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;

@@ -119,12 +119,14 @@ static void write_records(sink *s, const tq_kv_cache *c, const tq_kv_layer *l, i
         }
 }
 
-static void write_raw(sink *s, const tq_kv_cache *c, const tq_kv_layer *l, int is_v) {
+/* The exact fp16 K or V of tokens [from, to): raw tokens, or (v5) the sink store's. */
+static void write_raw(sink *s, const tq_kv_cache *c, const tq_kv_layer *l, int is_v, size_t from,
+                      size_t to) {
     int H = c->cfg.n_kv_heads, d = is_v ? c->cfg.head_dim_v : c->cfg.head_dim_k;
     uint8_t tmp[2 * TQ_MAX_DIM];
-    for (size_t t = l->n_comp; t < l->len; t++)
+    for (size_t t = from; t < to; t++)
         for (int h = 0; h < H; h++) {
-            const uint16_t *r = is_v ? tq_kv_vraw(c, l, t, h) : tq_kv_kraw(c, l, t, h);
+            const uint16_t *r = is_v ? tq_kv_vexact(c, l, t, h) : tq_kv_kexact(c, l, t, h);
             for (int i = 0; i < d; i++) tq_store_u16(tmp + 2 * i, r[i]);
             sink_write(s, tmp, (size_t)d * 2);
         }
@@ -150,6 +152,7 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     tq_cf_put_u64(h + 32, sc->seed);
     tq_cf_put_u64(h + 40, n_tokens);
     tq_cf_put_u32(h + 48, (uint32_t)tq_cf_scheme_payload(cfg->n_layers, CF_VERSION));
+    tq_cf_put_u32(h + 56, (uint32_t)sc->sink); /* v5 */
     crc_begin(s);
     sink_write(s, h, 60);
     crc_end(s);
@@ -198,8 +201,13 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
         tq_key_transform_write_state(l->kt, sink_put, s);
         write_records(s, c, l, 0);
         write_records(s, c, l, 1);
-        write_raw(s, c, l, 0);
-        write_raw(s, c, l, 1);
+        write_raw(s, c, l, 0, l->n_comp, l->len);
+        write_raw(s, c, l, 1, l->n_comp, l->len);
+        /* v5: the sink store's positions (tq_cf_layer_payload counts them). */
+        size_t ns = tq_kv_sink_len(c, l);
+        if (ns != tq_kv_sink_held(c, l, l->n_comp)) return TQ_ERR_STATE; /* not reached */
+        write_raw(s, c, l, 0, 0, ns);
+        write_raw(s, c, l, 1, 0, ns);
         crc_end(s);
     }
     return s->st;

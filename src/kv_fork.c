@@ -25,7 +25,7 @@ static tq_status share_pages(void ***dst, size_t *n_dst, size_t *cap, void *cons
 
 /* Layer d of a new cache of src's layer s's scheme takes s's state, sharing the pages that
  * hold its tokens (not its spare or not yet used ones). */
-static tq_status fork_layer(const tq_kv_layer *s, tq_kv_layer *d) {
+static tq_status fork_layer(const tq_kv_cache *c, const tq_kv_layer *s, tq_kv_layer *d) {
     size_t nc = (s->n_comp + TQ_KV_P - 1) / TQ_KV_P;
     size_t nr = s->len > s->raw_base ? (s->len - s->raw_base + TQ_KV_P - 1) / TQ_KV_P : 0;
     if (nc > s->n_cpages) nc = s->n_cpages;
@@ -41,6 +41,12 @@ static tq_status fork_layer(const tq_kv_layer *s, tq_kv_layer *d) {
     d->raw_base = s->raw_base;
     d->dropped = s->dropped;
     d->compress_started = s->compress_started;
+    /* The sink store is small: copied, not shared (d's scheme is s's: the same size). */
+    if (s->sink) {
+        st = tq_kv_sink_alloc(c, d);
+        if (st) return st;
+        memcpy(d->sink, s->sink, tq_kv_sink_bytes(c, s));
+    }
     tq_key_transform_copy(d->kt, s->kt);
     return TQ_OK;
 }
@@ -72,7 +78,7 @@ tq_status tq_kv_cache_fork(const tq_kv_cache *src, tq_kv_cache **out) {
     if (st) return st;
     dst->cfg = src->cfg;
     dst->cfg.reserve_tokens = 0; /* nothing reserved for the fork */
-    for (size_t i = 0; i < n && !st; i++) st = fork_layer(&src->layers[i], &dst->layers[i]);
+    for (size_t i = 0; i < n && !st; i++) st = fork_layer(src, &src->layers[i], &dst->layers[i]);
     if (st) {
         tq_kv_cache_free(dst);
         return st;

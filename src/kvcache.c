@@ -20,6 +20,8 @@
 /* The fields every sized tq_kv_cache_config has (doc/api.md): the shapes and the scheme. */
 #define KV_CACHE_CONFIG_MIN offsetof(tq_kv_cache_config, layer_schemes)
 
+static tq_status config_out(tq_kv_cache_config *out, size_t out_size, const tq_kv_cache_config *cfg);
+
 void tq_kv_cache_config_init_sized(tq_kv_cache_config *cfg, size_t cfg_size, int n_layers,
                                    int n_kv_heads, int dk, int dv) {
     tq_kv_cache_config d;
@@ -30,14 +32,64 @@ void tq_kv_cache_config_init_sized(tq_kv_cache_config *cfg, size_t cfg_size, int
     d.head_dim_k = dk;
     d.head_dim_v = dv;
     tq_kv_scheme_defaults(&d.scheme);
-    if (cfg) tq_sized_out(cfg, cfg_size, &d, sizeof d, KV_CACHE_CONFIG_MIN, 1);
+    if (cfg) config_out(cfg, cfg_size, &d);
+}
+
+/* The 0.2 layout of tq_kv_cache_config: its scheme ended at seed (no sink), so every later
+ * field sat 8 bytes earlier. A caller's config of at most this size has this layout (doc/api.md,
+ * "Sized structs": the container's size tells the embedded struct's layout). */
+#define KV_SCHEME_V02 offsetof(tq_kv_scheme, sink)
+/* Its layer_schemes, reserve_tokens and layer_windows: at V02_TAIL, one pointer size apart. */
+#define CONFIG_V02_TAIL (offsetof(tq_kv_cache_config, scheme) + KV_SCHEME_V02)
+#define CONFIG_V02_SIZE (CONFIG_V02_TAIL + 3 * sizeof(void *))
+_Static_assert(sizeof(tq_kv_scheme) > KV_SCHEME_V02, "sink is the newest scheme field");
+
+/* A 0.2-layout config (struct_size ≤ CONFIG_V02_SIZE) as this version's. */
+static tq_status config_in_v02(tq_kv_cache_config *dst, const tq_kv_cache_config *src) {
+    size_t size;
+    memcpy(&size, src, sizeof size);
+    if (size < CONFIG_V02_TAIL) return TQ_ERR_INVALID;
+    unsigned char raw[CONFIG_V02_SIZE];
+    memset(raw, 0, sizeof raw);
+    memcpy(raw, src, size);
+    size_t at = CONFIG_V02_TAIL;
+    memcpy(dst, raw, offsetof(tq_kv_cache_config, scheme));
+    tq_kv_scheme s;
+    memcpy(&s, raw + offsetof(tq_kv_cache_config, scheme), KV_SCHEME_V02);
+    dst->scheme = s;
+    memcpy(&dst->layer_schemes, raw + at, sizeof dst->layer_schemes);
+    memcpy(&dst->reserve_tokens, raw + at + sizeof(void *), sizeof dst->reserve_tokens);
+    memcpy(&dst->layer_windows, raw + at + 2 * sizeof(void *), sizeof dst->layer_windows);
+    dst->struct_size = sizeof *dst;
+    if (dst->scheme.struct_size > KV_SCHEME_V02) return TQ_ERR_INVALID;
+    return TQ_OK;
+}
+
+/* cfg into a caller's config of out_size bytes: the 0.2 layout up to its size. */
+static tq_status config_out(tq_kv_cache_config *out, size_t out_size, const tq_kv_cache_config *cfg) {
+    if (out_size > CONFIG_V02_SIZE)
+        return tq_sized_out(out, out_size, cfg, sizeof *cfg, KV_CACHE_CONFIG_MIN, 1);
+    /* A 0.2 caller: its layout (config_in_v02), its scheme without the sink. */
+    unsigned char raw[CONFIG_V02_SIZE];
+    size_t at = CONFIG_V02_TAIL;
+    tq_kv_scheme s = cfg->scheme;
+    s.struct_size = KV_SCHEME_V02;
+    memcpy(raw, cfg, offsetof(tq_kv_cache_config, scheme));
+    memcpy(raw + offsetof(tq_kv_cache_config, scheme), &s, KV_SCHEME_V02);
+    memcpy(raw + at, &cfg->layer_schemes, sizeof(void *));
+    memcpy(raw + at + sizeof(void *), &cfg->reserve_tokens, sizeof(size_t));
+    memcpy(raw + at + 2 * sizeof(void *), &cfg->layer_windows, sizeof(void *));
+    return tq_sized_out(out, out_size, raw, sizeof raw, CONFIG_V02_TAIL, 1);
 }
 
 tq_status tq_kv_cache_config_in(tq_kv_cache_config *dst, const tq_kv_cache_config *src) {
     if (!src) return TQ_ERR_NULL;
     memset(dst, 0, sizeof *dst);
     tq_kv_scheme_defaults(&dst->scheme);
-    tq_status st = tq_sized_in(dst, src, sizeof *dst, KV_CACHE_CONFIG_MIN);
+    size_t size;
+    memcpy(&size, src, sizeof size);
+    tq_status st = size <= CONFIG_V02_SIZE ? config_in_v02(dst, src)
+                                           : tq_sized_in(dst, src, sizeof *dst, KV_CACHE_CONFIG_MIN);
     if (st) return st;
     /* The embedded scheme's layout is the container's: it cannot be larger than this one. */
     tq_kv_scheme s;
@@ -59,6 +111,7 @@ static void layer_free(tq_kv_layer *l) {
     free(l->rpages);
     free(l->rspare);
     free(l->cspare);
+    free(l->sink);
     tq_key_transform_free(l->kt);
 }
 
@@ -88,7 +141,8 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
     const tq_kv_scheme *s = &cfg->scheme;
     if (cfg->n_layers < 1 || cfg->n_layers > 4096 || cfg->n_kv_heads < 1 ||
         cfg->n_kv_heads > 1024 || s->batch < 1 || s->raw_window < 0 ||
-        s->quantized_kv_start < 0 || s->edge_first < 0 || s->edge_last < 0)
+        s->quantized_kv_start < 0 || s->edge_first < 0 || s->edge_last < 0 || s->sink < 0 ||
+        s->sink > TQ_KV_SINK_MAX)
         return TQ_ERR_INVALID;
     if (cfg->head_dim_k < TQ_MIN_DIM || cfg->head_dim_k > TQ_MAX_DIM ||
         cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)
@@ -162,7 +216,7 @@ fail:
 tq_status tq_kv_cache_get_config(const tq_kv_cache *c, tq_kv_cache_config *out,
                                  size_t out_size) {
     if (!c || !out) return TQ_ERR_NULL;
-    return tq_sized_out(out, out_size, &c->cfg, sizeof c->cfg, KV_CACHE_CONFIG_MIN, 1);
+    return config_out(out, out_size, &c->cfg);
 }
 
 tq_status tq_kv_cache_get_layer_scheme(const tq_kv_cache *c, int layer, tq_kv_layer_scheme *out,
@@ -285,7 +339,8 @@ tq_status tq_kv_layer_restore(tq_kv_cache *c, int layer, size_t len, size_t n_co
     if (!c || layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     tq_kv_layer *l = &c->layers[layer];
     if ((kt == NULL) != (l->kt == NULL) || (l->compress_none && compress_started)) return TQ_ERR_INVALID;
-    tq_status st = tq_kv_layer_restore_shape(c, layer, len, n_comp);
+    tq_status st = n_comp ? tq_kv_sink_alloc(c, l) : TQ_OK;
+    if (!st) st = tq_kv_layer_restore_shape(c, layer, len, n_comp);
     if (st) return st;
     l->compress_started = compress_started ? 1 : 0;
     tq_key_transform_free(l->kt);
@@ -293,11 +348,19 @@ tq_status tq_kv_layer_restore(tq_kv_cache *c, int layer, size_t len, size_t n_co
     return TQ_OK;
 }
 
+tq_status tq_kv_sink_alloc(const tq_kv_cache *c, tq_kv_layer *l) {
+    if (l->sink || l->compress_none || c->cfg.scheme.sink <= 0) return TQ_OK;
+    l->sink = malloc((size_t)c->cfg.scheme.sink * (size_t)c->cfg.n_kv_heads *
+                     (size_t)(c->cfg.head_dim_k + c->cfg.head_dim_v) * sizeof(uint16_t));
+    return l->sink ? TQ_OK : TQ_ERR_NOMEM;
+}
+
 /* Compresses raw tokens [n_comp, target), K and V of each token in one pass. */
 static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
     if (target <= l->n_comp) return TQ_OK;
     tq_status st = tq_kv_ensure_cpages(c, l, l->n_comp, target);
     if (!st) st = tq_kv_own_cpages(c, l, l->n_comp, target);
+    if (!st) st = tq_kv_sink_alloc(c, l);
     if (st) return st;
     fit_keys(c, l);
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
@@ -306,6 +369,10 @@ static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
     for (; t < target; t++) {
         for (int h = 0; h < H; h++) {
             const uint16_t *kr = tq_kv_kraw(c, l, t, h), *vr = tq_kv_vraw(c, l, t, h);
+            if (l->sink && t < (size_t)c->cfg.scheme.sink) { /* an attention sink: kept exact */
+                memcpy((uint16_t *)tq_kv_ksink(c, l, t, h), kr, (size_t)dk * sizeof *kr);
+                memcpy((uint16_t *)tq_kv_vsink(c, l, t, h), vr, (size_t)dv * sizeof *vr);
+            }
             for (int i = 0; i < dk; i++) kraw[i] = tq_f16_to_f32(kr[i]);
             if (l->kt) tq_key_transform_key_row(l->kt, h, kraw, kbuf);
             for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
@@ -450,7 +517,7 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
         for (int h = 0; h < H; h++) {
             float *ko = k ? k + (i * (size_t)H + (size_t)h) * (size_t)dk : NULL;
             float *vo = v ? v + (i * (size_t)H + (size_t)h) * (size_t)dv : NULL;
-            if (t < l->n_comp) {
+            if (t < l->n_comp && t >= tq_kv_sink_len(c, l)) {
                 tq_status s1 = TQ_OK;
                 if (ko) {
                     float dec[TQ_MAX_DIM];
@@ -465,11 +532,11 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
                 if (s1 && !st) st = s1;
             } else {
                 if (ko) {
-                    const uint16_t *r = tq_kv_kraw(c, l, t, h);
+                    const uint16_t *r = tq_kv_kexact(c, l, t, h);
                     for (int j = 0; j < dk; j++) ko[j] = tq_f16_to_f32(r[j]);
                 }
                 if (vo) {
-                    const uint16_t *r = tq_kv_vraw(c, l, t, h);
+                    const uint16_t *r = tq_kv_vexact(c, l, t, h);
                     for (int j = 0; j < dv; j++) vo[j] = tq_f16_to_f32(r[j]);
                 }
             }
@@ -494,6 +561,10 @@ tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *out, size_t out
         m->compressed_tokens += comp;
         m->data_bytes += comp * H * (l->k.rec_bytes + l->v.rec_bytes) + raw * H * 2 * (dk + dv);
         m->f16_bytes += (comp + raw) * H * 2 * (dk + dv);
+        /* The sink store's kept positions (a windowed layer's dropped ones are gone). */
+        size_t ns = tq_kv_sink_len(c, l);
+        m->data_bytes += (ns > l->dropped ? ns - l->dropped : 0) * H * 2 * (dk + dv);
+        m->allocated_bytes += tq_kv_sink_bytes(c, l);
         size_t cpages = l->n_cspare;
         for (size_t j = 0; j < l->n_cpages; j++) cpages += l->cpages[j] != NULL;
         m->allocated_bytes += cpages * tq_kv_cpage_bytes(c, l) +

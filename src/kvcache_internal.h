@@ -13,6 +13,12 @@
  *   raw page j (tokens [raw_base + jP, …)):   K (n_kv_heads, P, dk) u16, then V (…, dv) u16
  * raw_base is a multiple of P, so token t sits at slot t % P in both. Raw tokens below n_comp
  * in the first raw page are stale and never read.
+ *
+ * Attention sinks (scheme.sink = N > 0): a compressed layer also keeps the fp16 K and V of
+ * positions [0, N) in its sink store, written as compress_to encodes them (the records are
+ * written as without sinks); positions [0, min(N, n_comp)) are read from there, exactly, by
+ * attention, tq_kv_cache_read and the cache files:
+ *   sink store: K (n_kv_heads, N, dk) u16, then V (n_kv_heads, N, dv) u16
  */
 #ifndef TQ_KVCACHE_INTERNAL_H
 #define TQ_KVCACHE_INTERNAL_H
@@ -53,10 +59,13 @@ typedef struct tq_kv_layer {
     tq_key_transform *kt; /* the key transform (key_transform.h) when the layer has a key mean
                              or key scale (TURBO keys), else NULL */
     int compress_started;
+    uint16_t *sink; /* the sink store (NULL: scheme.sink 0 or an f16 layer); not shared by forks */
 } tq_kv_layer;
 
 /* The largest layer window (tq_kv_cache_config.layer_windows; cache files hold no more). */
 #define TQ_KV_WINDOW_MAX ((size_t)1 << 30)
+/* The most attention sinks a scheme keeps (tq_kv_scheme.sink). */
+#define TQ_KV_SINK_MAX 1024
 
 struct tq_kv_cache {
     tq_kv_cache_config cfg; /* layer_schemes NULL; layer_windows = windows */
@@ -93,6 +102,48 @@ static inline const uint16_t *tq_kv_vraw(const tq_kv_cache *c, const tq_kv_layer
     return l->rpages[(t - l->raw_base) / TQ_KV_P] +
            (size_t)c->cfg.n_kv_heads * TQ_KV_P * (size_t)c->cfg.head_dim_k +
            ((size_t)h * TQ_KV_P + t % TQ_KV_P) * (size_t)c->cfg.head_dim_v;
+}
+
+/* The sink positions a layer holds with n_comp tokens compressed: min(scheme.sink, n_comp);
+ * 0 on a layer that is never compressed (both formats f16). */
+static inline size_t tq_kv_sink_held(const tq_kv_cache *c, const tq_kv_layer *l, size_t n_comp) {
+    size_t n = l->compress_none ? 0 : (size_t)c->cfg.scheme.sink;
+    return n_comp < n ? n_comp : n;
+}
+/* Positions [0, n) of the layer are read from the sink store: tq_kv_sink_held (0 while the
+ * store is not allocated: a windowed layer's positions below n_comp then are all dropped). */
+static inline size_t tq_kv_sink_len(const tq_kv_cache *c, const tq_kv_layer *l) {
+    return l->sink ? tq_kv_sink_held(c, l, l->n_comp) : 0;
+}
+/* fp16 K / V of sink position t (< scheme.sink), head h, in the sink store. */
+static inline const uint16_t *tq_kv_ksink(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                          int h) {
+    return l->sink + ((size_t)h * (size_t)c->cfg.scheme.sink + t) * (size_t)c->cfg.head_dim_k;
+}
+static inline const uint16_t *tq_kv_vsink(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                          int h) {
+    size_t n = (size_t)c->cfg.scheme.sink;
+    return l->sink + (size_t)c->cfg.n_kv_heads * n * (size_t)c->cfg.head_dim_k +
+           ((size_t)h * n + t) * (size_t)c->cfg.head_dim_v;
+}
+/* The exact fp16 K / V of (token t, head h): the sink store below tq_kv_sink_len, else the raw
+ * part (t ≥ n_comp). Rows of one head are contiguous within either. */
+static inline const uint16_t *tq_kv_kexact(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                           int h) {
+    return t < tq_kv_sink_len(c, l) ? tq_kv_ksink(c, l, t, h) : tq_kv_kraw(c, l, t, h);
+}
+static inline const uint16_t *tq_kv_vexact(const tq_kv_cache *c, const tq_kv_layer *l, size_t t,
+                                           int h) {
+    return t < tq_kv_sink_len(c, l) ? tq_kv_vsink(c, l, t, h) : tq_kv_vraw(c, l, t, h);
+}
+/* Allocates the layer's sink store if its scheme has sinks and it has none yet (at its first
+ * compression, a restore, a fork). Errors: TQ_ERR_NOMEM. */
+tq_status tq_kv_sink_alloc(const tq_kv_cache *c, tq_kv_layer *l);
+/* Bytes of a layer's sink store (0 without one). */
+static inline size_t tq_kv_sink_bytes(const tq_kv_cache *c, const tq_kv_layer *l) {
+    return l->sink ? (size_t)c->cfg.scheme.sink * (size_t)c->cfg.n_kv_heads *
+                         (size_t)(c->cfg.head_dim_k + c->cfg.head_dim_v) * sizeof(uint16_t)
+                   : 0;
 }
 
 /* ---- the scheme language (kv_scheme.c) ---- */

@@ -49,16 +49,17 @@ static void test_layouts(void) {
         OF(tq_kv_layer_scheme, value_bits, 12), OF(tq_kv_layer_scheme, key_variant, 16),
         OF(tq_kv_layer_scheme, norm_correction, 20), OF(tq_kv_layer_scheme, key_mean, 24),
         OF(tq_kv_layer_scheme, key_scale, 28), OF(tq_kv_layer_scheme, key_split, 32),
-        SZ(tq_kv_scheme, 112), OF(tq_kv_scheme, struct_size, 0), OF(tq_kv_scheme, layer, 8),
+        OF(tq_kv_scheme, struct_size, 0), OF(tq_kv_scheme, layer, 8),
         OF(tq_kv_scheme, edge, 44), OF(tq_kv_scheme, edge_first, 80),
         OF(tq_kv_scheme, edge_last, 84), OF(tq_kv_scheme, raw_window, 88),
         OF(tq_kv_scheme, batch, 92), OF(tq_kv_scheme, quantized_kv_start, 96),
         OF(tq_kv_scheme, prefill_raw, 100), OF(tq_kv_scheme, seed, 104),
-        SZ(tq_kv_cache_config, 160), OF(tq_kv_cache_config, struct_size, 0),
+        OF(tq_kv_scheme, sink, 112), SZ(tq_kv_scheme, 120),
+        SZ(tq_kv_cache_config, 168), OF(tq_kv_cache_config, struct_size, 0),
         OF(tq_kv_cache_config, n_layers, 8), OF(tq_kv_cache_config, n_kv_heads, 12),
         OF(tq_kv_cache_config, head_dim_k, 16), OF(tq_kv_cache_config, head_dim_v, 20),
-        OF(tq_kv_cache_config, scheme, 24), OF(tq_kv_cache_config, layer_schemes, 136),
-        OF(tq_kv_cache_config, reserve_tokens, 144), OF(tq_kv_cache_config, layer_windows, 152),
+        OF(tq_kv_cache_config, scheme, 24), OF(tq_kv_cache_config, layer_schemes, 144),
+        OF(tq_kv_cache_config, reserve_tokens, 152), OF(tq_kv_cache_config, layer_windows, 160),
         SZ(tq_attn_params, 24), OF(tq_attn_params, struct_size, 0), OF(tq_attn_params, scale, 8),
         OF(tq_attn_params, causal, 12), OF(tq_attn_params, sliding_window, 16),
         OF(tq_attn_params, softcap, 20),
@@ -82,6 +83,17 @@ typedef struct {
 } bigger;
 
 static void set_size(void *s, size_t size) { memcpy(s, &size, sizeof size); }
+
+/* tq_kv_cache_config as 0.2 laid it out: its embedded scheme ended at seed (no sink), so the
+ * later fields sit 8 bytes earlier; the library tells it by the container's size (doc/api.md). */
+typedef struct config_v02 {
+    size_t struct_size;
+    int n_layers, n_kv_heads, head_dim_k, head_dim_v;
+    unsigned char scheme[offsetof(tq_kv_scheme, sink)];
+    const tq_kv_layer_scheme *layer_schemes;
+    size_t reserve_tokens;
+    const size_t *layer_windows;
+} config_v02;
 
 static void test_codec_config(void) {
     tq_codec_config cfg;
@@ -164,12 +176,18 @@ static void test_older_writers(void) {
           s.seed == 0xEEEEEEEEEEEEEEEEull);
     CHECK(tq_kv_scheme_parse_sized("turbo4", &s, offsetof(tq_kv_scheme, layer), NULL, 0) ==
           TQ_ERR_CAPACITY);
-    tq_kv_cache_config kc;
+    /* A 0.2 program's config (the scheme without sink), cut before its layer_windows. */
+    config_v02 kc;
     memset(&kc, 0xEE, sizeof kc);
-    tq_kv_cache_config_init_sized(&kc, offsetof(tq_kv_cache_config, layer_windows), 1, 1, 32, 32);
+    tq_kv_cache_config_init_sized((tq_kv_cache_config *)(void *)&kc,
+                                  offsetof(config_v02, layer_windows), 1, 1, 32, 32);
     CHECK(kc.layer_windows == (const size_t *)(uintptr_t)0xEEEEEEEEEEEEEEEEull || sizeof(void *) != 8);
+    CHECK(kc.layer_schemes == NULL && kc.reserve_tokens == 0 && kc.n_layers == 1);
+    size_t ssize;
+    memcpy(&ssize, kc.scheme, sizeof ssize);
+    CHECK(ssize == offsetof(tq_kv_scheme, sink));
     tq_kv_cache *c = NULL;
-    CHECK(tq_kv_cache_create(&c, &kc) == TQ_OK);
+    CHECK(tq_kv_cache_create(&c, (const tq_kv_cache_config *)(void *)&kc) == TQ_OK);
     tq_kv_cache_free(c);
     tq_attn_params p;
     memset(&p, 0xEE, sizeof p);
@@ -188,6 +206,15 @@ static void test_scheme(void) {
     old.seed = 12345;
     CHECK(tq_kv_scheme_format(&old, got, sizeof got) == TQ_OK && strcmp(got, want) == 0);
     CHECK(tq_kv_scheme_compressed_length(&old, 1000) == tq_kv_scheme_compressed_length(&s, 1000));
+    /* 0.2's scheme: no sink (the newest field), garbage where it would be: no sinks. */
+    old = s;
+    old.struct_size = offsetof(tq_kv_scheme, sink);
+    old.sink = -3;
+    CHECK(tq_kv_scheme_format(&old, got, sizeof got) == TQ_OK && strcmp(got, want) == 0);
+    CHECK(tq_kv_scheme_parse("turbo3:sink=4", &old, NULL, 0) == TQ_OK && old.sink == 4);
+    CHECK(tq_kv_scheme_format(&old, got, sizeof got) == TQ_OK && strstr(got, ":sink=4") != NULL);
+    old.sink = 1025; /* beyond the range */
+    CHECK(tq_kv_scheme_format(&old, got, sizeof got) == TQ_ERR_INVALID);
     /* Only the layer scheme: every later field at its default. */
     old.struct_size = offsetof(tq_kv_scheme, edge);
     old.batch = -7;
@@ -212,11 +239,29 @@ static void test_cache_config(void) {
     CHECK(cfg.struct_size == sizeof cfg && cfg.scheme.struct_size == sizeof cfg.scheme);
     CHECK(tq_kv_scheme_parse("turbo3:window=16:batch=32", &cfg.scheme, NULL, 0) == TQ_OK);
     /* Older: layer_windows (the newest field) missing, a pointer that must not be read there. */
-    tq_kv_cache_config old = cfg;
-    old.struct_size = offsetof(tq_kv_cache_config, layer_windows);
+    /* Of 0.2 (its scheme without sink), its layer_windows missing too. */
+    config_v02 old;
+    memset(&old, 0, sizeof old);
+    memcpy(&old, &cfg, offsetof(tq_kv_cache_config, scheme));
+    memcpy(old.scheme, &cfg.scheme, sizeof old.scheme);
+    set_size(old.scheme, sizeof old.scheme);
+    old.struct_size = offsetof(config_v02, layer_windows);
     old.layer_windows = (const size_t *)(uintptr_t)1;
     tq_kv_cache *c = NULL;
-    CHECK(tq_kv_cache_create(&c, &old) == TQ_OK);
+    CHECK(tq_kv_cache_create(&c, (const tq_kv_cache_config *)(void *)&old) == TQ_OK);
+    /* Its embedded scheme may not be this version's (larger than its container's layout). */
+    tq_kv_cache *bad = NULL;
+    set_size(old.scheme, sizeof(tq_kv_scheme));
+    CHECK(tq_kv_cache_create(&bad, (const tq_kv_cache_config *)(void *)&old) == TQ_ERR_INVALID && !bad);
+    {
+        config_v02 o2;
+        memset(&o2, 0xEE, sizeof o2);
+        CHECK(c && tq_kv_cache_get_config(c, (tq_kv_cache_config *)(void *)&o2, sizeof o2) == TQ_OK);
+        tq_kv_scheme s2;
+        memcpy(&s2, o2.scheme, sizeof o2.scheme);
+        CHECK(o2.struct_size == sizeof o2 && o2.layer_windows == NULL && s2.batch == 32 &&
+              s2.struct_size == sizeof o2.scheme);
+    }
     float kv[600 * 2 * 64];
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++) kv[i] = (float)(i % 13) * 0.1f - 0.6f;
     CHECK(c && tq_kv_cache_append(c, 0, kv, kv, 600) == TQ_OK);
@@ -268,12 +313,12 @@ static void test_cache_config(void) {
     tq_kv_cache_free(c);
     big.bytes[sizeof cfg + 7] = 9;
     CHECK(tq_kv_cache_create(&c, (const tq_kv_cache_config *)(void *)&big) == TQ_ERR_INVALID);
-    old = cfg;
-    old.scheme.struct_size = sizeof old.scheme + 8;
-    CHECK(tq_kv_cache_create(&c, &old) == TQ_ERR_INVALID && c == NULL);
-    old.struct_size = offsetof(tq_kv_cache_config, scheme);
-    CHECK(tq_kv_cache_create(&c, &old) == TQ_ERR_INVALID);
-    CHECK(tq_kv_cache_load_memory_expect("x", 1, &old, &c) == TQ_ERR_INVALID);
+    tq_kv_cache_config cur = cfg;
+    cur.scheme.struct_size = sizeof cur.scheme + 8;
+    CHECK(tq_kv_cache_create(&c, &cur) == TQ_ERR_INVALID && c == NULL);
+    cur.struct_size = offsetof(tq_kv_cache_config, scheme);
+    CHECK(tq_kv_cache_create(&c, &cur) == TQ_ERR_INVALID);
+    CHECK(tq_kv_cache_load_memory_expect("x", 1, &cur, &c) == TQ_ERR_INVALID);
 }
 
 int main(void) {

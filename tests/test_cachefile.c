@@ -14,13 +14,14 @@
  * Issue 15: the layer windows persist (version 4): save → load keeps them and the windowed
  * recycling goes on; tq_kv_cache_convert keeps them; _expect compares them.
  *
- * Issue 17: the rotated formats q8_0r / q4_0r (version 5) save and load; a version 4 file
- * with their format codes is TQ_ERR_FORMAT.
+ * Issue 17: version 5 — the rotated formats q8_0r / q4_0r save and load (a version 4 file
+ * with their format codes is TQ_ERR_FORMAT), and attention sinks: the scheme's sink count
+ * (header offset 56) and each layer's sink store persist; save → load is bit-exact.
  *
  * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v5.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
  * cache_v3.bin and cache_v4.bin, written by versions 1 (before the key scale), 2 (before the
- * key split), 3 (before the layer windows) and 4 (before q8_0r / q4_0r), and
+ * key split), 3 (before the layer windows) and 4 (before q8_0r / q4_0r and the sinks), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
@@ -489,10 +490,15 @@ static void test_roundtrip_file(void) {
 
 /* The golden cache: 2 layers (the first a q8_0 edge), 2 KV heads, d = 16, 20 tokens,
  * turbo3.5 with key mean, scale and split, window 4, batch 8, layer windows 0 and 12 (nothing
- * dropped yet): compressed and raw tokens, a mean, a scale, a channel order, an edge, both
- * formats, a sliding window. */
+ * dropped yet), 3 attention sinks: compressed and raw tokens, a mean, a scale, a channel
+ * order, an edge, both formats, a sliding window, sink stores. */
 static const size_t golden_windows[2] = {0, 12};
 static tq_kv_cache *golden_cache(void) {
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3", 2, 2, 16, 20,
+                   NULL, golden_windows);
+}
+/* The cache version 4 wrote: the same without sinks. */
+static tq_kv_cache *golden_cache_v4(void) {
     return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL,
                    golden_windows);
 }
@@ -586,7 +592,21 @@ static void test_golden(void) {
     /* Files of earlier versions load as the caches they were written from (v3: no layer
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
-    check_old_version(GOLDEN_V4, c, -1);
+    tq_kv_cache *w4 = golden_cache_v4(), *w3 = golden_cache_v3();
+    check_old_version(GOLDEN_V4, w4, -1);
+    {
+        /* Without sinks, version 5 is version 4's bytes but for the version and header CRC. */
+        size_t n4 = 0, g4n = 0;
+        uint8_t *i4 = save_image(w4, &n4), *g4 = read_file(GOLDEN_V4, &g4n);
+        CHECK(i4 && g4 && n4 == g4n && rd32(i4 + 8) == 5 && rd32(g4 + 8) == 4);
+        if (i4 && g4 && n4 == g4n) {
+            memcpy(i4 + 8, g4 + 8, 4);
+            memcpy(i4 + 60, g4 + 60, 4);
+            CHECK(memcmp(i4, g4, n4) == 0);
+        }
+        free(i4);
+        free(g4);
+    }
     {
         /* Version 4 knows no q8_0r / q4_0r: their codes there are a file no writer made. */
         uint8_t *g4 = read_file(GOLDEN_V4, &gn);
@@ -599,8 +619,8 @@ static void test_golden(void) {
         }
         free(g4);
     }
-    tq_kv_cache *w3 = golden_cache_v3();
     check_old_version(GOLDEN_V3, w3, -1);
+    tq_kv_cache_free(w4);
     tq_kv_cache_free(w3);
     tq_kv_cache *v2 = golden_cache_v2(), *v1 = golden_cache_v1();
     check_old_version(GOLDEN_V2, v2, 6);

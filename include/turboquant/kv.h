@@ -56,6 +56,9 @@ typedef struct tq_kv_scheme {
                                   every append (same final state) */
     uint64_t seed;             /* seed of every TURBO codec and of the q8_0r / q4_0r rotations;
                                   default as tq_codec_config_init */
+    int sink;                  /* attention sinks: positions [0, sink) of every layer are also
+                                  kept fp16 once compressed and attended exactly; [0, 1024],
+                                  default 0 */
 } tq_kv_scheme;
 
 /* Parses a scheme string (grammar: tq_kv_scheme_help, doc/kvcache.md §2) into *out, every field
@@ -198,7 +201,7 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 /* ---- Cache files (doc/cachefile.md) ------------------------------------------------------ */
 
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
- * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r). */
+ * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks). */
 #define TQ_KV_CACHE_FILE_VERSION 5
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
