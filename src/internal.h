@@ -23,6 +23,12 @@ double tq_rng_gauss(tq_rng *rng);
  * folded into the quantizer's one multiply. After the call, R x = (*scale) · x. */
 void tq_rotation_forward_raw(const tq_rotation *rot, float *x, float *scale);
 
+/* tq_rotation_create with `rounds` rounds of signs and Hadamard transform (HADAMARD and
+ * BLOCK_HADAMARD; 0: the default, TQ_HADAMARD_ROUNDS / 3). The q8_0r / q4_0r formats take one
+ * round (kv_records.c). */
+tq_status tq_rotation_create_rounds(tq_rotation **out, int dim, uint64_t seed,
+                                    tq_rotation_kind kind, int rounds);
+
 /* For tests: the sign vector (dim floats, ±1) of round r, and the number of rounds (0 for a
  * dense rotation). */
 const float *tq_rotation_signs(const tq_rotation *rot, int round);

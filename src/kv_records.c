@@ -4,14 +4,16 @@
  * TurboQuant record (tq_codec_describe), the block formats f16 / q8_0 / q4_0
  * (kernels/blockq.h); the cache keeps that description (tq_kv_tensor) and encodes and decodes
  * through them. The rotated formats q8_0r / q4_0r are a q8_0 / q4_0 record of R·v, R the
- * seeded randomized Walsh–Hadamard rotation of rotation.c (block Hadamard at a dim that is not
- * a power of two): the description is the block format's with the rotation beside it
- * (tq_record.rot), which this file creates and frees (doc/kvcache.md §2).
+ * seeded randomized Walsh–Hadamard rotation of rotation.c with one round (two rounds of the
+ * block Hadamard at a dim that is not a power of two): the description is the block format's
+ * with the rotation beside it (tq_record.rot), which this file creates and frees
+ * (doc/kvcache.md §2).
  */
 #include <math.h>
 #include <string.h>
 
 #include "codec_record.h"
+#include "internal.h"
 #include "kernels/blockq.h"
 #include "kvcache_internal.h"
 
@@ -43,6 +45,11 @@ static tq_kv_format block_format(tq_kv_format f) {
 /* The seed of a rotated tensor's rotation: the scheme's seed, apart for keys and values. */
 #define ROT_SEED_KEY 0x526F744Bull   /* "RotK" */
 #define ROT_SEED_VALUE 0x526F7456ull /* "RotV" */
+/* Rounds of the rotation: one at a power-of-two dim, two of the block Hadamard otherwise (each
+ * coordinate mixed). Not TurboQuant's three: a round maps a vector of a few large channels to a
+ * nearly flat one, which an absmax block stores almost exactly, while three rounds make the
+ * coordinates Gaussian (the codebooks' assumption); measured in doc/rotation.md. */
+#define ROT_ROUNDS(dim) ((dim) & ((dim) - 1) ? 2 : 1)
 
 static tq_status tensor_bytes(tq_kv_format f, int dim, float bits, tq_variant variant, int norm,
                               int split, size_t *bytes) {
@@ -78,8 +85,8 @@ tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits
     if (f != TQ_KV_TURBO) {
         tq_status st = tq_record_plain(x, block_format(f), dim);
         if (st || block_format(f) == f) return st;
-        st = tq_rotation_create(&x->rot, dim, seed ^ (is_key ? ROT_SEED_KEY : ROT_SEED_VALUE),
-                                TQ_ROTATION_AUTO);
+        st = tq_rotation_create_rounds(&x->rot, dim, seed ^ (is_key ? ROT_SEED_KEY : ROT_SEED_VALUE),
+                                       TQ_ROTATION_AUTO, ROT_ROUNDS(dim));
         if (st) memset(x, 0, sizeof *x);
         return st;
     }

@@ -364,7 +364,8 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
 
 static int format_side(char *buf, size_t cap, tq_kv_format f, float bits) {
     if (f == TQ_KV_TURBO) return snprintf(buf, cap, "%.9g", (double)bits);
-    if ((unsigned)f < (unsigned)N_FORMATS && plain_names[f]) return snprintf(buf, cap, "%s", plain_names[f]);
+    if ((unsigned)f < (unsigned)N_FORMATS && plain_names[f])
+        return snprintf(buf, cap, "%s", plain_names[f]);
     return -1;
 }
 

@@ -102,6 +102,11 @@ static int build_dense(tq_rotation *rot, uint64_t seed) {
 }
 
 tq_status tq_rotation_create(tq_rotation **out, int dim, uint64_t seed, tq_rotation_kind kind) {
+    return tq_rotation_create_rounds(out, dim, seed, kind, 0);
+}
+
+tq_status tq_rotation_create_rounds(tq_rotation **out, int dim, uint64_t seed,
+                                    tq_rotation_kind kind, int rounds) {
     if (!out) return TQ_ERR_NULL;
     *out = NULL;
     if (dim < TQ_MIN_DIM || dim > TQ_MAX_DIM) return TQ_ERR_DIM;
@@ -121,7 +126,9 @@ tq_status tq_rotation_create(tq_rotation **out, int dim, uint64_t seed, tq_rotat
             return TQ_ERR_NOMEM;
         }
     } else {
-        rot->rounds = kind == TQ_ROTATION_HADAMARD ? TQ_HADAMARD_ROUNDS : BLOCK_ROUNDS;
+        rot->rounds = rounds > 0                     ? rounds
+                      : kind == TQ_ROTATION_HADAMARD ? TQ_HADAMARD_ROUNDS
+                                                     : BLOCK_ROUNDS;
         rot->signs = malloc(sizeof(float) * (size_t)rot->rounds * (size_t)dim);
         if (!rot->signs) {
             tq_rotation_free(rot);

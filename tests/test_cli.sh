@@ -300,13 +300,13 @@ has "attn-bench bad TQ_MEM_LIMIT_GIB message" "TQ_MEM_LIMIT_GIB"
 check "attn-bench under TQ_MEM_LIMIT_GIB" 0 env TQ_MEM_LIMIT_GIB=64 timeout 60 "$tq" attn-bench \
   --head-dim 64 --q-heads 2 --kv-heads 1 --ctx 64 --scheme turbo3 --reps 1
 check "attn-bench json run" 0 "$tq" attn-bench --head-dim 64 --q-heads 4 --kv-heads 2 --ctx 300 \
-  --scheme q8_0,turbo3 --layers 2 --threads 2 --reps 2 --json
-for key in '"ctx":300' '"results":[' '"scheme":"f16"' '"scheme":"turbo3"' '"us_per_step":' \
+  --scheme q8_0,q4_0r,turbo3 --layers 2 --threads 2 --reps 2 --json
+for key in '"ctx":300' '"results":[' '"scheme":"f16"' '"scheme":"turbo3"' '"scheme":"q4_0r"' '"us_per_step":' \
            '"speedup_vs_f16":' '"bytes_per_token":' '"ratio_vs_fp16":' '"rel_l2":' '"max_abs":' \
            '"f16_gflops":' '"gb_per_s":'; do
   if grep -q -F "$key" /tmp/tq_cli_out.$$; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL attn-bench json key $key"; fi
 done
-if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["results"])==3' /tmp/tq_cli_out.$$ 2>/dev/null; then
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["results"])==4' /tmp/tq_cli_out.$$ 2>/dev/null; then
   pass=$((pass+1)); echo "ok   attn-bench json parses"
 else fail=$((fail+1)); echo "FAIL attn-bench json does not parse"; cat /tmp/tq_cli_out.$$; fi
 check "attn-bench table prefill run" 0 "$tq" attn-bench --head-dim 64 --q-heads 2 --kv-heads 1 --ctx 100 \

@@ -2,8 +2,9 @@
  * (engine/context_state.c). A sequence restored from a file gives bit for bit the logits of a
  * fresh prefill: the last prompt position's stored logits, the rest of a prompt prefilled after
  * the restored prefix, and the decode steps after it — f16, turbo3 (raw prefill, the default)
- * and turbo3 compressed on every call, on the tiny Gemma 3 model (tests/tiny_model.h: runs
- * everywhere) and on the real model (SKIP when absent), where the sliding-window layers keep
+ * and turbo3 compressed on every call (and q4_0r / q8_0r, issue 17, on the tiny model), on the
+ * tiny Gemma 3 model (tests/tiny_model.h: runs everywhere) and on the real model (SKIP when
+ * absent), where the sliding-window layers keep
  * their whole history (context_set_kv_keep_history) with the same logits as when they recycle.
  * Every reason not to use a file is its own status, and the context keeps its sequence: no
  * file, not a file, not a cache, another model file, another scheme, too long for the context,
@@ -24,7 +25,8 @@
 
 static const char *const tiny_path = "/tmp/tq_test_prompt_cache_tiny.gguf";
 static const char *const tiny2_path = "/tmp/tq_test_prompt_cache_tiny2.gguf";
-static const char *const file = "/tmp/tq_test_prompt_cache.tqpc";
+/* Per process: two runs at once (worktrees side by side) must not remove each other's file. */
+static char file[64];
 
 static void tokens_from(int32_t *t, int n, int nv, int seed) {
     for (int i = 0; i < n; i++) t[i] = 3 + (int32_t)(((i + 1) * 7919 + seed * 104729) % (nv - 3));
@@ -149,13 +151,14 @@ out:
     free(got);
 }
 
-static const char *const schemes[3] = {"f16", "turbo3", "turbo3:prefill_raw=0:batch=8"};
+static const char *const schemes[4] = {"f16", "turbo3", "turbo3:prefill_raw=0:batch=8",
+                                       "k=q4_0r:v=q8_0r:prefill_raw=0:batch=8"};
 
 static void test_tiny_restore(void) {
     static tiny t;
     model *m = load_tiny(&t, MODEL_ARCH_GEMMA3, 1, 901, tiny_path);
     if (m == NULL) return;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 4; s++) {
         check_scheme(m, schemes[s], 40, 16, 4, 8, CTX, 0);
         check_scheme(m, schemes[s], 40, 24, 4, 8, CTX, 1);
     }
@@ -369,6 +372,7 @@ static void test_real_restore(void) {
 }
 
 int main(void) {
+    snprintf(file, sizeof file, "/tmp/tq_test_prompt_cache_%d.tqpc", (int)getpid());
     RUN_TEST(test_xxh64);
     RUN_TEST(test_tiny_restore);
     RUN_TEST(test_mismatches);

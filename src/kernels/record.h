@@ -2,10 +2,10 @@
  * The description of one stored record, as every kernel reads it: the format, the bytes, and
  * for a TurboQuant record its segments (packed index words), bit widths, centroids, norm and
  * PROD parts (doc/format.md). The codec fills it for TurboQuant records (tq_codec_describe in
- * src/codec_record.h), the block formats for f16 / q8_0 / q4_0 (tq_record_plain in blockq.h; q8_0r / q4_0r are
- * q8_0 / q4_0 records with a rotation beside them, `rot`);
- * the KV cache keeps one per K and V of a layer and hands it to the kernels with plain
- * pointers. A plain struct: no kernel needs anything above this layer.
+ * src/codec_record.h), the block formats for f16 / q8_0 / q4_0 (tq_record_plain in blockq.h;
+ * q8_0r / q4_0r are q8_0 / q4_0 records with a rotation beside them, `rot`); the KV cache
+ * keeps one per K and V of a layer and hands it to the kernels with plain pointers. A plain
+ * struct: no kernel needs anything above this layer.
  */
 #ifndef TQ_KERNELS_RECORD_H
 #define TQ_KERNELS_RECORD_H
