@@ -279,7 +279,8 @@ static model_status curves(calib *c, const model_config *cfg, tq_kv_layer_scheme
     return MODEL_OK;
 }
 
-static model_status calibrate(calib *c, const model_config *cfg, int flags, kv_auto_result *out) {
+static model_status calibrate(calib *c, const model_config *cfg, int flags, const kv_auto_result *prior,
+                              kv_auto_result *out) {
     const int L = cfg->n_layer, probe = probe_option();
     tq_kv_layer_scheme *ls = malloc((size_t)L * sizeof *ls);
     size_t *bytes = malloc((size_t)2 * (size_t)L * KV_AUTO_N_OPT * sizeof *bytes);
@@ -310,18 +311,22 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, kv_a
         out->budget_bytes += (kb + vb) * (size_t)cfg->n_head_kv;
     }
     out->f16_bytes = (size_t)2 * (size_t)(cfg->head_dim + cfg->head_dim_v) * (size_t)cfg->n_head_kv * (size_t)L;
-    /* the reference, then one run per layer and side at the probe width */
-    if (st == MODEL_OK) {
+    /* the reference, then one run per layer and side at the probe width (or prior's) */
+    if (prior != NULL) {
+        memcpy(out->sens, prior->sens, (size_t)L * sizeof *out->sens);
+        memcpy(out->curve, prior->curve, sizeof out->curve);
+    }
+    if (st == MODEL_OK && (prior == NULL || !(flags & KV_AUTO_NO_CHECK))) {
         fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);
         st = run(c, ls, NULL);
     }
-    for (int il = 0; il < L && st == MODEL_OK; il++)
+    for (int il = 0; il < L && st == MODEL_OK && prior == NULL; il++)
         for (int side = 0; side < 2 && st == MODEL_OK; side++) {
             fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);
             kv_auto_layer_scheme(&c->base, side == 0 ? probe : OPT_F16, side == 0 ? OPT_F16 : probe, &ls[il]);
             st = run(c, ls, &out->sens[il][side]);
         }
-    if (st == MODEL_OK) st = curves(c, cfg, ls, flags, out);
+    if (st == MODEL_OK && prior == NULL) st = curves(c, cfg, ls, flags, out);
     if (st == MODEL_OK) {
         int uniform = -1;
         for (int o = 0; o < OPT_F16; o++)
@@ -366,6 +371,12 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, kv_a
 model_status kv_auto_calibrate(const model *m, tq_threadpool *pool, const int32_t *tokens, int n,
                                const tq_kv_scheme *base, float bits, int flags, kv_auto_result *out,
                                char *err, size_t err_cap) {
+    return kv_auto_calibrate_from(m, pool, tokens, n, base, bits, flags, NULL, out, err, err_cap);
+}
+
+model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const int32_t *tokens, int n,
+                                    const tq_kv_scheme *base, float bits, int flags, const kv_auto_result *prior,
+                                    kv_auto_result *out, char *err, size_t err_cap) {
     char dummy[1];
     if (err == NULL || err_cap == 0) err = dummy, err_cap = sizeof dummy;
     err[0] = 0;
@@ -407,8 +418,8 @@ model_status kv_auto_calibrate(const model *m, tq_threadpool *pool, const int32_
     if (out->layer_schemes && out->choice && out->sens && c.plan && c.logits && c.lp && c.ref &&
         eval_plan(n, EVAL_COMPRESSED, c.plan, c.n_pieces) == c.n_pieces) {
         const context_params p = {n, eval_context_batch(n), 0, &c.base};
-        st = context_create(m, &p, pool, &c.x, err, err_cap);
-        if (st == MODEL_OK) st = calibrate(&c, cfg, flags, out);
+        st = prior != NULL && prior->n_layer != L ? MODEL_ERR_ARG : context_create(m, &p, pool, &c.x, err, err_cap);
+        if (st == MODEL_OK) st = calibrate(&c, cfg, flags, prior, out);
     } else
         snprintf(err, err_cap, "out of memory");
     context_free(c.x);

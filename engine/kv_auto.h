@@ -82,6 +82,12 @@ int kv_auto_allocate(int n, const size_t *bytes, const double *kld, size_t budge
 model_status kv_auto_calibrate(const model *m, tq_threadpool *pool, const int32_t *tokens, int n,
                                const tq_kv_scheme *base, float bits, int flags, kv_auto_result *out,
                                char *err, size_t err_cap);
+/* The same reusing prior's sensitivities and curves (a calibration of the same model, tokens,
+ * flags and options at another B): only the allocation and the two closing runs (and their
+ * reference) are done. prior NULL: kv_auto_calibrate. */
+model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const int32_t *tokens, int n,
+                                    const tq_kv_scheme *base, float bits, int flags, const kv_auto_result *prior,
+                                    kv_auto_result *out, char *err, size_t err_cap);
 void kv_auto_result_free(kv_auto_result *r); /* NULL or zeroed is fine */
 
 /* Short name of option o: "2", "2.5", … "8", "f16". */

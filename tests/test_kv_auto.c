@@ -171,6 +171,15 @@ static void test_model_auto3(void) {
             total += (kb + vb) * (size_t)c->n_head_kv;
         }
         CHECK(total == r.bytes_per_token);
+        /* from the sensitivities of r: the same choice and figures in 3 runs */
+        kv_auto_result r2;
+        st = kv_auto_calibrate_from(f.m, f.pool, ids, want, &base, bits, 0, &r, &r2, err, sizeof err);
+        CHECK_MSG(st == MODEL_OK, "%s", err);
+        if (st == MODEL_OK) {
+            CHECK(r2.runs == 3 && r2.measured_kld == r.measured_kld && r2.predicted_kld == r.predicted_kld);
+            CHECK(memcmp(r2.choice, r.choice, (size_t)r.n_layer * sizeof *r.choice) == 0);
+        }
+        kv_auto_result_free(&r2);
         kv_auto_result_free(&r);
     }
     if (getenv("TQ_KV_AUTO_MEASURED")) {

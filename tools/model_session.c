@@ -90,10 +90,18 @@ static const kv_auto_result *auto_result(session *s, const session_scheme *schem
     s->autos = grown;
     struct session_auto *a = &s->autos[s->n_autos];
     snprintf(a->name, sizeof a->name, "%s", scheme->name);
+    /* another B with the same options reuses the sensitivities (they do not depend on B) */
+    const kv_auto_result *prior = NULL;
+    const char *opts = strchr(scheme->name + 5, ':');
+    for (int i = 0; i < s->n_autos && prior == NULL; i++) {
+        const char *o2 = strchr(s->autos[i].name + 5, ':');
+        if ((opts == NULL && o2 == NULL) || (opts && o2 && strcmp(opts, o2) == 0)) prior = &s->autos[i].r;
+    }
     char err[300];
-    fprintf(stderr, "tq %s: %s: calibrating ...\n", s->cmd, scheme->name);
-    model_status st = kv_auto_calibrate(s->m, s->pool, toks, (int)n, &scheme->scheme, scheme->auto_bits, 0, &a->r, err,
-                                        sizeof err);
+    fprintf(stderr, "tq %s: %s: %s ...\n", s->cmd, scheme->name,
+            prior ? "allocating (the sensitivities of the calibration above)" : "calibrating");
+    model_status st = kv_auto_calibrate_from(s->m, s->pool, toks, (int)n, &scheme->scheme, scheme->auto_bits, 0, prior,
+                                             &a->r, err, sizeof err);
     free(own);
     if (st != MODEL_OK) {
         fprintf(stderr, "tq %s: %s: calibration failed: %s (%s)\n", s->cmd, scheme->name, err, model_status_name(st));
