@@ -58,6 +58,13 @@ check "generate bad -t" 2 "$tq" generate -p hi -t 0
 check "perplexity without -f" 2 "$tq" perplexity -c 128
 check "perplexity bad --chunks" 2 "$tq" perplexity -f x --chunks 0
 check "perplexity -c too small" 2 "$tq" perplexity -f x -c 4
+for k in auto: auto:1 auto:9 auto:x auto; do # auto:B: bad forms are usage errors
+  check "perplexity --kv $k" 2 "$tq" perplexity -f x --kv "turbo3,$k"
+  has "--kv $k message" "auto:B[:options], B the average bits per cached element in [2, 8]"
+done
+check "perplexity --kv auto:3:frob=1" 2 "$tq" perplexity -f x --kv auto:3:frob=1
+has "--kv auto:3:frob=1 message" "auto:B takes turboB's options"
+check "perplexity --calib-tokens too few" 2 "$tq" perplexity -f x --kv auto:3 --calib-tokens 10
 check "perplexity bad scheme" 2 "$tq" perplexity -f x --kv f16,nonsense
 has "bad scheme message" "--kv nonsense: "
 check "perplexity bad cache type" 2 "$tq" perplexity -f x --cache-type-k q9
@@ -185,6 +192,25 @@ assert t["kld_mean"] > 0 and 0 <= t["kld_median"] <= t["kld_p99"] and 0 <= t["to
 assert 0 < t["kv_bytes_per_token"] < r[0]["kv_bytes_per_token"]
 ' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity turbo3 row"
   else fail=$((fail+1)); echo "FAIL perplexity turbo3 row"; cat /tmp/tq_cli_out.$$; fi
+  # auto:3 (doc/kv-auto.md): calibrated on 64 tokens of the built-in text, the table printed, the
+  # row named auto:3, no more bytes per token than turbo3
+  check "perplexity auto:3" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo3,auto:3 \
+    --calib-tokens 64 --json -t 2
+  has "auto:3 calibration table" "auto:3: calibrated on 64 tokens of the built-in text"
+  has "auto:3 layer 0" "  layer  0: k "
+  if python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+assert [x["scheme"] for x in r] == ["f16", "turbo3", "auto:3"], r
+assert 0 < r[2]["kv_bytes_per_token"] <= r[1]["kv_bytes_per_token"], r
+assert r[2]["kld_mean"] > 0
+' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity auto:3 row at turbo3 bytes or fewer"
+  else fail=$((fail+1)); echo "FAIL perplexity auto:3 row"; cat /tmp/tq_cli_out.$$; fi
+  printf 'short\n' >"$text.calib"
+  check "perplexity --calib-file too short" 2 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv auto:3 \
+    --calib-file "$text.calib"
+  has "--calib-file too short message" "auto:B needs at least 64"
+  rm -f "$text.calib"
   # --as-decode: positions 64..126 see the tokens from 64 on still fp16 (the two-phase rule's
   # raw tail), so turbo2 loses less than with every key compressed.
   check "perplexity turbo2 worst case" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo2 --json -t 2

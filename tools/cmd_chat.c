@@ -478,6 +478,7 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "tq chat: %s\n", context_last_error(q.x));
             goto done;
         }
+        if (session_seq_reapply_auto(&s, &q) != 0) goto done;
         resumed = session_restore(&c);
         if (resumed && system)
             fprintf(stderr, "tq chat: --system ignored: the session's conversation goes on\n");

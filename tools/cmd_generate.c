@@ -110,8 +110,11 @@ int cmd_generate(int argc, char **argv) {
     sampler *smp = NULL;
     size_t n_prompt = 0;
     if ((rc = session_open(&s, &o)) != 0) return rc;
-    if ((rc = session_seq_open(&s, &o.schemes[0], GEN_MAX_BATCH, &q)) != 0) goto done;
     if ((rc = session_tokenize(&s, prompt, strlen(prompt), 1, &ids, &n_prompt)) != 0) goto done;
+    /* auto:B calibrates on the prompt; with a prompt cache on the built-in text, so that every
+     * run chooses the same layer schemes and a cache file written by one fits the next */
+    if (cache_path == NULL) session_set_calibration(&s, ids, n_prompt, "the prompt");
+    if ((rc = session_seq_open(&s, &o.schemes[0], GEN_MAX_BATCH, &q)) != 0) goto done;
     if (n_prompt == 0 || n_prompt >= (size_t)s.n_ctx) {
         fprintf(stderr, "tq generate: the prompt is %zu tokens; -c %d leaves no room to generate\n",
                 n_prompt, s.n_ctx);
@@ -139,6 +142,7 @@ int cmd_generate(int argc, char **argv) {
             rc = 1;
             goto done;
         }
+        if ((rc = session_seq_reapply_auto(&s, &q)) != 0) goto done;
         n_kept = restore_prompt(cache_path, &q, ids, (int)n_prompt, logits, &have_logits);
     }
     fputs(prompt, stdout);

@@ -22,6 +22,7 @@
 
 #include "commands.h"
 #include "eval.h"
+#include "kv_auto.h"
 #include "common.h"
 #include "model_session.h"
 #include "progress.h"
@@ -37,7 +38,7 @@ static int forward_check(const session_seq *q, model_status st) {
 int cmd_perplexity(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "perplexity", 512, SESSION_KV_WITH_F16);
-    const char *text_path = NULL;
+    const char *text_path = NULL, *calib_path = NULL;
     long want_chunks = -1;
     int json = 0, decode_flag = 0, prompt_flag = 0;
     const tool_opt opts[] = {
@@ -55,11 +56,14 @@ int cmd_perplexity(int argc, char **argv) {
                   "(prefill_raw=1), compressed at the first scored position: what\n"
                   "generation after a prompt sees")},
         {OPT_FLAG("--json", &json, "one JSON object on stdout instead of the table")},
+        {OPT_STRING("--calib-file", "F",
+                    &calib_path, "auto:B calibrates on the start of F (default: a built-in\n"
+                                 "text, never the file scored)")},
     };
     const tool_cmd cmd = {
         .name = "perplexity",
         .synopsis = "usage: tq perplexity -f TEXT [-c CTX] [--chunks N] [--kv S[,S...]] [-m MODEL]\n"
-                    "                     [-t THREADS] [--as-decode | --prompt] [--json]\n",
+                    "                     [-t THREADS] [--as-decode | --prompt] [--json] [--calib-file F]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
         .epilogue = "\nllama.cpp's method: BOS-tokenized text, non-overlapping chunks of CTX whose first\n"
                     "token becomes BOS, positions CTX/2..CTX-2 scored. Schemes other than f16 also get\n"
@@ -83,7 +87,7 @@ int cmd_perplexity(int argc, char **argv) {
     eval_acc res[SESSION_MAX_SCHEMES];
     memset(seqs, 0, sizeof seqs);
     memset(res, 0, sizeof res);
-    int32_t *toks = NULL, *batch = NULL;
+    int32_t *toks = NULL, *batch = NULL, *calib = NULL;
     float *logits = NULL, *ref = NULL, *lp = NULL;
     eval_piece *plan = NULL;
     size_t n_tok = 0;
@@ -110,6 +114,21 @@ int cmd_perplexity(int argc, char **argv) {
         n_chunks = avail;
     }
     const long n_pos = n_chunks * eval_rows_per_window(ctx);
+    if (calib_path != NULL) { /* auto:B's calibration text (default: the built-in one) */
+        char *ct = NULL;
+        size_t ct_len = 0, n_calib = 0;
+        if ((rc = session_read_file("perplexity", calib_path, &ct, &ct_len)) != 0) goto done;
+        rc = session_tokenize(&s, ct, ct_len, 1, &calib, &n_calib);
+        free(ct);
+        if (rc) goto done;
+        if (n_calib < KV_AUTO_MIN_TOKENS) {
+            fprintf(stderr, "tq perplexity: --calib-file '%s' is %zu tokens; auto:B needs at least %d\n", calib_path,
+                    n_calib, KV_AUTO_MIN_TOKENS);
+            rc = TQ_EXIT_USAGE;
+            goto done;
+        }
+        session_set_calibration(&s, calib, n_calib, calib_path);
+    }
     for (int k = 0; k < n_schemes; k++) {
         eval_scheme_for_view(&o.schemes[k].scheme, view, strstr(o.schemes[k].name, "prefill_raw=") != NULL);
         if ((rc = session_seq_open(&s, &o.schemes[k], eval_context_batch(ctx), &seqs[k])) != 0) goto done;
@@ -204,6 +223,7 @@ done:
         eval_acc_free(&res[k]);
     }
     free(toks);
+    free(calib);
     free(batch);
     free(logits);
     free(ref);

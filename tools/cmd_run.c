@@ -138,6 +138,7 @@ int cmd_run(int argc, char **argv) {
     size_t n_prompt = 0;
     if ((rc = session_open(&s, &o)) != 0) return rc;
     if ((rc = session_tokenize(&s, prompt, strlen(prompt), 1, &ids, &n_prompt))) goto done;
+    session_set_calibration(&s, ids, n_prompt, "the prompt"); /* auto:B */
     if (n_prompt + (size_t)n_gen > (size_t)s.n_ctx) {
         fprintf(stderr, "tq run: %zu prompt tokens + -n %ld do not fit -c %d\n", n_prompt, n_gen,
                 s.n_ctx);

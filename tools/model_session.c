@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "eval.h"
+#include "kv_auto.h"
 #include "vocab.h"
 
 /* ---- schemes ------------------------------------------------------------------------------ */
@@ -19,7 +20,10 @@
 int session_scheme_parse(const char *text, session_scheme *out, char *err, size_t err_cap) {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", text);
-    if (tq_kv_scheme_parse(text, &out->scheme, err, err_cap) != TQ_OK) return TQ_EXIT_USAGE;
+    const int a = kv_auto_parse(text, &out->auto_bits, &out->scheme, err, err_cap);
+    if (a < 0) return TQ_EXIT_USAGE;
+    out->is_auto = a;
+    if (!a && tq_kv_scheme_parse(text, &out->scheme, err, err_cap) != TQ_OK) return TQ_EXIT_USAGE;
     const tq_kv_scheme *k = &out->scheme;
     out->is_f16 = k->layer.key_format == TQ_KV_F16 && k->layer.value_format == TQ_KV_F16 &&
                   ((k->edge_first == 0 && k->edge_last == 0) ||
@@ -32,6 +36,92 @@ int session_engine_supports(const session_scheme *s) {
      * that parses runs. A scheme the engine could not run would be refused here. */
     (void)s;
     return 1;
+}
+
+/* ---- auto:B: the calibration, once per session and scheme name (engine/kv_auto.h) -------- */
+
+struct session_auto {
+    char name[96];
+    kv_auto_result r;
+};
+
+void session_set_calibration(session *s, const int32_t *tokens, size_t n, const char *source) {
+    if (n < KV_AUTO_MIN_TOKENS) return;
+    s->calib_tokens = tokens;
+    s->n_calib_tokens = n;
+    s->calib_source = source;
+}
+
+static void print_auto(const session *s, const char *name, const kv_auto_result *r) {
+    fprintf(stderr, "tq %s: %s: calibrated on %d tokens of %s in %.1f s (%d runs)\n", s->cmd, name, r->n_tokens,
+            s->calib_source ? s->calib_source : "the built-in text", r->seconds, r->runs);
+    for (int il = 0; il < r->n_layer; il++) {
+        const int k = r->choice[il][0], v = r->choice[il][1];
+        fprintf(stderr, "  layer %2d: k %s%-4s v %s%-4s (KLD at turbo3: k %.5f, v %.5f)\n", il,
+                k == KV_AUTO_N_OPT - 1 ? "" : "turbo", kv_auto_option_name(k), v == KV_AUTO_N_OPT - 1 ? "" : "turbo",
+                kv_auto_option_name(v), r->sens[il][0], r->sens[il][1]);
+    }
+    fprintf(stderr, "  %zu bytes per token (turbo%g %zu, f16 %zu: %.2fx smaller); KLD on the calibration tokens: "
+            "predicted %.4f, measured %.4f (turbo%g %.4f)\n",
+            r->bytes_per_token, (double)r->bits, r->budget_bytes, r->f16_bytes,
+            (double)r->f16_bytes / (double)r->bytes_per_token, r->predicted_kld, r->measured_kld, (double)r->bits,
+            r->uniform_kld);
+}
+
+/* The calibration of scheme (done now when not yet), or NULL after printing why. */
+static const kv_auto_result *auto_result(session *s, const session_scheme *scheme) {
+    for (int i = 0; i < s->n_autos; i++)
+        if (strcmp(s->autos[i].name, scheme->name) == 0) return &s->autos[i].r;
+    int32_t *own = NULL;
+    const int32_t *toks = s->calib_tokens;
+    size_t n = s->n_calib_tokens;
+    if (toks == NULL) {
+        const char *text = kv_auto_default_text();
+        if (session_tokenize(s, text, strlen(text), 1, &own, &n)) return NULL;
+        toks = own;
+    }
+    if (n > (size_t)s->calib_max) n = (size_t)s->calib_max;
+    struct session_auto *grown = realloc(s->autos, (size_t)(s->n_autos + 1) * sizeof *grown);
+    if (grown == NULL) {
+        free(own);
+        fprintf(stderr, "tq %s: out of memory\n", s->cmd);
+        return NULL;
+    }
+    s->autos = grown;
+    struct session_auto *a = &s->autos[s->n_autos];
+    snprintf(a->name, sizeof a->name, "%s", scheme->name);
+    /* another B with the same options reuses the sensitivities (they do not depend on B) */
+    const kv_auto_result *prior = NULL;
+    const char *opts = strchr(scheme->name + 5, ':');
+    for (int i = 0; i < s->n_autos && prior == NULL; i++) {
+        const char *o2 = strchr(s->autos[i].name + 5, ':');
+        if ((opts == NULL && o2 == NULL) || (opts && o2 && strcmp(opts, o2) == 0)) prior = &s->autos[i].r;
+    }
+    char err[300];
+    fprintf(stderr, "tq %s: %s: %s ...\n", s->cmd, scheme->name,
+            prior ? "allocating (the sensitivities of the calibration above)" : "calibrating");
+    model_status st = kv_auto_calibrate_from(s->m, s->pool, toks, (int)n, &scheme->scheme, scheme->auto_bits, 0, prior,
+                                             &a->r, err, sizeof err);
+    free(own);
+    if (st != MODEL_OK) {
+        fprintf(stderr, "tq %s: %s: calibration failed: %s (%s)\n", s->cmd, scheme->name, err, model_status_name(st));
+        return NULL;
+    }
+    s->n_autos++;
+    print_auto(s, scheme->name, &a->r);
+    return &a->r;
+}
+
+int session_seq_reapply_auto(session *s, session_seq *q) {
+    if (!q->scheme.is_auto) return 0;
+    const kv_auto_result *r = auto_result(s, &q->scheme);
+    if (r == NULL) return 1;
+    model_status st = context_set_kv_layer_schemes(q->x, &q->scheme.scheme, r->layer_schemes);
+    if (st != MODEL_OK) {
+        fprintf(stderr, "tq %s: %s: %s (%s)\n", s->cmd, q->scheme.name, context_last_error(q->x), model_status_name(st));
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- model and tokenizer ------------------------------------------------------------------ */
@@ -128,6 +218,7 @@ int session_open(session *s, const session_opts *o) {
     s->cmd = o->cmd;
     s->n_ctx = (int)o->n_ctx;
     s->n_threads = (int)o->n_threads;
+    s->calib_max = (int)o->calib_tokens;
     int rc = find_model(s, o);
     if (rc) return rc;
     tq_status ts = tq_threadpool_create(&s->pool, s->n_threads);
@@ -168,6 +259,10 @@ int session_open(session *s, const session_opts *o) {
 }
 
 void session_close(session *s) {
+    for (int i = 0; i < s->n_autos; i++) kv_auto_result_free(&s->autos[i].r);
+    free(s->autos);
+    s->autos = NULL;
+    s->n_autos = 0;
     tokenizer_free(s->tok);
     model_free(s->m);
     tq_threadpool_free(s->pool);
@@ -201,7 +296,9 @@ int session_seq_open(session *s, const session_scheme *scheme, int max_batch, se
     q->cfg = context_config(q->x);
     q->n_ctx = s->n_ctx;
     q->max_batch = context_get_params(q->x)->max_batch;
-    return 0;
+    int rc = session_seq_reapply_auto(s, q);
+    if (rc) session_seq_close(q);
+    return rc;
 }
 
 int session_seq_fork(session *s, const session_seq *src, session_seq *out) {

@@ -46,7 +46,9 @@ int session_find_model(const char *cmd, const char *flag, char *path, size_t cap
 typedef struct session_scheme {
     char name[96];       /* the text given to --kv (or built from --cache-type-k/-v) */
     int is_f16;          /* the fp16 baseline: the reference every other scheme is compared to */
-    tq_kv_scheme scheme; /* parsed by tq_kv_scheme_parse */
+    tq_kv_scheme scheme; /* parsed by tq_kv_scheme_parse; for auto:B[:options], turboB[:options] */
+    int is_auto;         /* auto:B (engine/kv_auto.h): per-layer widths from a calibration */
+    float auto_bits;     /* its B */
 } session_scheme;
 
 /* How a command takes --kv. */
@@ -59,7 +61,7 @@ typedef enum session_kv_mode {
                             when absent, named twice run once (perplexity) */
 } session_kv_mode;
 
-#define SESSION_N_FLAGS 8
+#define SESSION_N_FLAGS 9
 
 /* The flags every model command takes. session_opts_init sets the defaults and the option
  * table (flags, pointing into this struct: do not copy it), which the command passes to
@@ -74,6 +76,7 @@ typedef struct session_opts {
     session_scheme schemes[SESSION_MAX_SCHEMES];
     int n_schemes;          /* after finish: >= 1; schemes[0] is f16 with SESSION_KV_WITH_F16 */
     const char *cache_type_k, *cache_type_v;
+    long calib_tokens;      /* --calib-tokens: auto:B calibrates on at most this many tokens */
     tool_opt flags[SESSION_N_FLAGS]; /* the shared option table */
     size_t n_flags;
     char ctx_help[160], threads_help[64]; /* help lines that carry the defaults */
@@ -100,6 +103,15 @@ typedef struct session {
     int n_ctx, n_threads;
     model *m;              /* loaded once; every sequence's context reads it */
     tq_threadpool *pool;   /* n_threads, lent to every sequence's context */
+    /* auto:B: the calibration tokens (the command sets them before opening a sequence: the
+     * user's prompt when it has at least KV_AUTO_MIN_TOKENS, else NULL for the built-in text)
+     * and the calibrations done, one per auto scheme name */
+    const int32_t *calib_tokens;
+    size_t n_calib_tokens;
+    const char *calib_source; /* printed: "the prompt", a file name; NULL: "the built-in text" */
+    int calib_max;            /* --calib-tokens */
+    int n_autos;
+    struct session_auto *autos;
 } session;
 
 /* One sequence: its own context (and so its own KV store) with one scheme. */
@@ -120,6 +132,12 @@ void session_close(session *s); /* a zeroed session is fine; close its sequences
  * the most tokens per forward call (<= n_ctx). Returns 0 or an exit code (message printed). */
 int session_seq_open(session *s, const session_scheme *scheme, int max_batch, session_seq *q);
 void session_seq_close(session_seq *q); /* a zeroed sequence is fine */
+/* Gives q's context the per-layer schemes of its auto:B scheme again (after
+ * context_set_kv_keep_history, which drops them); nothing for other schemes. Returns 0 or 1. */
+int session_seq_reapply_auto(session *s, session_seq *q);
+/* Uses tokens[0, n) as the calibration text of auto:B when n >= KV_AUTO_MIN_TOKENS (else the
+ * built-in text stays); source names them in the printed table. */
+void session_set_calibration(session *s, const int32_t *tokens, size_t n, const char *source);
 /* Opens *out as a fork of src (context_fork): the same scheme and positions, src's KV pages
  * shared copy-on-write, then independent. Returns 0 or an exit code (message printed). */
 int session_seq_fork(session *s, const session_seq *src, session_seq *out);

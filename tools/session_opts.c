@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "kv_auto.h"
 
 static long online_cpus(void) {
 #ifdef _SC_NPROCESSORS_ONLN
@@ -70,6 +71,7 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, sessi
     o->n_ctx = default_ctx;
     o->n_threads = online_cpus();
     o->kv_mode = kv_mode;
+    o->calib_tokens = KV_AUTO_DEFAULT_TOKENS;
     snprintf(o->ctx_help, sizeof o->ctx_help,
              "context: positions a sequence may reach (default %ld); more than the\n"
              "model's context length is a usage error (exit 2)",
@@ -100,9 +102,13 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, sessi
                     "are unrotated: llama.cpp's Hadamard-rotated caches are --kv q8_0r / q4_0r"),
          .show = "--cache-type-k T, --cache-type-v T"},
         {OPT_STRING("--cache-type-v", "T", &o->cache_type_v, NULL)}, /* listed with -k */
+        {OPT_INT("--calib-tokens", "N", &o->calib_tokens, KV_AUTO_MIN_TOKENS, 1L << 20,
+                 "auto:B calibrates on at most N tokens (default 128): the prompt's\n"
+                 "when it has 64 or more, else a built-in text (doc/kv-auto.md)")},
         {OPT_TEXT("Schemes (doc/kvcache.md): f16, q8_0, q4_0, q8_0r, q4_0r (rotated), turboB (turbo3,\n"
-                  "turbo3.5), turboKvV\n"
-                  "(turbo4v2), kKvV or k=K:v=V, each followed by any :option=value.")},
+                  "turbo3.5), turboKvV (turbo4v2), kKvV or k=K:v=V, each followed by any\n"
+                  ":option=value (e.g. :sink=4); auto:B[:options] (B in [2, 8]) gives each layer's\n"
+                  "K and V its own width at turboB's bytes.")},
     };
     _Static_assert(OPT_COUNT(flags) <= SESSION_N_FLAGS, "session_opts.flags is too short");
     memcpy(o->flags, flags, sizeof flags);

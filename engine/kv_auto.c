@@ -1,0 +1,469 @@
+/* Per-layer KV bit allocation from a short calibration (kv_auto.h, doc/kv-auto.md). */
+#include "kv_auto.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "context.h"
+#include "eval.h"
+
+const float kv_auto_widths[KV_AUTO_N_OPT] = {2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 8.0f, 16.0f};
+#define OPT_F16 (KV_AUTO_N_OPT - 1)
+#define OPT_8 (KV_AUTO_N_OPT - 2)
+
+const char *kv_auto_option_name(int o) {
+    static const char *const names[KV_AUTO_N_OPT] = {"2", "2.5", "3", "3.5", "4", "5", "6", "8", "f16"};
+    return o >= 0 && o < KV_AUTO_N_OPT ? names[o] : "?";
+}
+
+static int probe_option(void) {
+    for (int o = 0; o < KV_AUTO_N_OPT; o++)
+        if (kv_auto_widths[o] == KV_AUTO_PROBE_BITS) return o;
+    return 2;
+}
+
+/* ---- parsing ------------------------------------------------------------------------------- */
+
+int kv_auto_parse(const char *text, float *bits, tq_kv_scheme *base, char *err, size_t err_cap) {
+    static const char *const form = "auto:B[:options], B the average bits per cached element in [2, 8] "
+                                    "(e.g. auto:3, auto:3.5, auto:4:prefill_raw=0)";
+    if (err_cap > 0) err[0] = 0;
+    if (text == NULL || strncmp(text, "auto", 4) != 0) return 0;
+    if (text[4] != ':' || text[5] == 0 || text[5] == ':') {
+        snprintf(err, err_cap, "'%s' names no width: %s", text, form);
+        return -1;
+    }
+    const char *b = text + 5, *colon = strchr(b, ':');
+    char num[32];
+    size_t len = colon ? (size_t)(colon - b) : strlen(b);
+    if (len >= sizeof num) len = sizeof num - 1;
+    memcpy(num, b, len);
+    num[len] = 0;
+    char *end;
+    errno = 0;
+    double v = strtod(num, &end);
+    if (errno || end == num || *end || !isfinite(v)) {
+        snprintf(err, err_cap, "'%s' is not a number: %s", num, form);
+        return -1;
+    }
+    if (!(v >= 2.0 && v <= 8.0)) {
+        snprintf(err, err_cap, "width %s is outside [2, 8]: %s", num, form);
+        return -1;
+    }
+    char scheme[300], why[1024];
+    snprintf(scheme, sizeof scheme, "turbo%s%s", num, colon ? colon : "");
+    if (tq_kv_scheme_parse(scheme, base, why, sizeof why) != TQ_OK) {
+        snprintf(err, err_cap, "auto:B takes turboB's options ('%s' does not parse: %s)", scheme, why);
+        return -1;
+    }
+    *bits = (float)v;
+    return 1;
+}
+
+void kv_auto_layer_scheme(const tq_kv_scheme *base, int ko, int vo, tq_kv_layer_scheme *out) {
+    *out = base->layer;
+    out->key_format = ko == OPT_F16 ? TQ_KV_F16 : TQ_KV_TURBO;
+    out->value_format = vo == OPT_F16 ? TQ_KV_F16 : TQ_KV_TURBO;
+    out->key_bits = ko == OPT_F16 ? base->layer.key_bits : kv_auto_widths[ko];
+    out->value_bits = vo == OPT_F16 ? base->layer.value_bits : kv_auto_widths[vo];
+}
+
+/* ---- the allocation ------------------------------------------------------------------------ */
+
+/* The options on item's lower convex hull in (bytes, kld), ascending bytes; returns count. */
+static int hull(const size_t *bytes, const double *kld, int from, int *h) {
+    int k = 0;
+    for (int o = from; o < KV_AUTO_N_OPT; o++) {
+        if (k > 0 && kld[o] >= kld[h[k - 1]]) continue; /* no better for more bytes */
+        if (k > 0 && bytes[o] <= bytes[h[k - 1]]) { /* as cheap and better: replaces */
+            k--;
+        }
+        /* drop the last point while it lies on or above the segment from its predecessor to o */
+        while (k >= 2) {
+            const int a = h[k - 2], b = h[k - 1];
+            const double s_ab = (kld[a] - kld[b]) / (double)(bytes[b] - bytes[a]);
+            const double s_ao = (kld[a] - kld[o]) / (double)(bytes[o] - bytes[a]);
+            if (s_ao >= s_ab) k--;
+            else break;
+        }
+        h[k++] = o;
+    }
+    return k;
+}
+
+int kv_auto_allocate(int n, const size_t *bytes, const double *kld, size_t budget, int uniform,
+                     unsigned char *choice) {
+    if (n < 1 || bytes == NULL || kld == NULL || choice == NULL) return -1;
+    int(*h)[KV_AUTO_N_OPT] = malloc((size_t)n * sizeof *h);
+    int *nh = malloc((size_t)n * sizeof *nh), *at = malloc((size_t)n * sizeof *at);
+    if (h == NULL || nh == NULL || at == NULL) {
+        free(h), free(nh), free(at);
+        return -1;
+    }
+    size_t at8 = 0, at0 = 0;
+    for (int i = 0; i < n; i++) {
+        at0 += bytes[(size_t)i * KV_AUTO_N_OPT];
+        at8 += bytes[(size_t)i * KV_AUTO_N_OPT + OPT_8];
+    }
+    const int from = at8 <= budget ? OPT_8 : 0; /* at B = 8 nothing goes below 8 bits */
+    size_t used = from == OPT_8 ? at8 : at0;
+    int rc = used <= budget ? 0 : -1;
+    for (int i = 0; i < n && rc == 0; i++) {
+        nh[i] = hull(bytes + (size_t)i * KV_AUTO_N_OPT, kld + (size_t)i * KV_AUTO_N_OPT, from, h[i]);
+        at[i] = 0;
+    }
+    while (rc == 0) { /* the best affordable next hull step of any item */
+        int best = -1;
+        double best_rate = 0.0;
+        for (int i = 0; i < n; i++) {
+            if (at[i] + 1 >= nh[i]) continue;
+            const size_t *b = bytes + (size_t)i * KV_AUTO_N_OPT;
+            const double *d = kld + (size_t)i * KV_AUTO_N_OPT;
+            const int o = h[i][at[i]], p = h[i][at[i] + 1];
+            const size_t cost = b[p] - b[o];
+            if (used + cost > budget) continue;
+            const double rate = (d[o] - d[p]) / (double)cost;
+            if (best < 0 || rate > best_rate) best = i, best_rate = rate;
+        }
+        if (best < 0) break;
+        const int *hb = h[best];
+        used += bytes[(size_t)best * KV_AUTO_N_OPT + hb[at[best] + 1]] - bytes[(size_t)best * KV_AUTO_N_OPT + hb[at[best]]];
+        at[best]++;
+    }
+    if (rc == 0) {
+        double pred = 0.0, upred = 0.0;
+        size_t ubytes = 0;
+        for (int i = 0; i < n; i++) {
+            choice[i] = (unsigned char)h[i][at[i]];
+            pred += kld[(size_t)i * KV_AUTO_N_OPT + choice[i]];
+            if (uniform >= 0) {
+                upred += kld[(size_t)i * KV_AUTO_N_OPT + uniform];
+                ubytes += bytes[(size_t)i * KV_AUTO_N_OPT + uniform];
+            }
+        }
+        if (uniform >= 0 && uniform < KV_AUTO_N_OPT && ubytes <= budget && upred < pred)
+            for (int i = 0; i < n; i++) choice[i] = (unsigned char)uniform;
+    }
+    free(h), free(nh), free(at);
+    return rc;
+}
+
+/* ---- calibration runs ---------------------------------------------------------------------- */
+
+typedef struct calib {
+    model_context *x;
+    const int32_t *tok;
+    int n, nv, n_rows, n_pieces, runs;
+    eval_piece *plan;
+    float *logits, *lp, *ref; /* (EVAL_PIECE, nv), (nv), (n_rows, nv) */
+    tq_kv_scheme base;        /* prefill_raw = 0 */
+    char *err;
+    size_t err_cap;
+} calib;
+
+/* Runs the tokens with layer schemes ls; ref run (kld NULL): stores the log-probabilities. */
+static model_status run(calib *c, const tq_kv_layer_scheme *ls, double *kld) {
+    model_status st = context_set_kv_layer_schemes(c->x, &c->base, ls);
+    if (st == MODEL_OK) st = eval_prefill(c->x, c->tok, c->n);
+    eval_acc a;
+    if (st == MODEL_OK && eval_acc_init(&a, 0) != 0) st = MODEL_ERR_NOMEM;
+    if (st != MODEL_OK) {
+        snprintf(c->err, c->err_cap, "%s", context_last_error(c->x));
+        return st;
+    }
+    for (int i = 0, row = 0; i < c->n_pieces && st == MODEL_OK; i++) {
+        const eval_piece *pc = &c->plan[i];
+        st = eval_run_piece(c->x, c->tok, pc, c->logits);
+        for (int r = 0; r < pc->n_score && st == MODEL_OK; r++, row++) {
+            float *rf = c->ref + (size_t)row * (size_t)c->nv;
+            float *mine = kld == NULL ? rf : c->lp;
+            eval_log_softmax(c->logits + (size_t)r * (size_t)c->nv, mine, c->nv);
+            eval_score_row(&a, rf, mine, c->nv, c->tok[pc->pos + r + 1]);
+        }
+    }
+    if (st != MODEL_OK) snprintf(c->err, c->err_cap, "%s", context_last_error(c->x));
+    else if (kld != NULL) *kld = a.rows > 0 ? a.kld / (double)a.rows : 0.0;
+    eval_acc_free(&a);
+    c->runs++;
+    return st;
+}
+
+/* Every layer at (ko, vo). */
+static void fill_layers(tq_kv_layer_scheme *ls, int n_layer, const tq_kv_scheme *base, int ko, int vo) {
+    for (int il = 0; il < n_layer; il++) kv_auto_layer_scheme(base, ko, vo, &ls[il]);
+}
+
+/* Mean squared error of the codec at bits on seeded Gaussian vectors of dim. */
+static double codec_mse(const tq_kv_scheme *base, int dim, float bits) {
+    enum { N = 64 };
+    tq_codec_config cfg;
+    tq_codec_config_init(&cfg, dim, bits, TQ_VARIANT_MSE);
+    cfg.seed = base->seed;
+    cfg.norm_correction = base->layer.norm_correction;
+    tq_codec *codec = NULL;
+    if (tq_codec_create(&codec, &cfg) != TQ_OK) return -1.0;
+    const size_t nb = tq_codec_bytes_per_vector(codec);
+    float *x = malloc((size_t)N * (size_t)dim * sizeof *x), *y = malloc((size_t)N * (size_t)dim * sizeof *y);
+    unsigned char *codes = malloc((size_t)N * nb);
+    double mse = -1.0;
+    if (x && y && codes) {
+        uint64_t s = 0x6b765f6175746fULL; /* "kv_auto" */
+        for (size_t i = 0; i < (size_t)N * (size_t)dim; i++) { /* splitmix64, Box-Muller */
+            double u[2];
+            for (int k = 0; k < 2; k++) {
+                uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+                z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+                u[k] = ((double)((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0;
+            }
+            x[i] = (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
+        }
+        if (tq_codec_encode(codec, x, N, codes, (size_t)N * nb) == TQ_OK &&
+            tq_codec_decode(codec, codes, N, y, (size_t)N * (size_t)dim) == TQ_OK) {
+            mse = 0.0;
+            for (size_t i = 0; i < (size_t)N * (size_t)dim; i++) mse += (double)(x[i] - y[i]) * (x[i] - y[i]);
+        }
+    }
+    free(x), free(y), free(codes);
+    tq_codec_free(codec);
+    return mse;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void kv_auto_result_free(kv_auto_result *r) {
+    if (r == NULL) return;
+    free(r->layer_schemes);
+    free(r->choice);
+    free(r->sens);
+    memset(r, 0, sizeof *r);
+}
+
+/* One point of side's curve at option o (< fp16): the codec's MSE on Gaussian vectors, or with
+ * KV_AUTO_MEASURED_CURVE the KLD of a run with every layer's side at o. */
+static model_status curve_point(calib *c, const model_config *cfg, tq_kv_layer_scheme *ls, int flags, int side,
+                                int o, double *v) {
+    if (flags & KV_AUTO_MEASURED_CURVE) {
+        fill_layers(ls, cfg->n_layer, &c->base, side == 0 ? o : OPT_F16, side == 0 ? OPT_F16 : o);
+        return run(c, ls, v);
+    }
+    const int dim = side == 0 ? cfg->head_dim : cfg->head_dim_v;
+    *v = codec_mse(&c->base, dim, kv_auto_widths[o]);
+    if (*v >= 0.0) return MODEL_OK;
+    snprintf(c->err, c->err_cap, "no codec of %g bits for dim %d", (double)kv_auto_widths[o], dim);
+    return MODEL_ERR_KV_SCHEME;
+}
+
+/* The curve g of both sides: 1 at the probe width, 0 at fp16. */
+static model_status curves(calib *c, const model_config *cfg, tq_kv_layer_scheme *ls, int flags,
+                           kv_auto_result *out) {
+    const int probe = probe_option();
+    for (int side = 0; side < 2; side++) {
+        double at_probe, v;
+        model_status st = curve_point(c, cfg, ls, flags, side, probe, &at_probe);
+        for (int o = 0; o < KV_AUTO_N_OPT && st == MODEL_OK; o++) {
+            v = o == probe ? at_probe : 0.0;
+            if (o != probe && o != OPT_F16) st = curve_point(c, cfg, ls, flags, side, o, &v);
+            out->curve[side][o] = o == probe ? 1.0 : at_probe > 0.0 ? v / at_probe : 0.0;
+        }
+        if (st != MODEL_OK) return st;
+    }
+    return MODEL_OK;
+}
+
+static model_status calibrate(calib *c, const model_config *cfg, int flags, const kv_auto_result *prior,
+                              kv_auto_result *out) {
+    const int L = cfg->n_layer, probe = probe_option();
+    tq_kv_layer_scheme *ls = malloc((size_t)L * sizeof *ls);
+    size_t *bytes = malloc((size_t)2 * (size_t)L * KV_AUTO_N_OPT * sizeof *bytes);
+    double *kld = malloc((size_t)2 * (size_t)L * KV_AUTO_N_OPT * sizeof *kld);
+    unsigned char *ch = malloc((size_t)2 * (size_t)L);
+    model_status st = ls && bytes && kld && ch ? MODEL_OK : MODEL_ERR_NOMEM;
+    /* bytes of each option, the budget of turboB, f16 */
+    size_t ob[2][KV_AUTO_N_OPT];
+    for (int o = 0; o < KV_AUTO_N_OPT && st == MODEL_OK; o++) {
+        tq_kv_layer_scheme one;
+        kv_auto_layer_scheme(&c->base, o, o, &one);
+        if (tq_kv_layer_scheme_bytes(&one, cfg->head_dim, cfg->head_dim_v, &ob[0][o], &ob[1][o]) != TQ_OK) {
+            snprintf(c->err, c->err_cap, "a %s-bit layer does not fit head dims %d / %d", kv_auto_option_name(o),
+                     cfg->head_dim, cfg->head_dim_v);
+            st = MODEL_ERR_KV_SCHEME;
+        }
+    }
+    out->budget_bytes = 0;
+    for (int il = 0; il < L && st == MODEL_OK; il++) {
+        const int edge = il < c->base.edge_first || il >= L - c->base.edge_last;
+        size_t kb, vb;
+        if (tq_kv_layer_scheme_bytes(edge ? &c->base.edge : &c->base.layer, cfg->head_dim, cfg->head_dim_v, &kb, &vb) !=
+            TQ_OK) {
+            snprintf(c->err, c->err_cap, "turbo%g does not fit head dims %d / %d", (double)out->bits,
+                     cfg->head_dim, cfg->head_dim_v);
+            st = MODEL_ERR_KV_SCHEME;
+        }
+        out->budget_bytes += (kb + vb) * (size_t)cfg->n_head_kv;
+    }
+    out->f16_bytes = (size_t)2 * (size_t)(cfg->head_dim + cfg->head_dim_v) * (size_t)cfg->n_head_kv * (size_t)L;
+    /* the reference, then one run per layer and side at the probe width (or prior's) */
+    if (prior != NULL) {
+        memcpy(out->sens, prior->sens, (size_t)L * sizeof *out->sens);
+        memcpy(out->curve, prior->curve, sizeof out->curve);
+    }
+    if (st == MODEL_OK && (prior == NULL || !(flags & KV_AUTO_NO_CHECK))) {
+        fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);
+        st = run(c, ls, NULL);
+    }
+    for (int il = 0; il < L && st == MODEL_OK && prior == NULL; il++)
+        for (int side = 0; side < 2 && st == MODEL_OK; side++) {
+            fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);
+            kv_auto_layer_scheme(&c->base, side == 0 ? probe : OPT_F16, side == 0 ? OPT_F16 : probe, &ls[il]);
+            st = run(c, ls, &out->sens[il][side]);
+        }
+    if (st == MODEL_OK && prior == NULL) st = curves(c, cfg, ls, flags, out);
+    if (st == MODEL_OK) {
+        int uniform = -1;
+        for (int o = 0; o < OPT_F16; o++)
+            if (kv_auto_widths[o] == out->bits) uniform = o;
+        for (int i = 0; i < 2 * L; i++)
+            for (int o = 0; o < KV_AUTO_N_OPT; o++) {
+                bytes[(size_t)i * KV_AUTO_N_OPT + o] = ob[i % 2][o] * (size_t)cfg->n_head_kv;
+                kld[(size_t)i * KV_AUTO_N_OPT + o] = out->sens[i / 2][i % 2] * out->curve[i % 2][o];
+            }
+        if (kv_auto_allocate(2 * L, bytes, kld, out->budget_bytes, uniform, ch) != 0) {
+            snprintf(c->err, c->err_cap, "no allocation fits %zu bytes per token", out->budget_bytes);
+            st = MODEL_ERR_KV_SCHEME;
+        }
+    }
+    if (st == MODEL_OK) {
+        out->predicted_kld = 0.0;
+        out->bytes_per_token = 0;
+        for (int il = 0; il < L; il++) {
+            out->choice[il][0] = ch[2 * il];
+            out->choice[il][1] = ch[2 * il + 1];
+            kv_auto_layer_scheme(&c->base, ch[2 * il], ch[2 * il + 1], &out->layer_schemes[il]);
+            for (int side = 0; side < 2; side++) {
+                out->predicted_kld += kld[(size_t)(2 * il + side) * KV_AUTO_N_OPT + ch[2 * il + side]];
+                out->bytes_per_token += bytes[(size_t)(2 * il + side) * KV_AUTO_N_OPT + ch[2 * il + side]];
+            }
+        }
+    }
+    if (st == MODEL_OK && !(flags & KV_AUTO_NO_CHECK)) {
+        st = run(c, out->layer_schemes, &out->measured_kld);
+        if (st == MODEL_OK) {
+            for (int il = 0; il < L; il++) {
+                const int edge = il < c->base.edge_first || il >= L - c->base.edge_last;
+                ls[il] = edge ? c->base.edge : c->base.layer;
+            }
+            st = run(c, ls, &out->uniform_kld);
+        }
+    }
+    free(ls), free(bytes), free(kld), free(ch);
+    return st;
+}
+
+model_status kv_auto_calibrate(const model *m, tq_threadpool *pool, const int32_t *tokens, int n,
+                               const tq_kv_scheme *base, float bits, int flags, kv_auto_result *out,
+                               char *err, size_t err_cap) {
+    return kv_auto_calibrate_from(m, pool, tokens, n, base, bits, flags, NULL, out, err, err_cap);
+}
+
+model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const int32_t *tokens, int n,
+                                    const tq_kv_scheme *base, float bits, int flags, const kv_auto_result *prior,
+                                    kv_auto_result *out, char *err, size_t err_cap) {
+    char dummy[1];
+    if (err == NULL || err_cap == 0) err = dummy, err_cap = sizeof dummy;
+    err[0] = 0;
+    if (out == NULL) return MODEL_ERR_ARG;
+    memset(out, 0, sizeof *out);
+    if (m == NULL || tokens == NULL || base == NULL || n < KV_AUTO_MIN_TOKENS || !(bits >= 2.0f && bits <= 8.0f)) {
+        snprintf(err, err_cap, "calibration needs a model, a scheme, B in [2, 8] and at least %d tokens",
+                 KV_AUTO_MIN_TOKENS);
+        return MODEL_ERR_ARG;
+    }
+    const double t0 = now_s();
+    const model_config *cfg = model_get_config(m);
+    n -= n % EVAL_PIECE;
+    if (n > cfg->n_ctx_train) n = cfg->n_ctx_train - cfg->n_ctx_train % EVAL_PIECE;
+    const int L = cfg->n_layer;
+    calib c = {0};
+    c.tok = tokens;
+    c.n = n;
+    c.nv = cfg->n_vocab;
+    c.n_rows = eval_rows_per_window(n);
+    c.base = *base;
+    c.base.prefill_raw = 0; /* every key compressed (eval_scheme_for_view, EVAL_COMPRESSED) */
+    c.err = err;
+    c.err_cap = err_cap;
+    c.n_pieces = eval_plan(n, EVAL_COMPRESSED, NULL, 0);
+    out->n_layer = L;
+    out->bits = bits;
+    out->measured_kld = out->uniform_kld = -1.0;
+    out->n_tokens = n;
+    out->n_rows = c.n_rows;
+    out->layer_schemes = malloc((size_t)L * sizeof *out->layer_schemes);
+    out->choice = malloc((size_t)L * sizeof *out->choice);
+    out->sens = calloc((size_t)L, sizeof *out->sens);
+    c.plan = malloc((size_t)c.n_pieces * sizeof *c.plan);
+    c.logits = malloc((size_t)EVAL_PIECE * (size_t)c.nv * sizeof *c.logits);
+    c.lp = malloc((size_t)c.nv * sizeof *c.lp);
+    c.ref = malloc((size_t)c.n_rows * (size_t)c.nv * sizeof *c.ref);
+    model_status st = MODEL_ERR_NOMEM;
+    if (out->layer_schemes && out->choice && out->sens && c.plan && c.logits && c.lp && c.ref &&
+        eval_plan(n, EVAL_COMPRESSED, c.plan, c.n_pieces) == c.n_pieces) {
+        const context_params p = {n, eval_context_batch(n), 0, &c.base};
+        st = prior != NULL && prior->n_layer != L ? MODEL_ERR_ARG : context_create(m, &p, pool, &c.x, err, err_cap);
+        if (st == MODEL_OK) st = calibrate(&c, cfg, flags, prior, out);
+    } else
+        snprintf(err, err_cap, "out of memory");
+    context_free(c.x);
+    free(c.plan), free(c.logits), free(c.lp), free(c.ref);
+    out->runs = c.runs;
+    out->seconds = now_s() - t0;
+    if (st != MODEL_OK) kv_auto_result_free(out);
+    return st;
+}
+
+/* ---- the built-in calibration text --------------------------------------------------------- */
+
+/* Original prose written for this project (no corpus text): a little narrative, some facts and
+ * numbers, dialogue and a list, so that the calibration sees ordinary English of several kinds. */
+static const char default_text[] =
+    "The lighthouse on the northern cape was built in 1871, three years after a grain ship ran "
+    "aground on the rocks below it in a winter storm. For most of its life it was kept by a single "
+    "family. The first keeper, a former carpenter named Tobias Wren, kept a logbook in which he "
+    "wrote down the weather twice a day, the ships he saw, and the price he paid for lamp oil. His "
+    "daughter Margaret took over the light when he grew too old to climb the stairs, and she kept "
+    "the same book in the same careful hand for another forty years.\n\n"
+    "Visitors today can still read a few of those pages in the small museum at the foot of the "
+    "tower. One entry, from a calm morning in May, says only: \"Fog until nine. Two fishing boats "
+    "out, both returned. Painted the railing.\" Another, from a night in November, runs to three "
+    "pages and describes how the keeper and her brother rowed out to a schooner that had lost its "
+    "mast, and brought six sailors back to shore before the tide turned.\n\n"
+    "The tower itself is about thirty metres tall and has one hundred and twelve steps. The lamp "
+    "was first fed with whale oil, then with paraffin, and since 1952 it has run on electricity. "
+    "A modern lens turns once every ten seconds, and its beam can be seen from about twenty "
+    "nautical miles away on a clear night. The light is now controlled from a station in the "
+    "harbour town, and nobody has lived in the keeper's cottage since the last family moved out.\n\n"
+    "Why do people still come here? A guide who has worked at the museum for many years gave a "
+    "simple answer. \"They come for the view, mostly,\" she said, \"but they stay for the stories. "
+    "Everyone knows what a lighthouse is for. Very few people have thought about what it meant "
+    "to keep one burning every single night, whatever happened, for half a century.\"\n\n"
+    "If you plan a visit, there are a few things worth knowing. First, the road from the village "
+    "is narrow, and the car park fills up early in summer, so it is better to walk the coastal "
+    "path, which takes about an hour. Second, the tower is closed in strong winds, even when the "
+    "sky is blue. Third, bring a warm coat: the gallery at the top is exposed on every side, and "
+    "the temperature there can be several degrees lower than on the beach. Finally, leave some "
+    "time for the museum, where the logbooks, a brass telescope and a model of the old lamp are "
+    "kept in a single bright room that looks out over the sea.\n\n"
+    "In the evening, when the light comes on and the first beam sweeps across the water, the "
+    "cape becomes very quiet. Gulls settle on the cliffs, the wind drops a little, and it is easy "
+    "to imagine the keeper at the window with her pen, writing down one more ordinary night.\n";
+
+const char *kv_auto_default_text(void) { return default_text; }

@@ -1,0 +1,209 @@
+/* `--kv auto:B` (engine/kv_auto.c, doc/kv-auto.md): the allocator on synthetic sensitivities
+ * (the budget never exceeded, a more sensitive item of the same size never fewer bits, all
+ * 8-bit or better at B = 8, too small a budget refused), the parser (good and bad forms), and
+ * on the real model (SKIP without it) a calibration end to end: auto:3 on Gemma 3's built-in
+ * text takes no more bytes per token than turbo3, every layer's scheme is one of the options,
+ * and the context runs with it.
+ *
+ * Model: $TQ_MODEL or models/gemma3-270m-q4_k_m.gguf; TQ_THREADS (default 2). Set
+ * TQ_KV_AUTO_TOKENS to calibrate on more than the default 64 tokens, TQ_KV_AUTO_MEASURED=1 to
+ * also print the whole-model curve (an experiment: doc/kv-auto.md). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_fixture.h"
+#include "../engine/kv_auto.h"
+#include "../engine/tokenizer.h"
+#include "../engine/vocab.h"
+#include "test_util.h"
+
+enum { NL = 12, NI = 2 * NL };
+
+/* Bytes per token of option o for a side of dim 128 (as turbo: bits·dim/8 + a 2-byte norm;
+ * fp16: 2·dim), and the Lloyd-Max-like curve 4^-(b-3). */
+static void synth(size_t *bytes, double *kld, const double *sens, int n) {
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < KV_AUTO_N_OPT; o++) {
+            const float b = kv_auto_widths[o];
+            bytes[i * KV_AUTO_N_OPT + o] = o == KV_AUTO_N_OPT - 1 ? 256 : (size_t)(b * 16.0f) + 2;
+            kld[i * KV_AUTO_N_OPT + o] = o == KV_AUTO_N_OPT - 1 ? 0.0 : sens[i] * pow(4.0, -(b - 3.0));
+        }
+}
+
+static size_t uniform_bytes(const size_t *bytes, int n, int o) {
+    size_t s = 0;
+    for (int i = 0; i < n; i++) s += bytes[i * KV_AUTO_N_OPT + o];
+    return s;
+}
+
+static void test_allocator(void) {
+    double sens[NI];
+    size_t bytes[NI * KV_AUTO_N_OPT];
+    double kld[NI * KV_AUTO_N_OPT];
+    unsigned char ch[NI];
+    uint64_t s = 12345;
+    for (int i = 0; i < NI; i++) { /* spread over three decades, two of each value */
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        sens[i] = i % 2 ? sens[i - 1] : 1e-4 * pow(10.0, 3.0 * (double)(s >> 11) / 9007199254740992.0);
+    }
+    synth(bytes, kld, sens, NI);
+    for (int o = 0; o < KV_AUTO_N_OPT - 1; o++) { /* every option width as B: turboB's budget */
+        const size_t budget = uniform_bytes(bytes, NI, o);
+        CHECK(kv_auto_allocate(NI, bytes, kld, budget, o, ch) == 0);
+        size_t used = 0;
+        double pred = 0.0, upred = 0.0;
+        for (int i = 0; i < NI; i++) {
+            CHECK(ch[i] < KV_AUTO_N_OPT);
+            used += bytes[i * KV_AUTO_N_OPT + ch[i]];
+            pred += kld[i * KV_AUTO_N_OPT + ch[i]];
+            upred += kld[i * KV_AUTO_N_OPT + o];
+        }
+        CHECK_MSG(used <= budget, "B = %g: %zu bytes over the budget %zu", (double)kv_auto_widths[o], used, budget);
+        CHECK_MSG(pred <= upred, "B = %g: predicts %g, uniform %g", (double)kv_auto_widths[o], pred, upred);
+        for (int i = 0; i < NI; i++)
+            for (int j = 0; j < NI; j++)
+                if (sens[i] > sens[j]) CHECK_MSG(ch[i] >= ch[j], "B = %g: item %d (a %g) gets %s bits, item %d (a %g) %s",
+                                                 (double)kv_auto_widths[o], i, sens[i], kv_auto_option_name(ch[i]), j,
+                                                 sens[j], kv_auto_option_name(ch[j]));
+        if (kv_auto_widths[o] == 8.0f)
+            for (int i = 0; i < NI; i++) CHECK(kv_auto_widths[ch[i]] >= 8.0f);
+        if (o == 0)
+            for (int i = 0; i < NI; i++) CHECK(ch[i] == 0);
+    }
+    /* a budget below every item at 2 bits is refused */
+    CHECK(kv_auto_allocate(NI, bytes, kld, uniform_bytes(bytes, NI, 0) - 1, -1, ch) == -1);
+    CHECK(kv_auto_allocate(0, bytes, kld, 1000, -1, ch) == -1);
+    /* one very sensitive item: it goes up, the budget still holds */
+    for (int i = 0; i < NI; i++) sens[i] = i == 5 ? 1.0 : 1e-3;
+    synth(bytes, kld, sens, NI);
+    const size_t b3 = uniform_bytes(bytes, NI, 2);
+    CHECK(kv_auto_allocate(NI, bytes, kld, b3, 2, ch) == 0);
+    CHECK(kv_auto_widths[ch[5]] > 3.0f);
+    size_t used = 0;
+    for (int i = 0; i < NI; i++) used += bytes[i * KV_AUTO_N_OPT + ch[i]];
+    CHECK(used <= b3);
+}
+
+static void test_parse(void) {
+    tq_kv_scheme base;
+    float bits = 0;
+    char err[400];
+    CHECK(kv_auto_parse("turbo3", &bits, &base, err, sizeof err) == 0);
+    CHECK(kv_auto_parse("auto:3", &bits, &base, err, sizeof err) == 1 && bits == 3.0f);
+    CHECK(base.layer.key_format == TQ_KV_TURBO && base.layer.key_bits == 3.0f && base.layer.value_bits == 3.0f);
+    CHECK(kv_auto_parse("auto:3.5", &bits, &base, err, sizeof err) == 1 && bits == 3.5f);
+    CHECK(kv_auto_parse("auto:8", &bits, &base, err, sizeof err) == 1 && bits == 8.0f);
+    CHECK(kv_auto_parse("auto:2", &bits, &base, err, sizeof err) == 1 && bits == 2.0f);
+    CHECK(kv_auto_parse("auto:4:prefill_raw=0", &bits, &base, err, sizeof err) == 1 && base.prefill_raw == 0);
+    static const char *const bad[] = {"auto", "auto:", "auto:1", "auto:9", "auto:x", "auto:1.99", "auto::3",
+                                      "auto:3x", "auto:nan", "auto:inf", "auto:3:nonsense=1", "autox"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        CHECK_MSG(kv_auto_parse(bad[i], &bits, &base, err, sizeof err) == -1, "%s accepted", bad[i]);
+        CHECK_MSG(strlen(err) > 10, "%s: no message", bad[i]);
+    }
+    CHECK(strstr(kv_auto_default_text(), "lighthouse") != NULL);
+}
+
+static const char *model_path;
+
+static void test_model_auto3(void) {
+    FILE *fp = fopen(model_path, "rb");
+    if (fp == NULL) SKIP_TEST("no model at %s", model_path);
+    fclose(fp);
+    const int threads = getenv("TQ_THREADS") ? atoi(getenv("TQ_THREADS")) : 2;
+    const int want = getenv("TQ_KV_AUTO_TOKENS") ? atoi(getenv("TQ_KV_AUTO_TOKENS")) : 64;
+    tq_kv_scheme base, t3;
+    float bits;
+    char err[400];
+    CHECK(kv_auto_parse("auto:3", &bits, &base, err, sizeof err) == 1);
+    t3 = base;
+    const model_params p = {want, 64, threads, 0, &t3};
+    fixture f;
+    if (fixture_open(model_path, &p, &f, err, sizeof err) != MODEL_OK) {
+        CHECK_MSG(0, "%s", err);
+        return;
+    }
+    /* the built-in text's tokens */
+    gguf_vocab gv;
+    tokenizer *tok = NULL;
+    size_t n = 0;
+    const char *text = kv_auto_default_text();
+    int32_t *ids = malloc(4 * strlen(text) * sizeof *ids + 64);
+    CHECK(vocab_build(model_file(f.m), &gv, err, sizeof err) == VOCAB_OK);
+    CHECK(tokenizer_create(&gv.v, &tok) == TOKENIZER_OK);
+    CHECK(tokenizer_encode(tok, text, strlen(text), TOKENIZER_ENCODE_ADD_SPECIAL, ids, 4 * strlen(text) + 16, &n) ==
+          TOKENIZER_OK);
+    tokenizer_free(tok);
+    vocab_free(&gv);
+    CHECK(n >= (size_t)want);
+    kv_auto_result r;
+    model_status st = kv_auto_calibrate(f.m, f.pool, ids, want, &base, bits, 0, &r, err, sizeof err);
+    CHECK_MSG(st == MODEL_OK, "%s", err);
+    if (st == MODEL_OK) {
+        const model_config *c = model_get_config(f.m);
+        printf("auto:3 on %d tokens: %zu bytes per token (turbo3 %zu, f16 %zu), predicted KLD %.4f, measured %.4f, "
+               "turbo3 %.4f, %d runs, %.1f s\n",
+               r.n_tokens, r.bytes_per_token, r.budget_bytes, r.f16_bytes, r.predicted_kld, r.measured_kld,
+               r.uniform_kld, r.runs, r.seconds);
+        for (int il = 0; il < r.n_layer; il++)
+            printf("layer %2d: a_K %.5f a_V %.5f -> k %s v %s\n", il, r.sens[il][0], r.sens[il][1],
+                   kv_auto_option_name(r.choice[il][0]), kv_auto_option_name(r.choice[il][1]));
+        CHECK(r.n_layer == c->n_layer && r.runs == 2 * c->n_layer + 3);
+        CHECK(r.bytes_per_token <= r.budget_bytes && r.bytes_per_token > 0);
+        CHECK(r.measured_kld >= 0.0 && r.uniform_kld > 0.0 && r.predicted_kld >= 0.0);
+        for (int il = 0; il < r.n_layer; il++) {
+            CHECK(r.sens[il][0] >= 0.0 && r.sens[il][1] >= 0.0);
+            CHECK(r.choice[il][0] < KV_AUTO_N_OPT && r.choice[il][1] < KV_AUTO_N_OPT);
+        }
+        /* the context runs it and its accounting agrees */
+        CHECK(context_set_kv_layer_schemes(f.x, &base, r.layer_schemes) == MODEL_OK);
+        CHECK(context_forward(f.x, ids, 64, 0, 0, NULL) == MODEL_OK);
+        size_t total = 0;
+        for (int il = 0; il < c->n_layer; il++) {
+            tq_kv_layer_scheme ls;
+            size_t kb, vb;
+            CHECK(tq_kv_cache_get_layer_scheme(context_kv_cache(f.x), il, &ls, sizeof ls) == TQ_OK);
+            CHECK(tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) == TQ_OK);
+            total += (kb + vb) * (size_t)c->n_head_kv;
+        }
+        CHECK(total == r.bytes_per_token);
+        /* from the sensitivities of r: the same choice and figures in 3 runs */
+        kv_auto_result r2;
+        st = kv_auto_calibrate_from(f.m, f.pool, ids, want, &base, bits, 0, &r, &r2, err, sizeof err);
+        CHECK_MSG(st == MODEL_OK, "%s", err);
+        if (st == MODEL_OK) {
+            CHECK(r2.runs == 3 && r2.measured_kld == r.measured_kld && r2.predicted_kld == r.predicted_kld);
+            CHECK(memcmp(r2.choice, r.choice, (size_t)r.n_layer * sizeof *r.choice) == 0);
+        }
+        kv_auto_result_free(&r2);
+        kv_auto_result_free(&r);
+    }
+    if (getenv("TQ_KV_AUTO_MEASURED")) {
+        st = kv_auto_calibrate(f.m, f.pool, ids, want, &base, bits, KV_AUTO_MEASURED_CURVE, &r, err, sizeof err);
+        CHECK_MSG(st == MODEL_OK, "%s", err);
+        if (st == MODEL_OK) {
+            printf("measured curve: predicted %.4f measured %.4f; g_K / g_V:", r.predicted_kld, r.measured_kld);
+            for (int o = 0; o < KV_AUTO_N_OPT; o++) printf(" %s %.3f/%.3f", kv_auto_option_name(o), r.curve[0][o], r.curve[1][o]);
+            printf("\n");
+        }
+        kv_auto_result_free(&r);
+    }
+    /* too few tokens, bad bits */
+    CHECK(kv_auto_calibrate(f.m, f.pool, ids, KV_AUTO_MIN_TOKENS - 1, &base, 3.0f, 0, &r, err, sizeof err) ==
+          MODEL_ERR_ARG);
+    CHECK(kv_auto_calibrate(f.m, f.pool, ids, want, &base, 9.0f, 0, &r, err, sizeof err) == MODEL_ERR_ARG);
+    free(ids);
+    fixture_close(&f);
+}
+
+int main(void) {
+    model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
+    RUN_TEST(test_allocator);
+    RUN_TEST(test_parse);
+    RUN_TEST(test_model_auto3);
+    return test_report();
+}
