@@ -16,7 +16,9 @@
  *   qloud       the same for the queries (of the q heads on that KV head)
  *   |k| |v|     mean key and value norms; k cv: the key norms' coefficient of variation
  *   gain        the key scale's predicted score-error factor Σa·Σb / (Σ√(ab))² (doc/kvcache.md),
- *               a, b the query and key channel energies. */
+ *               a, b the query and key channel energies
+ *   v|mean|/rms the same offset ratio for the values (a value mean would remove that share of
+ *               their energy; measured: 0.38 on both models, doc/kvcache.md). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +32,7 @@
 typedef struct {
     int n_kv, n_q, dk, dv, n_layer;
     double *k_sum, *k_sq, *q_sq, *k_norm, *k_norm_sq, *v_norm; /* per layer x kv head (x dk) */
+    double *v_sum, *v_norm_sq; /* per layer x kv head (x dv), per layer x kv head */
     long n_tok;
 } stats;
 
@@ -53,7 +56,11 @@ static void hook(void *ctx, int il, int pos0, int n, const float *q, const float
                     s->q_sq[lh * dk + i] += qv * qv;
                 }
             }
-            for (int i = 0; i < dv; i++) vn += (double)vr[i] * vr[i];
+            for (int i = 0; i < dv; i++) {
+                vn += (double)vr[i] * vr[i];
+                s->v_sum[lh * dv + i] += vr[i];
+            }
+            s->v_norm_sq[lh] += vn;
             s->k_norm[lh] += sqrt(kn);
             s->k_norm_sq[lh] += kn;
             s->v_norm[lh] += sqrt(vn);
@@ -119,7 +126,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const model_config *c = model_get_config(m);
-    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
     const size_t lh = (size_t)c->n_layer * (size_t)c->n_head_kv;
     s.k_sum = calloc(lh * (size_t)s.dk, sizeof(double));
     s.k_sq = calloc(lh * (size_t)s.dk, sizeof(double));
@@ -127,6 +134,8 @@ int main(int argc, char **argv) {
     s.k_norm = calloc(lh, sizeof(double));
     s.k_norm_sq = calloc(lh, sizeof(double));
     s.v_norm = calloc(lh, sizeof(double));
+    s.v_sum = calloc(lh * (size_t)s.dv, sizeof(double));
+    s.v_norm_sq = calloc(lh, sizeof(double));
     context_set_attn_hook(x, hook, &s);
     for (int p0 = 0; p0 < n_ctx && ms == MODEL_OK; p0 += 512)
         ms = context_forward(x, ids + p0, n_ctx - p0 < 512 ? n_ctx - p0 : 512, p0, 0, NULL);
@@ -136,11 +145,12 @@ int main(int argc, char **argv) {
     }
     printf("%s: %ld tokens, %d layers, %d q heads on %d kv heads, head_dim %d\n", model_path, s.n_tok, s.n_layer,
            s.n_q, s.n_kv, s.dk);
-    printf("layer  |mean|/rms        kloud           qloud           |k|     k cv   |v|     gain\n");
+    printf("layer  |mean|/rms        kloud           qloud           |k|     k cv   |v|     gain  v|mean|/rms\n");
     const double N = (double)s.n_tok;
-    double all_mr = 0, all_kl = 0, all_ql = 0, all_gain = 0;
+    double all_mr = 0, all_kl = 0, all_ql = 0, all_gain = 0, all_vr = 0;
     for (int il = 0; il < s.n_layer; il++) {
         double mr[2] = {1e9, 0}, kl[2] = {1e9, 0}, ql[2] = {1e9, 0}, kn = 0, cv = 0, vn = 0, gain = 0;
+        double vr[2] = {1e9, 0};
         for (int h = 0; h < s.n_kv; h++) {
             const size_t o = ((size_t)il * s.n_kv + h) * (size_t)s.dk;
             double mean_sq = 0, e_sum = 0, e_max = 0, q_sum = 0, q_max = 0, sa = 0, sb = 0, sab = 0;
@@ -153,6 +163,14 @@ int main(int argc, char **argv) {
                 sa += a, sb += e, sab += sqrt(a * (e > 0 ? e : 0));
             }
             const size_t l = (size_t)il * s.n_kv + h;
+            double vmean_sq = 0;
+            for (int i = 0; i < s.dv; i++) {
+                double mu = s.v_sum[l * (size_t)s.dv + i] / N;
+                vmean_sq += mu * mu;
+            }
+            double vrat = sqrt(vmean_sq / (s.v_norm_sq[l] / N));
+            vr[0] = fmin(vr[0], vrat), vr[1] = fmax(vr[1], vrat);
+            all_vr += vrat;
             const double rms = sqrt(s.k_norm_sq[l] / N), mkn = s.k_norm[l] / N;
             double r = sqrt(mean_sq) / rms, k1 = e_max / (e_sum / s.dk), q1 = q_max / (q_sum / s.dk);
             mr[0] = fmin(mr[0], r), mr[1] = fmax(mr[1], r);
@@ -165,14 +183,15 @@ int main(int argc, char **argv) {
             all_mr += r, all_kl += log(k1), all_ql += log(q1);
         }
         all_gain += gain;
-        printf("%5d  %.3f .. %.3f  %6.1f .. %5.1f  %6.1f .. %5.1f  %6.2f  %.3f  %6.2f  %.2f\n", il, mr[0], mr[1],
-               kl[0], kl[1], ql[0], ql[1], kn, cv, vn, exp(gain));
+        printf("%5d  %.3f .. %.3f  %6.1f .. %5.1f  %6.1f .. %5.1f  %6.2f  %.3f  %6.2f  %.2f  %.3f .. %.3f\n", il,
+               mr[0], mr[1], kl[0], kl[1], ql[0], ql[1], kn, cv, vn, exp(gain), vr[0], vr[1]);
     }
     const double nh = (double)s.n_layer * s.n_kv;
-    printf("mean over heads: |mean|/rms %.3f, kloud (geo) %.1f, qloud (geo) %.1f, gain (geo) %.2f\n", all_mr / nh,
-           exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer));
+    printf("mean over heads: |mean|/rms %.3f, kloud (geo) %.1f, qloud (geo) %.1f, gain (geo) %.2f, value |mean|/rms "
+           "%.3f\n", all_mr / nh, exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer), all_vr / nh);
     fixture_close(&f);
     free(ids);
     free(s.k_sum), free(s.k_sq), free(s.q_sq), free(s.k_norm), free(s.k_norm_sq), free(s.v_norm);
+    free(s.v_sum), free(s.v_norm_sq);
     return 0;
 }
