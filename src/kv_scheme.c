@@ -20,7 +20,8 @@ static const char scheme_help[] =
     "  k=K:v=V                      explicit form\n"
     "options, appended as :name=value\n"
     "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1 window=N batch=N\n"
-    "  start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024)\n"
+    "  start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024;\n"
+    "  default 4 with a TurboQuant side, else 0)\n"
     "  first=N last=N edge=FORM     (edge layers default to turbo8)\n"
     "numbers are digits only, a bit width with at most one '.' (no sign, space or exponent):\n"
     "  bits 0 (f16) or 1 to 8, N 0 to 2^30 (batch from 1), seed 0 to 2^64-1\n";
@@ -244,6 +245,18 @@ static tq_status scheme_error(char *err, size_t cap, const char *text, const cha
     return TQ_ERR_SCHEME;
 }
 
+/* The sink count a parsed scheme gets without sink=N: TQ_KV_SINK_DEFAULT where TurboQuant
+ * compresses a side (the first tokens draw attention mass that its codes blur; measured on
+ * both real models, doc/kvcache.md §2), 0 for schemes of f16 and block formats only (as
+ * llama.cpp's caches, which they mirror). */
+static int scheme_default_sink(const tq_kv_scheme *s) {
+    const tq_kv_layer_scheme *ls[2] = {&s->layer, &s->edge};
+    for (int i = 0; i < 2; i++)
+        if (ls[i]->key_format == TQ_KV_TURBO || ls[i]->value_format == TQ_KV_TURBO)
+            return TQ_KV_SINK_DEFAULT;
+    return 0;
+}
+
 tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t out_size, char *err,
                                    size_t cap) {
     if (!text || !out) return TQ_ERR_NULL;
@@ -252,7 +265,7 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
     tq_kv_scheme s;
     tq_kv_scheme_defaults(&s);
     int have_k = 0, have_v = 0, explicit_form = 0, have_edge = 0;
-    int variant = -1, norm = -1, mean = -1, kscale = -1, ksplit = -1;
+    int variant = -1, norm = -1, mean = -1, kscale = -1, ksplit = -1, have_sink = 0;
     tq_kv_format kf = TQ_KV_F16, vf = TQ_KV_F16;
     float kb = 0, vb = 0;
     const char *p = text;
@@ -321,6 +334,7 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
                                   sizeof why))
                     return scheme_error(err, cap, text, why, p, n);
                 s.sink = (int)u;
+                have_sink = 1;
             } else if (KEY("seed")) {
                 if (!parse_number(val, vn, "seed", 0, 0, ~0ull, NULL, &u, &d, why, sizeof why))
                     return scheme_error(err, cap, text, why, p, n);
@@ -358,6 +372,7 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
             norm > 0)
             return scheme_error(err, cap, text, "norm correction is MSE only", "", 0);
     }
+    if (!have_sink) s.sink = scheme_default_sink(&s);
     tq_sized_out(out, out_size, &s, sizeof s, KV_SCHEME_MIN, 1);
     return TQ_OK;
 }
@@ -394,9 +409,9 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) 
     const tq_kv_layer_scheme *l = &s->layer, *e = &s->edge;
     char k[24], v[24], ek[24], ev[24], edge[64] = "", mean[16], kscale[16], ksplit[16];
     char norm[16] = "", sink[24] = "";
-    /* sink=0 (the default) is not written: canonical texts of schemes without sinks stay as
-     * they were. */
-    if (s->sink) snprintf(sink, sizeof sink, ":sink=%d", s->sink);
+    /* The parser's default sink count is not written: canonical texts of schemes at their
+     * default stay as they were. */
+    if (s->sink != scheme_default_sink(s)) snprintf(sink, sizeof sink, ":sink=%d", s->sink);
     format_side(k, sizeof k, l->key_format, l->key_bits);
     format_side(v, sizeof v, l->value_format, l->value_bits);
     /* The edge form whenever it is not the layer's: with first = last = 0 it has no effect,

@@ -66,6 +66,7 @@ typedef struct tq_kv_layer {
 #define TQ_KV_WINDOW_MAX ((size_t)1 << 30)
 /* The most attention sinks a scheme keeps (tq_kv_scheme.sink). */
 #define TQ_KV_SINK_MAX 1024
+#define TQ_KV_SINK_DEFAULT 4 /* tq_kv_scheme_parse's sink=N for TurboQuant schemes */
 
 struct tq_kv_cache {
     tq_kv_cache_config cfg; /* layer_schemes NULL; layer_windows = windows */

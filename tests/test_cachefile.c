@@ -499,12 +499,12 @@ static tq_kv_cache *golden_cache(void) {
 }
 /* The cache version 4 wrote: the same without sinks. */
 static tq_kv_cache *golden_cache_v4(void) {
-    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL,
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL,
                    golden_windows);
 }
 /* The cache version 3 wrote: the same without layer windows. */
 static tq_kv_cache *golden_cache_v3(void) {
-    return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+    return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL);
 }
 /* A cache as the writers of the older golden files built it: the key mean from the first
  * `batch` (8) tokens rather than from all 13 held at the first compression. */
@@ -516,11 +516,11 @@ static tq_kv_cache *build_old_mean(const char *scheme) {
 }
 /* The cache version 2 wrote: turbo3, no key split. */
 static tq_kv_cache *golden_cache_v2(void) {
-    return build_old_mean("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0");
+    return build_old_mean("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0");
 }
 /* The same cache as version 1 wrote it: no key scale. */
 static tq_kv_cache *golden_cache_v1(void) {
-    return build_old_mean("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0");
+    return build_old_mean("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0");
 }
 
 static uint8_t *read_file(const char *path, size_t *size) {
@@ -626,19 +626,25 @@ static void test_golden(void) {
     check_old_version(GOLDEN_V2, v2, 6);
     CHECK(test_layer_scheme(v2, 1).key_split == 0 && test_layer_scheme(v2, 1).key_scale == 1);
     {
-        /* Today's "turbo3" (key split on, of no effect at a whole width) expects it fine. */
-        tq_kv_cache *t3 = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL), *b = NULL;
-        tq_kv_cache_config e = test_cache_config(t3);
+        /* Today's "turbo3" (key split on, of no effect at a whole width) without sinks expects
+         * it fine; with the parser's default 4 sinks it is another scheme (the file has none). */
+        tq_kv_cache *t3 = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL), *b = NULL;
+        tq_kv_cache *t3s = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+        tq_kv_cache_config e = test_cache_config(t3), es = test_cache_config(t3s);
         uint8_t *g2 = read_file(GOLDEN_V2, &gn);
         CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &e, &b) == TQ_OK && b);
         tq_kv_cache_free(b);
+        b = NULL;
+        CHECK(es.scheme.sink == 4 && g2 &&
+              tq_kv_cache_load_memory_expect(g2, gn, &es, &b) == TQ_ERR_MISMATCH && !b);
         tq_kv_cache_free(t3);
+        tq_kv_cache_free(t3s);
         free(g2);
     }
     check_old_version(GOLDEN_V1, v1, 5);
     CHECK(test_layer_scheme(v1, 1).key_scale == 0 && test_layer_scheme(v1, 1).key_mean == 1);
     /* A file of this version whose key mean came from the first `batch` tokens keeps it. */
-    tq_kv_cache *v3 = build_old_mean("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0");
+    tq_kv_cache *v3 = build_old_mean("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0");
     check_old_version(GOLDEN_V3_MEAN8, v3, -1);
     tq_kv_cache_free(v3);
     tq_kv_cache_free(v2);

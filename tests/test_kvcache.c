@@ -302,9 +302,10 @@ static void test_two_phase(void) {
     tq_kv_memory m;
     CHECK(tq_kv_cache_memory(c, &m, sizeof m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
-    /* 96 compressed tokens, 17 raw fp16 ones, and the per-head key mean and key scale (on by
-     * default) */
-    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float));
+    /* 96 compressed tokens, 17 raw fp16 ones, the per-head key mean and key scale (on by
+     * default) and the 4 attention sinks' fp16 K and V (sink=4, the default with TurboQuant) */
+    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) +
+                              4 * H * 4 * D);
     CHECK(m.f16_bytes == 113 * H * 4 * D);
     CHECK(m.allocated_bytes >= m.data_bytes);
     tq_kv_cache_free(c);

@@ -124,14 +124,17 @@ static size_t held_page_bytes(const tq_kv_cache *c) {
     return b;
 }
 
-/* The data bytes of a cache's key means, key scales and key orders (tq_kv_cache_memory). */
+/* The data bytes a cache holds of its own, never shared by a fork (tq_kv_cache_memory): key
+ * means, key scales and key orders, and the sink store's kept positions. */
 static size_t key_bytes(const tq_kv_cache *c) {
     size_t b = 0;
     for (int i = 0; i < NL; i++) {
         const tq_kv_layer *l = &c->layers[i];
         size_t data = 0, alloc = 0;
         if (l->kt) tq_key_transform_memory(l->kt, &data, &alloc);
-        b += data;
+        size_t ns = tq_kv_sink_len(c, l);
+        b += data + (ns > l->dropped ? ns - l->dropped : 0) * (size_t)c->cfg.n_kv_heads * 2 *
+                        (size_t)(c->cfg.head_dim_k + c->cfg.head_dim_v);
     }
     return b;
 }

@@ -94,7 +94,7 @@ static void check_scheme(const char *base, int N, const char *kernels) {
     char with[96];
     snprintf(with, sizeof with, "%s:sink=%d:batch=16", base, N);
     char without[96];
-    snprintf(without, sizeof without, "%s:batch=16", base);
+    snprintf(without, sizeof without, "%s:sink=0:batch=16", base);
     tq_kv_cache *c = build(with, T, 0), *z = build(without, T, 0);
     CHECK_MSG(c && z, "%s", with);
     if (!c || !z) goto done;
@@ -240,7 +240,7 @@ static void test_no_effect(void) {
     tq_kv_cache *a = NULL, *b = NULL;
     CHECK(tq_kv_scheme_parse("turbo3:sink=4", &cfg.scheme, NULL, 0) == TQ_OK &&
           tq_kv_cache_create(&a, &cfg) == TQ_OK);
-    CHECK(tq_kv_scheme_parse("turbo3", &cfg.scheme, NULL, 0) == TQ_OK &&
+    CHECK(tq_kv_scheme_parse("turbo3:sink=0", &cfg.scheme, NULL, 0) == TQ_OK &&
           tq_kv_cache_create(&b, &cfg) == TQ_OK);
     CHECK(a && b && !tq_kv_cache_append(a, 0, Kin, Vin, 100) && !tq_kv_cache_append(b, 0, Kin, Vin, 100));
     CHECK(a && b && tq_kv_cache_compressed_length(a, 0) == 0 && same(a, b));
@@ -262,8 +262,22 @@ static void test_no_effect(void) {
     CHECK(tq_kv_scheme_parse(txt, &s2, NULL, 0) == TQ_OK && s2.sink == 1024);
     CHECK(tq_kv_scheme_parse("turbo3:sink=1025", &s, NULL, 0) == TQ_ERR_SCHEME);
     CHECK(tq_kv_scheme_parse("turbo3:sink=-1", &s, NULL, 0) == TQ_ERR_SCHEME);
-    CHECK(tq_kv_scheme_parse("turbo3", &s, NULL, 0) == TQ_OK && s.sink == 0);
-    CHECK(tq_kv_scheme_format(&s, txt, sizeof txt) == TQ_OK && !strstr(txt, "sink"));
+    /* The parser's default: 4 sinks with a TurboQuant side, none for f16 and block formats;
+     * the default is not written, any other count is, and both round-trip. */
+    static const struct { const char *text; int sink; } defaults[] = {
+        {"turbo3", 4}, {"turbo4", 4}, {"turbo0v4", 4}, {"kq8_0v3", 4}, {"f16", 0}, {"q8_0", 0},
+        {"q4_0r", 0}, {"q8_0:first=1:last=1", 4}, {"turbo3:sink=0", 0}, {"q4_0:sink=4", 4}};
+    for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
+        CHECK_MSG(tq_kv_scheme_parse(defaults[i].text, &s, NULL, 0) == TQ_OK &&
+                      s.sink == defaults[i].sink,
+                  "%s: sink %d", defaults[i].text, s.sink);
+        CHECK(tq_kv_scheme_format(&s, txt, sizeof txt) == TQ_OK);
+        int is_default = !strstr(defaults[i].text, "sink=");
+        CHECK_MSG((strstr(txt, "sink") == NULL) == is_default, "%s -> %s", defaults[i].text, txt);
+        CHECK(tq_kv_scheme_parse(txt, &s2, NULL, 0) == TQ_OK && s2.sink == defaults[i].sink);
+    }
+    tq_kv_scheme_defaults(&s);
+    CHECK(s.sink == 0);
 }
 
 /* A windowed layer: once its first page is dropped the sinks are gone (not counted); attention
@@ -276,7 +290,7 @@ static void test_windowed(void) {
     tq_kv_cache *c = NULL, *z = NULL;
     CHECK(tq_kv_scheme_parse("turbo3:sink=4:batch=16", &cfg.scheme, NULL, 0) == TQ_OK &&
           tq_kv_cache_create(&c, &cfg) == TQ_OK);
-    CHECK(tq_kv_scheme_parse("turbo3:batch=16", &cfg.scheme, NULL, 0) == TQ_OK &&
+    CHECK(tq_kv_scheme_parse("turbo3:sink=0:batch=16", &cfg.scheme, NULL, 0) == TQ_OK &&
           tq_kv_cache_create(&z, &cfg) == TQ_OK);
     if (!c || !z) return;
     tq_attn_params p;

@@ -57,8 +57,9 @@ typedef struct tq_kv_scheme {
     uint64_t seed;             /* seed of every TURBO codec and of the q8_0r / q4_0r rotations;
                                   default as tq_codec_config_init */
     int sink;                  /* attention sinks: positions [0, sink) of every layer are also
-                                  kept fp16 once compressed and attended exactly; [0, 1024],
-                                  default 0 */
+                                  kept fp16 once compressed and attended exactly; [0, 1024].
+                                  tq_kv_scheme_defaults: 0; tq_kv_scheme_parse: 4 when a side
+                                  of the layer or edge form is TurboQuant, else 0 */
 } tq_kv_scheme;
 
 /* Parses a scheme string (grammar: tq_kv_scheme_help, doc/kvcache.md §2) into *out, every field
