@@ -107,8 +107,9 @@ void session_opts_init(session_opts *o, const char *cmd, long default_ctx, sessi
                  "when it has 64 or more, else a built-in text (doc/kv-auto.md)")},
         {OPT_TEXT("Schemes (doc/kvcache.md): f16, q8_0, q4_0, q8_0r, q4_0r (rotated), turboB (turbo3,\n"
                   "turbo3.5), turboKvV (turbo4v2), kKvV or k=K:v=V, each followed by any\n"
-                  ":option=value (e.g. :sink=4); auto:B[:options] (B in [2, 8]) gives each layer's\n"
-                  "K and V its own width at turboB's bytes.")},
+                  ":option=value (turbo schemes keep the first 4 tokens exact: :sink=N changes\n"
+                  "that); auto:B[:options] (B in [2, 8]) gives each layer's K and V its own width\n"
+                  "at turboB's bytes.")},
     };
     _Static_assert(OPT_COUNT(flags) <= SESSION_N_FLAGS, "session_opts.flags is too short");
     memcpy(o->flags, flags, sizeof flags);
