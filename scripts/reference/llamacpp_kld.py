@@ -272,7 +272,15 @@ def main():
     refused = {}
     secs = {n: 0.0 for n in names}
     rot_log = {}
-    cmd = " ".join([os.path.relpath(sys.argv[0]) if os.path.exists(sys.argv[0]) else sys.argv[0]] + sys.argv[1:])
+    # Paths in the recorded command relative to the repository, so that it names no machine.
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def rel(arg):
+        if os.path.isabs(arg) or os.path.exists(arg):
+            return os.path.relpath(os.path.abspath(arg), repo)
+        return arg
+
+    cmd = " ".join(rel(a) for a in sys.argv)
     meta = {
         "description": (
             "llama.cpp's own KV-cache quality figures, computed as llama-perplexity --kl-divergence "
