@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ctx must be a multiple of %d, windows and threads >= 1\n", 2 * EVAL_PIECE);
         return 2;
     }
-    const context_params p = {ctx, eval_context_batch(ctx), 0, NULL};
+    const context_params p = {ctx, eval_context_batch(ctx), 0, NULL, 0};
     model *m = NULL;
     model_context *x = NULL;
     tq_threadpool *pool = NULL;

@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     }
     tq_threadpool *pool = NULL;
     if (tq_threadpool_create(&pool, threads) != TQ_OK) return 1;
-    context_params cp = {n, batch < n ? batch : n, 0, NULL};
+    context_params cp = {n, batch < n ? batch : n, 0, NULL, 0};
     model_context *x = NULL;
     if (context_create(m, &cp, pool, &x, err, sizeof err) != MODEL_OK) {
         fprintf(stderr, "context_create: %s\n", err);

@@ -56,8 +56,8 @@ static float gelu_tanh(float x);
 
 /* ---- run state ---------------------------------------------------------------------------- */
 
-static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads) {
-    size_t s = matmul_work_size(w, n, n_threads);
+static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads, matmul_mode mode) {
+    size_t s = matmul_work_size_mode(w, n, n_threads, mode);
     return s > cur ? s : cur;
 }
 
@@ -82,11 +82,12 @@ static model_status build_state(model_context *m) {
         for (uint32_t h = 0; h < 65536; h++)
             s->gelu_f16[h] = tq_f16_to_f32(tq_f32_to_f16(gelu_tanh(tq_f16_to_f32((uint16_t)h))));
     }
-    size_t ws = max_work(0, &m->w->output, m->params.max_batch, nt);
+    const matmul_mode mode = m->params.f32_act ? MATMUL_F32_ACT : MATMUL_Q8_ACT;
+    size_t ws = max_work(0, &m->w->output, m->params.max_batch, nt, mode);
     for (int il = 0; il < c->n_layer; il++) {
         const model_layer *L = &m->w->layers[il];
         const matmul_weight *ms[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) ws = max_work(ws, ms[i], m->params.max_batch, nt);
+        for (int i = 0; i < 7; i++) ws = max_work(ws, ms[i], m->params.max_batch, nt, mode);
     }
     s->work_size = ws;
     s->work = malloc(ws);
@@ -281,7 +282,8 @@ static float silu(float x) { return x / (1.0f + expf(-x)); }
 /* ---- forward ------------------------------------------------------------------------------- */
 
 static model_status mm(model_context *m, const matmul_weight *w, const float *x, float *y, int n, const char *what) {
-    int st = matmul(w, x, y, n, m->pool, m->s.work, m->s.work_size);
+    int st = m->params.f32_act ? matmul_f32_act(w, x, y, n, m->pool, m->s.work, m->s.work_size)
+                               : matmul(w, x, y, n, m->pool, m->s.work, m->s.work_size);
     if (st != QUANT_OK) return fail(m, MODEL_ERR_INTERNAL, "matmul %s: %s", what, quant_status_name(st));
     return MODEL_OK;
 }

@@ -47,6 +47,11 @@ typedef struct context_params {
                           softmax weights stay fp32) */
     const tq_kv_scheme *kv_scheme; /* the KV cache scheme (tq_kv_scheme_parse); NULL: "f16".
                           Copied at create: the pointer need not outlive context_create() */
+    int f32_act;       /* 0: matmuls round the activations to 8 bits (MATMUL_Q8_ACT, as
+                          llama.cpp); 1: weights dequantized to fp32, activations kept fp32
+                          (MATMUL_F32_ACT): slower, and a KL divergence between two contexts
+                          then measures what differs between them (their KV caches) without
+                          the activation-rounding floor (doc/gemma3.md §8) */
 } context_params;
 
 typedef struct model_context model_context;

@@ -197,38 +197,17 @@ static void fill_layers(tq_kv_layer_scheme *ls, int n_layer, const tq_kv_scheme 
     for (int il = 0; il < n_layer; il++) kv_auto_layer_scheme(base, ko, vo, &ls[il]);
 }
 
-/* Mean squared error of the codec at bits on seeded Gaussian vectors of dim. */
+/* The codec's mean squared error at bits on 64 seeded Gaussian vectors of dim (the library's
+ * tq_codec_gaussian_mse); -1 if there is no such codec. */
 static double codec_mse(const tq_kv_scheme *base, int dim, float bits) {
-    enum { N = 64 };
     tq_codec_config cfg;
     tq_codec_config_init(&cfg, dim, bits, TQ_VARIANT_MSE);
     cfg.seed = base->seed;
     cfg.norm_correction = base->layer.norm_correction;
     tq_codec *codec = NULL;
     if (tq_codec_create(&codec, &cfg) != TQ_OK) return -1.0;
-    const size_t nb = tq_codec_bytes_per_vector(codec);
-    float *x = malloc((size_t)N * (size_t)dim * sizeof *x), *y = malloc((size_t)N * (size_t)dim * sizeof *y);
-    unsigned char *codes = malloc((size_t)N * nb);
     double mse = -1.0;
-    if (x && y && codes) {
-        uint64_t s = 0x6b765f6175746fULL; /* "kv_auto" */
-        for (size_t i = 0; i < (size_t)N * (size_t)dim; i++) { /* splitmix64, Box-Muller */
-            double u[2];
-            for (int k = 0; k < 2; k++) {
-                uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-                z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-                u[k] = ((double)((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0;
-            }
-            x[i] = (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
-        }
-        if (tq_codec_encode(codec, x, N, codes, (size_t)N * nb) == TQ_OK &&
-            tq_codec_decode(codec, codes, N, y, (size_t)N * (size_t)dim) == TQ_OK) {
-            mse = 0.0;
-            for (size_t i = 0; i < (size_t)N * (size_t)dim; i++) mse += (double)(x[i] - y[i]) * (x[i] - y[i]);
-        }
-    }
-    free(x), free(y), free(codes);
+    if (tq_codec_gaussian_mse(codec, 64, 0x6b765f6175746fULL /* "kv_auto" */, &mse) != TQ_OK) mse = -1.0;
     tq_codec_free(codec);
     return mse;
 }
@@ -417,7 +396,9 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
     model_status st = MODEL_ERR_NOMEM;
     if (out->layer_schemes && out->choice && out->sens && c.plan && c.logits && c.lp && c.ref &&
         eval_plan(n, EVAL_COMPRESSED, c.plan, c.n_pieces) == c.n_pieces) {
-        const context_params p = {n, eval_context_batch(n), 0, &c.base};
+        /* fp32 activations: a pass's KLD is then its KV error alone, without the floor that the
+         * activations' 8-bit rounding, redrawn by any change, adds to every pass (doc/kv-auto.md) */
+        const context_params p = {n, eval_context_batch(n), 0, &c.base, 1};
         st = prior != NULL && prior->n_layer != L ? MODEL_ERR_ARG : context_create(m, &p, pool, &c.x, err, err_cap);
         if (st == MODEL_OK) st = calibrate(&c, cfg, flags, prior, out);
     } else

@@ -28,14 +28,26 @@ static size_t act_bytes(const matmul_weight *w, int n, quant_act act) {
     return round_up((size_t)n * quant_act_row_bytes(act, w->cols), WORK_ALIGN);
 }
 
-size_t matmul_work_size(const matmul_weight *w, int n, int n_threads) {
-    if (w == NULL || n < 1 || quant_row_bytes(w->type, w->cols) == 0 || w->cols < 1) return 0;
-    if (n_threads < 1) n_threads = 1;
+/* The activation format of w under mode: the type's 8-bit format, or for MATMUL_F32_ACT the
+ * fp32 fallback (dequantized weight rows) for every type that would quantize them. */
+static quant_act act_for(const matmul_weight *w, matmul_mode mode) {
     quant_act act = quant_act_format(w->type);
+    return mode == MATMUL_F32_ACT && act != QUANT_ACT_F32 ? QUANT_ACT_NONE : act;
+}
+
+size_t matmul_work_size_mode(const matmul_weight *w, int n, int n_threads, matmul_mode mode) {
+    if (w == NULL || n < 1 || quant_row_bytes(w->type, w->cols) == 0 || w->cols < 1) return 0;
+    if (mode != MATMUL_Q8_ACT && mode != MATMUL_F32_ACT) return 0;
+    if (n_threads < 1) n_threads = 1;
+    quant_act act = act_for(w, mode);
     size_t s = WORK_ALIGN;
     if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_A1 || act == QUANT_ACT_Q8_K) s += act_bytes(w, n, act);
     if (act == QUANT_ACT_NONE) s += (size_t)n_threads * round_up((size_t)w->cols * sizeof(float), WORK_ALIGN);
     return s;
+}
+
+size_t matmul_work_size(const matmul_weight *w, int n, int n_threads) {
+    return matmul_work_size_mode(w, n, n_threads, MATMUL_Q8_ACT);
 }
 
 static void quantize_task(void *ctx, size_t task, int thread) {
@@ -76,13 +88,14 @@ static void rows_task(void *ctx, size_t task, int thread) {
     }
 }
 
-int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
-                tq_threadpool *pool, void *work, size_t work_size) {
+static int run(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n, matmul_mode mode,
+               tq_threadpool *pool, void *work, size_t work_size) {
     if (k == NULL || w == NULL || x == NULL || y == NULL || w->data == NULL || n < 1 || w->rows < 1) return QUANT_ERR_ARG;
     if (!quant_type_valid(w->type)) return QUANT_ERR_TYPE;
     if (w->cols < 1 || quant_row_bytes(w->type, w->cols) == 0) return QUANT_ERR_SIZE;
     int n_threads = tq_threadpool_size(pool);
-    size_t need = matmul_work_size(w, n, n_threads);
+    if (mode != MATMUL_Q8_ACT && mode != MATMUL_F32_ACT) return QUANT_ERR_ARG;
+    size_t need = matmul_work_size_mode(w, n, n_threads, mode);
     if (need > WORK_ALIGN && (work == NULL || work_size < need)) return QUANT_ERR_WORK;
 
     mm_job j;
@@ -92,7 +105,7 @@ int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, 
     j.x = x;
     j.y = y;
     j.n = n;
-    j.act = quant_act_format(w->type);
+    j.act = act_for(w, mode);
     /* Every set is filled from the reference, which has a kernel for each direct type. */
     if (j.act != QUANT_ACT_NONE && k->dot[w->type] == NULL) return QUANT_ERR_TYPE;
     j.w_row_bytes = quant_row_bytes(w->type, w->cols);
@@ -123,6 +136,21 @@ int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, 
     return QUANT_OK;
 }
 
+int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
+                tq_threadpool *pool, void *work, size_t work_size) {
+    return run(k, w, x, y, n, MATMUL_Q8_ACT, pool, work, work_size);
+}
+
+int matmul_mode_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
+                     matmul_mode mode, tq_threadpool *pool, void *work, size_t work_size) {
+    return run(k, w, x, y, n, mode, pool, work, work_size);
+}
+
 int matmul(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work, size_t work_size) {
-    return matmul_with(quant_kernels_get(), w, x, y, n, pool, work, work_size);
+    return run(quant_kernels_get(), w, x, y, n, MATMUL_Q8_ACT, pool, work, work_size);
+}
+
+int matmul_f32_act(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
+                   size_t work_size) {
+    return run(quant_kernels_get(), w, x, y, n, MATMUL_F32_ACT, pool, work, work_size);
 }

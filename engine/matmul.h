@@ -4,7 +4,14 @@
  * row quant_row_bytes(type, cols) bytes). For the types with a direct dot kernel the
  * activations are first quantized to 8 bits (quant_act_format), then each weight block is
  * decoded once and applied to up to QUANT_DOT_MAX_NX activation rows; other types are
- * dequantized a row at a time and that row is used for all n activation rows. */
+ * dequantized a row at a time and that row is used for all n activation rows.
+ *
+ * MATMUL_F32_ACT takes that second path for every type: each weight row dequantized to fp32
+ * and dotted with the fp32 activations, nothing rounded to 8 bits. Slower; for measuring: the
+ * 8-bit rounding of the activations is a noise that any other change of the forward pass (a
+ * KV cache's error however small, another kernel set) redraws, so a KL divergence between two
+ * runs of the default mode carries a floor from it alone (doc/gemma3.md §8, "The activation
+ * floor"). */
 #ifndef TQ_ENGINE_MATMUL_H
 #define TQ_ENGINE_MATMUL_H
 
@@ -13,6 +20,11 @@
 
 #include "quants.h"
 #include "turboquant.h"
+
+typedef enum matmul_mode {
+    MATMUL_Q8_ACT = 0,  /* activations rounded to the type's 8-bit format (as llama.cpp's CPU backend) */
+    MATMUL_F32_ACT = 1, /* weights dequantized to fp32, activations kept fp32 */
+} matmul_mode;
 
 typedef struct matmul_weight {
     int type;         /* quant_type */
@@ -24,6 +36,8 @@ typedef struct matmul_weight {
 /* Bytes of work buffer matmul needs for n activation rows on a pool of n_threads (64-byte
  * slack included, so any address will do). 0 if the weight's type or shape is invalid. */
 size_t matmul_work_size(const matmul_weight *w, int n, int n_threads);
+/* The same for either mode (matmul_work_size is MATMUL_Q8_ACT's); 0 also for another mode. */
+size_t matmul_work_size_mode(const matmul_weight *w, int n, int n_threads, matmul_mode mode);
 
 /* x: (n, cols) floats, y: (n, rows) floats; y must not overlap x or work. work: caller-owned
  * scratch of at least matmul_work_size(w, n, tq_threadpool_size(pool)) bytes. pool (the
@@ -35,8 +49,15 @@ size_t matmul_work_size(const matmul_weight *w, int n, int n_threads);
 int matmul(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
            size_t work_size);
 
+/* As matmul with MATMUL_F32_ACT (work: matmul_work_size_mode(..., MATMUL_F32_ACT)). */
+int matmul_f32_act(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
+                   size_t work_size);
+
 /* As matmul with an explicit kernel set (from quant_kernels_list), for tests and benches. */
 int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
                 tq_threadpool *pool, void *work, size_t work_size);
+/* ... and an explicit mode (QUANT_ERR_ARG for one that is not a matmul_mode). */
+int matmul_mode_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
+                     matmul_mode mode, tq_threadpool *pool, void *work, size_t work_size);
 
 #endif

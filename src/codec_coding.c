@@ -238,6 +238,29 @@ tq_status tq_codec_decode(const tq_codec *c, const void *codes, size_t n, float 
     return st;
 }
 
+tq_status tq_codec_gaussian_mse(const tq_codec *c, size_t n, uint64_t seed, double *mse) {
+    if (!c || !mse) return TQ_ERR_NULL;
+    if (n == 0 || n > ((size_t)1 << 20)) return TQ_ERR_INVALID;
+    uint8_t *rec = malloc(c->record_bytes);
+    if (rec == NULL) return TQ_ERR_NOMEM;
+    tq_rng rng;
+    tq_rng_seed(&rng, seed, 0);
+    double sum = 0.0;
+    tq_status st = TQ_OK;
+    for (size_t v = 0; v < n && st == TQ_OK; v++) {
+        float x[TQ_MAX_DIM], y[TQ_MAX_DIM];
+        for (int i = 0; i < c->dim; i++) x[i] = (float)tq_rng_gauss(&rng);
+        st = tq_codec_encode(c, x, 1, rec, c->record_bytes);
+        if (st == TQ_OK) st = tq_codec_decode(c, rec, 1, y, (size_t)c->dim);
+        for (int i = 0; i < c->dim && st == TQ_OK; i++) sum += (double)(x[i] - y[i]) * (x[i] - y[i]);
+    }
+    free(rec);
+    /* Gaussian vectors are finite and their norms far inside fp16: an error here is a bug */
+    if (st != TQ_OK) return st;
+    *mse = sum / ((double)n * (double)c->dim);
+    return TQ_OK;
+}
+
 /* ---- scores and weighted sums in the rotated domain ---- */
 
 size_t tq_codec_query_floats(const tq_codec *c) {

@@ -43,7 +43,7 @@ static inline model_status fixture_open(const char *path, const model_params *p,
     }
     model_status st = model_load(path, &f->m, err, err_cap);
     if (st == MODEL_OK) {
-        context_params cp = {p->max_ctx, p->max_batch, p->ggml_rounding, p->kv_scheme};
+        context_params cp = {p->max_ctx, p->max_batch, p->ggml_rounding, p->kv_scheme, 0};
         st = context_create(f->m, &cp, f->pool, &f->x, err, err_cap);
     }
     if (st != MODEL_OK) fixture_close(f);

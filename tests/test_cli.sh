@@ -192,6 +192,22 @@ assert t["kld_mean"] > 0 and 0 <= t["kld_median"] <= t["kld_p99"] and 0 <= t["to
 assert 0 < t["kv_bytes_per_token"] < r[0]["kv_bytes_per_token"]
 ' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity turbo3 row"
   else fail=$((fail+1)); echo "FAIL perplexity turbo3 row"; cat /tmp/tq_cli_out.$$; fi
+  # --f32-act (doc/gemma3.md §8, "The activation floor"): the JSON says so, and turbo8's KLD
+  # falls far below what the 8-bit activations' floor gives it
+  check "perplexity turbo8" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo8 --json -t 2
+  cp /tmp/tq_cli_out.$$ /tmp/tq_cli_q8act.$$
+  check "perplexity turbo8 --f32-act" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo8 \
+    --f32-act --json -t 2
+  if python3 -c '
+import json, sys
+q, f = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert q["f32_act"] is False and f["f32_act"] is True
+assert f["results"][1]["kld_mean"] < 0.5 * q["results"][1]["kld_mean"], (q, f)
+' /tmp/tq_cli_q8act.$$ /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   perplexity --f32-act removes the floor"
+  else fail=$((fail+1)); echo "FAIL perplexity --f32-act"; cat /tmp/tq_cli_q8act.$$ /tmp/tq_cli_out.$$; fi
+  rm -f /tmp/tq_cli_q8act.$$
+  check "perplexity --f32-act text" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo8 --f32-act -t 2
+  has "--f32-act says so" "matmuls on fp32 activations (--f32-act)"
   # auto:3 (doc/kv-auto.md): calibrated on 64 tokens of the built-in text, the table printed, the
   # row named auto:3, no more bytes per token than turbo3
   check "perplexity auto:3" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --kv turbo3,auto:3 \

@@ -85,6 +85,30 @@ static void test_mse_matches_codebook(void) {
     }
 }
 
+/* tq_codec_gaussian_mse (experimental.h): the same figure from the library's own Gaussian
+ * vectors, reproducible per seed, and its errors. */
+static void test_gaussian_mse(void) {
+    for (int d = 64; d <= 128; d *= 2)
+        for (int b = 1; b <= 4; b++) {
+            tq_codec *c = make(d, (float)b, TQ_VARIANT_MSE, 0);
+            const tq_codebook *cb;
+            tq_codebook_get(d, b, &cb);
+            double m1 = -1, m2 = -1, m3 = -1;
+            CHECK(tq_codec_gaussian_mse(c, 3000, 7, &m1) == TQ_OK);
+            CHECK(tq_codec_gaussian_mse(c, 3000, 7, &m2) == TQ_OK && m1 == m2);
+            CHECK(tq_codec_gaussian_mse(c, 3000, 8, &m3) == TQ_OK && m3 != m1);
+            CHECK_MSG(fabs(m1 / cb->mse - 1) < 0.04, "d=%d b=%d gaussian mse %.5f, codebook %.5f", d, b, m1, cb->mse);
+            tq_codec_free(c);
+        }
+    tq_codec *c = make(64, 3, TQ_VARIANT_MSE, 0);
+    double m = 42.0;
+    CHECK(tq_codec_gaussian_mse(NULL, 1, 0, &m) == TQ_ERR_NULL);
+    CHECK(tq_codec_gaussian_mse(c, 1, 0, NULL) == TQ_ERR_NULL);
+    CHECK(tq_codec_gaussian_mse(c, 0, 0, &m) == TQ_ERR_INVALID);
+    CHECK(tq_codec_gaussian_mse(c, ((size_t)1 << 20) + 1, 0, &m) == TQ_ERR_INVALID && m == 42.0);
+    tq_codec_free(c);
+}
+
 /* Norm correction: decoded norms equal the input's; without it they shrink by √(1 − D). The
  * MSE cost is measured here and written in doc/codec.md. */
 static void test_norm_correction(void) {
@@ -575,6 +599,7 @@ static void test_deterministic(void) {
 int main(void) {
     printf("kernels: %s\n", tq_kernels_name());
     RUN_TEST(test_mse_matches_codebook);
+    RUN_TEST(test_gaussian_mse);
     RUN_TEST(test_norm_correction);
     RUN_TEST(test_prod_unbiased);
     RUN_TEST(test_mse_ip_is_biased);

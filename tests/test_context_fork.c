@@ -45,7 +45,7 @@ static model_status prefill(model_context *x, const int32_t *tokens, int n, int 
 
 /* What an independent context gives: the prompt, then cont[0, n) decoded. */
 static void reference(const fork_case *c, const int32_t *cont, int n, float *rows) {
-    const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme};
+    const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme, 0};
     model_context *x = NULL;
     char err[256];
     model_status st = context_create(c->m, &p, NULL, &x, err, sizeof err);
@@ -78,7 +78,7 @@ static void check_sequential(const fork_case *c) {
     CHECK(got_a && got_b && got_c);
     if (!got_a || !got_b || !got_c) goto out;
 
-    const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme};
+    const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme, 0};
     model_context *a = NULL, *b = NULL, *fc = NULL;
     char err[256];
     CHECK(context_create(c->m, &p, NULL, &a, err, sizeof err) == MODEL_OK);
@@ -172,7 +172,7 @@ static void check_threads(const fork_case *c) {
     }
     tq_threadpool *pool = NULL;
     CHECK(tq_threadpool_create(&pool, 2) == TQ_OK);
-    const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme};
+    const context_params p = {c->max_ctx, c->chunk, 0, &c->scheme, 0};
     model_context *a = NULL, *b = NULL;
     char err[256];
     CHECK(context_create(c->m, &p, pool, &a, err, sizeof err) == MODEL_OK);
@@ -267,7 +267,7 @@ static void test_fork_errors(void) {
     static tiny t;
     model *m = load_tiny(&t, MODEL_ARCH_LLAMA, 0, 780, tiny_path);
     if (m == NULL) return;
-    const context_params p = {CTX, 8, 0, NULL};
+    const context_params p = {CTX, 8, 0, NULL, 0};
     model_context *x = NULL, *y = (model_context *)1;
     char err[64];
     CHECK(context_create(m, &p, NULL, &x, err, sizeof err) == MODEL_OK);

@@ -43,7 +43,7 @@ static void *run_job(void *arg) {
         snprintf(j->err, sizeof j->err, "no pool of %d", j->pool_threads);
         return NULL;
     }
-    const context_params p = {j->prompt + j->decode, j->chunk, 0, &sc};
+    const context_params p = {j->prompt + j->decode, j->chunk, 0, &sc, 0};
     j->st = context_create(j->m, &p, pool, &x, j->err, sizeof j->err);
     const size_t nv = (size_t)model_get_config(j->m)->n_vocab;
     for (int pos = 0; j->st == MODEL_OK && pos < j->prompt; pos += j->chunk) {
@@ -136,7 +136,7 @@ static void test_create_errors(void) {
     CHECK(model_load(NULL, &m, err, sizeof err) == MODEL_ERR_ARG && m == NULL);
     CHECK(model_load(tiny_path, &m, err, sizeof err) == MODEL_OK);
     if (m == NULL) return;
-    context_params p = {CTX, 8, 0, NULL};
+    context_params p = {CTX, 8, 0, NULL, 0};
     CHECK(context_create(NULL, &p, NULL, &x, err, sizeof err) == MODEL_ERR_ARG && x == NULL);
     CHECK(context_create(m, NULL, NULL, &x, err, sizeof err) == MODEL_ERR_ARG);
     p.max_ctx = CTX + 1;

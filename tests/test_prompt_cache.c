@@ -36,7 +36,7 @@ static model_context *open_ctx(const model *m, const char *scheme_text, int max_
     tq_kv_scheme scheme;
     char err[256];
     CHECK(tq_kv_scheme_parse(scheme_text, &scheme, err, sizeof err) == TQ_OK);
-    const context_params p = {max_ctx, chunk, 0, &scheme};
+    const context_params p = {max_ctx, chunk, 0, &scheme, 0};
     model_context *x = NULL;
     model_status st = context_create(m, &p, NULL, &x, err, sizeof err);
     CHECK_MSG(st == MODEL_OK, "%s: %s", model_status_name(st), err);

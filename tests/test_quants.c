@@ -402,6 +402,55 @@ static void test_matmul_threaded(void) {
     for (int p = 0; p < 3; p++) tq_threadpool_free(pools[p]);
 }
 
+/* ---- (4) MATMUL_F32_ACT: fp32 activations, every set, every type, any pool --------------------- */
+
+/* Against float64 sums of the dequantized weights times x: the fp32 path rounds nothing to 8
+ * bits, so the error is the fp32 summation's alone (a relative bound on sum |w x|, far inside
+ * the 8-bit bound check_matmul_type allows the default mode); and threads change nothing. */
+static void test_matmul_f32_act(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    tq_threadpool *pool = NULL;
+    CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
+    for (int t = 0; t < N_TYPES; t++) {
+        const int type = all_types[t], n = 5;
+        const int64_t rows = 37, cols = quant_block_elems(type) == QUANT_QK_K ? 2 * QUANT_QK_K : 8 * QUANT_QK;
+        matmul_weight w = {type, rows, cols, NULL};
+        size_t rb = quant_row_bytes(type, cols);
+        uint8_t *wd = malloc((size_t)rows * rb);
+        for (int64_t r = 0; r < rows; r++) random_row(type, wd + (size_t)r * rb, cols);
+        w.data = wd;
+        float *x = malloc((size_t)n * (size_t)cols * sizeof *x), *wf = malloc((size_t)cols * sizeof *wf);
+        for (size_t i = 0; i < (size_t)n * (size_t)cols; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+        float *y = malloc((size_t)n * (size_t)rows * sizeof *y), *y1 = malloc((size_t)n * (size_t)rows * sizeof *y1);
+        size_t ws = matmul_work_size_mode(&w, n, 3, MATMUL_F32_ACT);
+        CHECK(ws > 0 && matmul_work_size_mode(&w, n, 3, (matmul_mode)7) == 0);
+        uint8_t *work = malloc(ws);
+        for (int s = 0; s < ns; s++) {
+            CHECK(matmul_mode_with(sets[s], &w, x, y1, n, MATMUL_F32_ACT, NULL, work, ws) == QUANT_OK);
+            CHECK(matmul_mode_with(sets[s], &w, x, y, n, MATMUL_F32_ACT, pool, work, ws) == QUANT_OK);
+            CHECK_MSG(memcmp(y, y1, (size_t)n * (size_t)rows * sizeof *y) == 0, "%s %s: threads change the fp32 path",
+                      sets[s]->name, quant_type_name(type));
+            int bad = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                quant_dequantize_row(type, wd + (size_t)r * rb, wf, cols);
+                for (int i = 0; i < n; i++) {
+                    double exact = 0, absdot = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        exact += (double)wf[c] * x[(size_t)i * (size_t)cols + (size_t)c];
+                        absdot += fabs((double)wf[c] * x[(size_t)i * (size_t)cols + (size_t)c]);
+                    }
+                    bad += fabs(y[(size_t)i * (size_t)rows + (size_t)r] - exact) > 1e-5 * absdot + 1e-30;
+                }
+            }
+            CHECK_MSG(bad == 0, "%s %s: %d fp32-path outputs off the float64 sum", sets[s]->name, quant_type_name(type), bad);
+        }
+        CHECK(matmul_mode_with(sets[0], &w, x, y, n, (matmul_mode)7, NULL, work, ws) == QUANT_ERR_ARG);
+        free(wd), free(x), free(wf), free(y), free(y1), free(work);
+    }
+    tq_threadpool_free(pool);
+}
+
 static void test_dispatch(void) {
     const quant_kernels *sets[8];
     int ns = quant_kernels_list(sets, 8);
@@ -458,5 +507,6 @@ int main(int argc, char **argv) {
     RUN_TEST(test_vnni_equals_avx512);
     RUN_TEST(test_matmul_errors);
     RUN_TEST(test_matmul_threaded);
+    RUN_TEST(test_matmul_f32_act);
     return test_report();
 }

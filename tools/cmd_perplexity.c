@@ -40,7 +40,7 @@ int cmd_perplexity(int argc, char **argv) {
     session_opts_init(&o, "perplexity", 512, SESSION_KV_WITH_F16);
     const char *text_path = NULL, *calib_path = NULL;
     long want_chunks = -1;
-    int json = 0, decode_flag = 0, prompt_flag = 0;
+    int json = 0, decode_flag = 0, prompt_flag = 0, f32_act = 0;
     const tool_opt opts[] = {
         {OPT_STRING("-f", "TEXT", &text_path,
                     "text file, e.g. ../shared/data/wikitext-2-raw-test.txt (required)"),
@@ -55,6 +55,10 @@ int cmd_perplexity(int argc, char **argv) {
                   "the same after each chunk's first half went in as a raw prompt\n"
                   "(prefill_raw=1), compressed at the first scored position: what\n"
                   "generation after a prompt sees")},
+        {OPT_FLAG("--f32-act", &f32_act,
+                  "matmuls on fp32 activations (weights dequantized), not rounded\n"
+                  "to 8 bits: KLD then measures the KV cache alone, without the\n"
+                  "floor that redrawing that rounding adds (slower)")},
         {OPT_FLAG("--json", &json, "one JSON object on stdout instead of the table")},
         {OPT_STRING("--calib-file", "F",
                     &calib_path, "auto:B calibrates on the start of F (default: a built-in\n"
@@ -63,7 +67,8 @@ int cmd_perplexity(int argc, char **argv) {
     const tool_cmd cmd = {
         .name = "perplexity",
         .synopsis = "usage: tq perplexity -f TEXT [-c CTX] [--chunks N] [--kv S[,S...]] [-m MODEL]\n"
-                    "                     [-t THREADS] [--as-decode | --prompt] [--json] [--calib-file F]\n",
+                    "                     [-t THREADS] [--as-decode | --prompt] [--f32-act] [--json]\n"
+                    "                     [--calib-file F]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
         .epilogue = "\nllama.cpp's method: BOS-tokenized text, non-overlapping chunks of CTX whose first\n"
                     "token becomes BOS, positions CTX/2..CTX-2 scored. Schemes other than f16 also get\n"
@@ -129,6 +134,7 @@ int cmd_perplexity(int argc, char **argv) {
         }
         session_set_calibration(&s, calib, n_calib, calib_path);
     }
+    s.f32_act = f32_act;
     for (int k = 0; k < n_schemes; k++) {
         eval_scheme_for_view(&o.schemes[k].scheme, view, strstr(o.schemes[k].name, "prefill_raw=") != NULL);
         if ((rc = session_seq_open(&s, &o.schemes[k], eval_context_batch(ctx), &seqs[k])) != 0) goto done;
@@ -153,6 +159,10 @@ int cmd_perplexity(int argc, char **argv) {
                         : view == EVAL_AS_DECODE ? "each position sees the cache as token-by-token decode leaves it (--as-decode)"
                                  : "every key a scored position sees is compressed (the worst case; "
                                    "--as-decode scores as decode sees the cache)");
+    if (!json)
+        printf("%s\n", f32_act ? "matmuls on fp32 activations (--f32-act): the KLD is the KV cache's alone"
+                               : "matmuls on 8-bit activations (as llama.cpp): every KLD carries the floor their "
+                                 "rounding adds (--f32-act removes it)");
     fflush(stdout);
     progress pb;
     progress_start(&pb, "perplexity", "chunks", n_chunks);
@@ -186,9 +196,9 @@ int cmd_perplexity(int argc, char **argv) {
     eval_summarize(&res[0], &s16);
     if (json) {
         printf("{\"ctx\":%d,\"chunks\":%ld,\"tokens_scored\":%ld,\"tokens\":%zu,\"seconds\":%.3f,"
-               "\"as_decode\":%s,\"prompt\":%s,\"results\":[",
+               "\"as_decode\":%s,\"prompt\":%s,\"f32_act\":%s,\"results\":[",
                ctx, n_chunks, scored, n_tok, dt, view != EVAL_COMPRESSED ? "true" : "false",
-               view == EVAL_PROMPT ? "true" : "false");
+               view == EVAL_PROMPT ? "true" : "false", f32_act ? "true" : "false");
     } else {
         printf("%-14s %9s %9s %10s %10s %10s %8s %7s %10s\n", "scheme", "PPL", "dPPL", "KLD mean",
                "KLD median", "KLD p99", "top-1", "ratio", "KV B/tok");

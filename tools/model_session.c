@@ -282,7 +282,7 @@ int session_seq_open(session *s, const session_scheme *scheme, int max_batch, se
     if (max_batch < 1) max_batch = 1;
     /* One context per sequence on the session's one model and pool (the tools run their
      * sequences one at a time). */
-    const context_params p = {s->n_ctx, max_batch, 0, &scheme->scheme};
+    const context_params p = {s->n_ctx, max_batch, 0, &scheme->scheme, s->f32_act};
     char err[300];
     model_status st = context_create(s->m, &p, s->pool, &q->x, err, sizeof err);
     if (st == MODEL_ERR_KV_SCHEME) return kv_scheme_error(s, scheme, err);

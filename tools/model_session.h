@@ -110,6 +110,7 @@ typedef struct session {
     size_t n_calib_tokens;
     const char *calib_source; /* printed: "the prompt", a file name; NULL: "the built-in text" */
     int calib_max;            /* --calib-tokens */
+    int f32_act;              /* set before opening sequences: their contexts' context_params.f32_act */
     int n_autos;
     struct session_auto *autos;
 } session;

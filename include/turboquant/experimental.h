@@ -49,6 +49,13 @@ TQ_API tq_status tq_kv_attention_ref_at(const tq_kv_cache *cache, int layer, con
                                         const int64_t *positions, const tq_attn_params *params,
                                         float *out, size_t out_capacity);
 
+/* The codec's distortion on n seeded standard Gaussian vectors (every coordinate N(0, 1), the
+ * same vectors for the same seed on every machine): *mse = the mean over the vectors of
+ * ||x − decode(encode(x))||² / dim (1: as bad as sending zeros). What `--kv auto:B` compares
+ * widths by (doc/kv-auto.md). Errors: TQ_ERR_NULL, TQ_ERR_INVALID (n 0 or over 2^20),
+ * TQ_ERR_NOMEM; *mse untouched on error. */
+TQ_API tq_status tq_codec_gaussian_mse(const tq_codec *codec, size_t n, uint64_t seed, double *mse);
+
 #ifdef __cplusplus
 }
 #endif
