@@ -74,6 +74,11 @@ void kv_auto_layer_scheme(const tq_kv_scheme *base, int ko, int vo, tq_kv_layer_
 
 /* ---- the allocation ------------------------------------------------------------------------ */
 
+int kv_auto_option_allowed(float bits, int o, int layer_is_swa) {
+    if (o < 0 || o >= KV_AUTO_N_OPT) return 0;
+    return bits > 4.0f || kv_auto_widths[o] <= 4.0f || layer_is_swa;
+}
+
 /* The options on item's lower convex hull in (bytes, kld), ascending bytes; returns count. */
 static int hull(const size_t *bytes, const double *kld, int from, int *h) {
     int k = 0;
@@ -155,6 +160,7 @@ int kv_auto_allocate(int n, const size_t *bytes, const double *kld, size_t budge
 /* ---- calibration runs ---------------------------------------------------------------------- */
 
 typedef struct calib {
+    const model *m;
     model_context *x;
     const int32_t *tok;
     int n, nv, n_rows, n_pieces, runs;
@@ -314,6 +320,8 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
             for (int o = 0; o < KV_AUTO_N_OPT; o++) {
                 bytes[(size_t)i * KV_AUTO_N_OPT + o] = ob[i % 2][o] * (size_t)cfg->n_head_kv;
                 kld[(size_t)i * KV_AUTO_N_OPT + o] = out->sens[i / 2][i % 2] * out->curve[i % 2][o];
+                if (!kv_auto_option_allowed(out->bits, o, model_layer_is_swa(c->m, i / 2)))
+                    kld[(size_t)i * KV_AUTO_N_OPT + o] = HUGE_VAL; /* off every lower hull */
             }
         if (kv_auto_allocate(2 * L, bytes, kld, out->budget_bytes, uniform, ch) != 0) {
             snprintf(c->err, c->err_cap, "no allocation fits %zu bytes per token", out->budget_bytes);
@@ -372,6 +380,7 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
     if (n > cfg->n_ctx_train) n = cfg->n_ctx_train - cfg->n_ctx_train % EVAL_PIECE;
     const int L = cfg->n_layer;
     calib c = {0};
+    c.m = m;
     c.tok = tokens;
     c.n = n;
     c.nv = cfg->n_vocab;

@@ -64,6 +64,12 @@ int kv_auto_parse(const char *text, float *bits, tq_kv_scheme *base, char *err, 
  * other fields from base's layer scheme. */
 void kv_auto_layer_scheme(const tq_kv_scheme *base, int ko, int vo, tq_kv_layer_scheme *out);
 
+/* 1 if option o may be chosen at B = bits for a layer (layer_is_swa: a sliding-window layer):
+ * at B <= 4 a layer that attends the whole context gets only the widths with integer attention
+ * kernels, 2 to 4 bits (5, 6, 8 bits and fp16 decode 2.4-5x slower there); a sliding-window
+ * layer attends a bounded window, any width; at B > 4 every option. 0 for o out of range. */
+int kv_auto_option_allowed(float bits, int o, int layer_is_swa);
+
 /* The allocation: n items (a layer's K or V), option o of item i costing bytes[i * KV_AUTO_N_OPT
  * + o] (ascending in o) with predicted KLD kld[i * KV_AUTO_N_OPT + o]; choice[i] gets the
  * option. Starts every item at option 0 (or at the 8-bit option when all of them fit at it)

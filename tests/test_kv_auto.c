@@ -87,6 +87,20 @@ static void test_allocator(void) {
     CHECK(used <= b3);
 }
 
+/* The width rule at B <= 4 (kv_auto_option_allowed): full-attention layers 2..4 bits. */
+static void test_option_rule(void) {
+    for (int o = 0; o < KV_AUTO_N_OPT; o++) {
+        const int narrow = kv_auto_widths[o] <= 4.0f;
+        CHECK(kv_auto_option_allowed(3.0f, o, 0) == narrow);
+        CHECK(kv_auto_option_allowed(4.0f, o, 0) == narrow);
+        CHECK(kv_auto_option_allowed(4.0f, o, 1) == 1);
+        CHECK(kv_auto_option_allowed(4.5f, o, 0) == 1);
+        CHECK(kv_auto_option_allowed(8.0f, o, 0) == 1);
+    }
+    CHECK(kv_auto_option_allowed(4.0f, 4, 0) == 1 && kv_auto_option_allowed(4.0f, 5, 0) == 0); /* 4 and 5 bits */
+    CHECK(kv_auto_option_allowed(3.0f, -1, 1) == 0 && kv_auto_option_allowed(3.0f, KV_AUTO_N_OPT, 1) == 0);
+}
+
 static void test_parse(void) {
     tq_kv_scheme base;
     float bits = 0;
@@ -180,6 +194,22 @@ static void test_model_auto3(void) {
             CHECK(memcmp(r2.choice, r.choice, (size_t)r.n_layer * sizeof *r.choice) == 0);
         }
         kv_auto_result_free(&r2);
+        /* auto:4 from the same sensitivities: a layer attending the whole context (not a
+         * sliding-window one) stays within 2..4 bits, the widths with integer kernels */
+        st = kv_auto_calibrate_from(f.m, f.pool, ids, want, &base, 4.0f, 0, &r, &r2, err, sizeof err);
+        CHECK_MSG(st == MODEL_OK, "%s", err);
+        if (st == MODEL_OK) {
+            int n_global = 0;
+            for (int il = 0; il < r2.n_layer; il++) {
+                if (model_layer_is_swa(f.m, il)) continue;
+                n_global++;
+                for (int side = 0; side < 2; side++)
+                    CHECK_MSG(kv_auto_widths[r2.choice[il][side]] <= 4.0f, "auto:4, global layer %d side %d: %s bits",
+                              il, side, kv_auto_option_name(r2.choice[il][side]));
+            }
+            CHECK(n_global > 0 && r2.bytes_per_token <= r2.budget_bytes);
+        }
+        kv_auto_result_free(&r2);
         kv_auto_result_free(&r);
     }
     if (getenv("TQ_KV_AUTO_MEASURED")) {
@@ -203,6 +233,7 @@ static void test_model_auto3(void) {
 int main(void) {
     model_path = getenv("TQ_MODEL") ? getenv("TQ_MODEL") : "models/gemma3-270m-q4_k_m.gguf";
     RUN_TEST(test_allocator);
+    RUN_TEST(test_option_rule);
     RUN_TEST(test_parse);
     RUN_TEST(test_model_auto3);
     return test_report();
