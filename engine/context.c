@@ -56,6 +56,9 @@ static float gelu_tanh(float x);
 
 /* ---- run state ---------------------------------------------------------------------------- */
 
+/* The context's matmul mode (context_params.f32_act). */
+static matmul_mode mm_mode(const model_context *m) { return m->params.f32_act ? MATMUL_F32_ACT : MATMUL_Q8_ACT; }
+
 static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads, matmul_mode mode) {
     size_t s = matmul_work_size_mode(w, n, n_threads, mode);
     return s > cur ? s : cur;
@@ -82,7 +85,7 @@ static model_status build_state(model_context *m) {
         for (uint32_t h = 0; h < 65536; h++)
             s->gelu_f16[h] = tq_f16_to_f32(tq_f32_to_f16(gelu_tanh(tq_f16_to_f32((uint16_t)h))));
     }
-    const matmul_mode mode = m->params.f32_act ? MATMUL_F32_ACT : MATMUL_Q8_ACT;
+    const matmul_mode mode = mm_mode(m);
     size_t ws = max_work(0, &m->w->output, m->params.max_batch, nt, mode);
     for (int il = 0; il < c->n_layer; il++) {
         const model_layer *L = &m->w->layers[il];
@@ -282,8 +285,7 @@ static float silu(float x) { return x / (1.0f + expf(-x)); }
 /* ---- forward ------------------------------------------------------------------------------- */
 
 static model_status mm(model_context *m, const matmul_weight *w, const float *x, float *y, int n, const char *what) {
-    int st = m->params.f32_act ? matmul_f32_act(w, x, y, n, m->pool, m->s.work, m->s.work_size)
-                               : matmul(w, x, y, n, m->pool, m->s.work, m->s.work_size);
+    int st = matmul_mode_run(w, x, y, n, mm_mode(m), m->pool, m->s.work, m->s.work_size);
     if (st != QUANT_OK) return fail(m, MODEL_ERR_INTERNAL, "matmul %s: %s", what, quant_status_name(st));
     return MODEL_OK;
 }

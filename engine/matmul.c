@@ -150,7 +150,7 @@ int matmul(const matmul_weight *w, const float *x, float *y, int n, tq_threadpoo
     return run(quant_kernels_get(), w, x, y, n, MATMUL_Q8_ACT, pool, work, work_size);
 }
 
-int matmul_f32_act(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
-                   size_t work_size) {
-    return run(quant_kernels_get(), w, x, y, n, MATMUL_F32_ACT, pool, work, work_size);
+int matmul_mode_run(const matmul_weight *w, const float *x, float *y, int n, matmul_mode mode, tq_threadpool *pool,
+                    void *work, size_t work_size) {
+    return run(quant_kernels_get(), w, x, y, n, mode, pool, work, work_size);
 }

@@ -49,14 +49,15 @@ size_t matmul_work_size_mode(const matmul_weight *w, int n, int n_threads, matmu
 int matmul(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
            size_t work_size);
 
-/* As matmul with MATMUL_F32_ACT (work: matmul_work_size_mode(..., MATMUL_F32_ACT)). */
-int matmul_f32_act(const matmul_weight *w, const float *x, float *y, int n, tq_threadpool *pool, void *work,
-                   size_t work_size);
+/* As matmul in either mode (work: matmul_work_size_mode with the same mode); QUANT_ERR_ARG
+ * for a mode that is not a matmul_mode. */
+int matmul_mode_run(const matmul_weight *w, const float *x, float *y, int n, matmul_mode mode, tq_threadpool *pool,
+                    void *work, size_t work_size);
 
 /* As matmul with an explicit kernel set (from quant_kernels_list), for tests and benches. */
 int matmul_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
                 tq_threadpool *pool, void *work, size_t work_size);
-/* ... and an explicit mode (QUANT_ERR_ARG for one that is not a matmul_mode). */
+/* ... and an explicit mode. */
 int matmul_mode_with(const quant_kernels *k, const matmul_weight *w, const float *x, float *y, int n,
                      matmul_mode mode, tq_threadpool *pool, void *work, size_t work_size);
 
