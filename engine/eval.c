@@ -159,18 +159,44 @@ int eval_summarize(const eval_acc *a, eval_summary *out) {
 
 /* ---- the cache's size ---------------------------------------------------------------------- */
 
+/* Bytes one token takes in layer il of x's cache once compressed (K and V, every KV head);
+ * 0 if unknown. */
+static size_t layer_token_bytes(const model_context *x, int il) {
+    const model_config *c = context_config(x);
+    tq_kv_layer_scheme ls;
+    size_t kb = 0, vb = 0;
+    if (tq_kv_cache_get_layer_scheme(context_kv_cache(x), il, &ls, sizeof ls) != TQ_OK ||
+        tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) != TQ_OK)
+        return 0;
+    return (kb + vb) * (size_t)c->n_head_kv;
+}
+
 size_t eval_kv_bytes_per_token(const model_context *x) {
     const model_config *c = context_config(x);
-    const tq_kv_cache *kv = context_kv_cache(x);
-    if (c == NULL || kv == NULL) return 0;
+    if (c == NULL || context_kv_cache(x) == NULL) return 0;
     size_t total = 0;
     for (int il = 0; il < c->n_layer; il++) {
-        tq_kv_layer_scheme ls;
-        size_t kb = 0, vb = 0;
-        if (tq_kv_cache_get_layer_scheme(kv, il, &ls, sizeof ls) != TQ_OK ||
-            tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) != TQ_OK)
-            return 0;
-        total += (kb + vb) * (size_t)c->n_head_kv;
+        size_t b = layer_token_bytes(x, il);
+        if (b == 0) return 0;
+        total += b;
+    }
+    return total;
+}
+
+size_t eval_kv_read_bytes(const model_context *x, int len) {
+    const model_config *c = context_config(x);
+    if (c == NULL || context_kv_cache(x) == NULL || len < 1) return 0;
+    const size_t raw = (size_t)len - tq_kv_scheme_compressed_length(context_get_params(x)->kv_scheme, (size_t)len);
+    const size_t f16 = 2 * (size_t)(c->head_dim + c->head_dim_v) * (size_t)c->n_head_kv;
+    size_t total = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        size_t b = layer_token_bytes(x, il);
+        if (b == 0) return 0;
+        size_t seen = (size_t)len;
+        if (model_layer_is_swa(context_model(x), il) && c->sliding_window > 0 && seen > (size_t)c->sliding_window)
+            seen = (size_t)c->sliding_window;
+        size_t seen_raw = raw < seen ? raw : seen;
+        total += seen_raw * f16 + (seen - seen_raw) * b;
     }
     return total;
 }
@@ -185,14 +211,11 @@ static double decode_tail_bytes(const model_context *x, int ctx) {
         tail += (double)(p + 1) - (double)tq_kv_scheme_compressed_length(sc, (size_t)(p + 1));
     tail /= (double)(ctx - 1 - ctx / 2);
     const model_config *c = context_config(x);
+    const double f16 = 2.0 * (c->head_dim + c->head_dim_v) * c->n_head_kv;
     double extra = 0.0;
     for (int il = 0; il < c->n_layer; il++) {
-        tq_kv_layer_scheme ls;
-        size_t kb = 0, vb = 0;
-        if (tq_kv_cache_get_layer_scheme(context_kv_cache(x), il, &ls, sizeof ls) != TQ_OK ||
-            tq_kv_layer_scheme_bytes(&ls, c->head_dim, c->head_dim_v, &kb, &vb) != TQ_OK)
-            continue;
-        extra += tail * c->n_head_kv * ((double)(2 * (c->head_dim + c->head_dim_v)) - (double)(kb + vb));
+        size_t b = layer_token_bytes(x, il);
+        if (b) extra += tail * (f16 - (double)b);
     }
     return extra;
 }

@@ -104,5 +104,10 @@ int eval_summarize(const eval_acc *a, eval_summary *out);
 double eval_kv_ratio(const model_context *x, eval_view v, int ctx);
 /* Bytes one token takes in x's cache once compressed, over layers and K/V heads; 0 if unknown. */
 size_t eval_kv_bytes_per_token(const model_context *x);
+/* Bytes of K and V the attention of one decode query reads at sequence length len (its own
+ * token included): per layer the positions it sees (the window on sliding-window layers), the
+ * newest len − compressed length of them at fp16 (the two-phase rule), the rest at the layer's
+ * compressed bytes. 0 if unknown or len < 1. (tq bench: bytes read per decode token.) */
+size_t eval_kv_read_bytes(const model_context *x, int len);
 
 #endif

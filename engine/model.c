@@ -330,6 +330,28 @@ int model_layer_is_swa(const model *m, int il) {
     return m != NULL && il >= 0 && il < m->cfg.n_layer && m->w.layers[il].is_swa;
 }
 
+static size_t weight_bytes(const matmul_weight *w) {
+    return w->data ? (size_t)w->rows * quant_row_bytes(w->type, w->cols) : 0;
+}
+
+size_t model_decode_weight_bytes(const model *m) {
+    if (m == NULL) return 0;
+    const model_config *c = &m->cfg;
+    const size_t vec = (size_t)c->n_embd * sizeof(float);
+    size_t total = weight_bytes(&m->w.output) + vec; /* output matrix and norm */
+    if (m->w.output.data != m->w.token_embd.data)
+        total += quant_row_bytes(m->w.token_embd.type, m->w.token_embd.cols);
+    for (int il = 0; il < c->n_layer; il++) {
+        const model_layer *l = &m->w.layers[il];
+        const matmul_weight *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) total += weight_bytes(mats[i]);
+        total += vec * (size_t)(1 + 1 + (l->post_attn_norm != NULL) + (l->post_ffn_norm != NULL));
+        if (l->q_norm) total += (size_t)c->head_dim * sizeof(float) * 2;
+        if (l->bq) total += (size_t)(c->n_head + 2 * c->n_head_kv) * (size_t)c->head_dim * sizeof(float);
+    }
+    return total;
+}
+
 void model_free(model *m) {
     if (m == NULL) return;
     free(m->w.layers);

@@ -141,5 +141,9 @@ const model_config *model_get_config(const model *m);
 const gguf_file *model_file(const model *m);
 /* 1 if layer il is a sliding-window (local) layer; 0 otherwise or out of range. */
 int model_layer_is_swa(const model *m, int il);
+/* Bytes of weights one decode step reads: every layer's matrices and norms, the output matrix
+ * and norm, one embedding row (none more when the output is the tied embedding). What bounds
+ * decode speed at short context (tq bench: bytes per token). 0 for a NULL model. */
+size_t model_decode_weight_bytes(const model *m);
 
 #endif

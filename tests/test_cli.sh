@@ -440,6 +440,40 @@ if [ -f "$vocab" ]; then
 else
   skip "tokenize llama-bpe vocab" "no $vocab (set TQ_VOCAB_DIR)"
 fi
+# ---- tq bench (prefill/decode speed at depths, bytes per decode token) --------------------------
+check "bench help" 0 "$tq" bench --help
+check "bench nothing to measure" 2 "$tq" bench -p 0 -n 0
+check "bench fractional depth" 2 "$tq" bench -d 0,1.5
+check "bench bad -r" 2 "$tq" bench -r 0
+check "bench bad scheme" 2 "$tq" bench --kv turbo3,frob
+check "bench missing model" 1 "$tq" bench -m /nonexistent/model.gguf
+if [ -r "$model" ]; then
+  check "bench depth beyond the model" 2 "$tq" bench -m "$model" -d 40000 -p 8 -n 2 --no-bandwidth
+  has "bench depth message" "larger than the model's context"
+  check "bench run" 0 "$tq" bench -m "$model" -p 16 -n 4 -d 0,80 --kv f16,turbo3 -r 2 -t 2 --json
+  if python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [(r["kv"], r["depth"]) for r in rows] == [("f16", 0), ("f16", 80), ("turbo3", 0), ("turbo3", 80)], rows
+for r in rows:
+    for k in ("pp_tok_s", "tg_tok_s", "bytes_per_token", "bandwidth_gb_s", "read_bw_gb_s", "bw_fraction"):
+        assert r[k] > 0, (k, r)
+    assert r["bytes_per_token"] == r["weight_bytes"] + r["kv_read_bytes"], r
+    assert abs(r["bandwidth_gb_s"] - r["bytes_per_token"] * r["tg_tok_s"] / 1e9) < 1e-3 * r["bandwidth_gb_s"] + 1e-3, r
+f16, t3 = rows[1], rows[3]
+# K/V read at depth 80: every layer sees ~81..85 positions; turbo3 reads the compressed bytes
+assert f16["kv_read_bytes"] >= 81 * f16["kv_bytes_per_token"], f16
+assert t3["kv_bytes_per_token"] * 4 < f16["kv_bytes_per_token"], t3
+assert t3["kv_read_bytes"] < f16["kv_read_bytes"], (t3, f16)
+assert rows[0]["kv_read_bytes"] < f16["kv_read_bytes"], rows
+' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   bench json rows and byte counts"
+  else fail=$((fail+1)); echo "FAIL bench json"; cat /tmp/tq_cli_out.$$; fi
+  check "bench table" 0 "$tq" bench -m "$model" -p 8 -n 0 -r 1 -t 1 --no-bandwidth
+  has "bench table header" "| kv | depth | pp8 tok/s | tg0 tok/s |"
+  has "bench table row" "| f16 | 0 | "
+else
+  skip "bench runs" "no model at $model (scripts/get-model.sh)"
+fi
 rm -f /tmp/tq_cli_out.$$ /tmp/tq_cli_err.$$ "$fifo"
 echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" = 0 ] || exit 1

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"chat", cmd_chat, "multi-turn chat with the model's template, turns from stdin (--system, --kv)"},
     {"perplexity", cmd_perplexity, "llama.cpp-style perplexity, KLD and top-1 per KV scheme"},
     {"passkey", cmd_passkey, "pass-key retrieval rate per KV scheme and needle depth"},
+    {"bench", cmd_bench, "prefill and decode tokens/s at depths, bytes read per token vs the machine's bandwidth"},
     {"codec-bench", cmd_codec_bench, "codec quality and throughput per bit width"},
     {"attn-bench", cmd_attn_bench, "decode/prefill attention speed and error per KV scheme vs f16"},
     {"tokenize", cmd_tokenize, "token ids of a text (-p/-f), as llama-tokenize; vocabulary-only GGUFs too"},
