@@ -1,16 +1,34 @@
 /*
  * The one thread pool of the project (include/turboquant/kv.h): attention and the engine's
- * matmuls run on it. Workers sleep on a condition variable until the run generation changes;
- * a run hands out tasks through one atomic counter, and the caller works as thread 0. The
- * run's fields are written under the lock before the broadcast and read by workers after
- * taking it, so ThreadSanitizer sees no race. A custom pool (tq_threadpool_create_custom) has
- * no workers: each run goes to the embedder's parallel for, one run at a time as well.
+ * matmuls run on it. A run publishes its function and task count, then bumps the atomic
+ * generation (release); workers pick tasks through one atomic counter and the caller works as
+ * thread 0. Between runs a worker first spins on the generation for up to TQ_POOL_SPIN_NS
+ * (a decode step is a few hundred short runs — matmuls of a few µs to a few hundred — and a
+ * sleeping worker costs tens of µs to wake, more than many of those runs take), then sleeps on
+ * a condition variable; the caller broadcasts only when some worker sleeps. The caller waits
+ * for the workers the same way: spin, then sleep. The sleeper counts and the generation (and
+ * the active count and caller flag) are sequentially consistent, so a waker and a sleeper never
+ * both miss each other; the run's fields are read only after the generation that publishes
+ * them, so ThreadSanitizer sees no race. A custom pool (tq_threadpool_create_custom) has no
+ * workers: each run goes to the embedder's parallel for, one run at a time as well.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 #include "kvcache_internal.h"
+
+#define TQ_POOL_SPIN_NS 300000L /* how long an idle worker or a waiting caller spins */
 
 typedef struct worker_arg {
     tq_threadpool *pool;
@@ -22,11 +40,13 @@ struct tq_threadpool {
     pthread_t *threads;     /* (n_threads − 1,) */
     worker_arg *args;       /* (n_threads − 1,) */
     pthread_mutex_t run_lock; /* one run at a time */
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;   /* the sleeps below */
     pthread_cond_t wake, done;
-    unsigned long generation;
-    int active;             /* workers still in the current run */
-    int stop;
+    atomic_ulong generation; /* bumped once per run, after the run's fields are written */
+    atomic_int active;      /* workers still in the current run */
+    atomic_int sleepers;    /* workers asleep on wake (or about to be) */
+    atomic_int caller_waiting; /* the caller asleep on done (or about to be) */
+    atomic_int stop;
     tq_parallel_for_fn custom; /* the embedder's parallel for, or NULL */
     void *custom_user;
     void (*fn)(void *, size_t, int);
@@ -34,6 +54,27 @@ struct tq_threadpool {
     size_t n_tasks;
     atomic_size_t next;
 };
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until *a differs from v (1) or TQ_POOL_SPIN_NS pass (0). */
+static int spin_ulong_change(atomic_ulong *a, unsigned long v, atomic_int *stop) {
+    int64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(a, memory_order_acquire) != v || atomic_load_explicit(stop, memory_order_relaxed))
+            return 1;
+        cpu_relax();
+        if ((i & 63) == 63) {
+            int64_t t = now_ns();
+            if (t0 == 0) t0 = t;
+            else if (t - t0 > TQ_POOL_SPIN_NS) return 0;
+        }
+    }
+}
 
 static void drain(tq_threadpool *p, void (*fn)(void *, size_t, int), void *ctx, size_t n,
                   int thread) {
@@ -48,27 +89,30 @@ static void *worker_main(void *argp) {
     worker_arg *a = argp;
     tq_threadpool *p = a->pool;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stop) break;
-        seen = p->generation;
-        void (*fn)(void *, size_t, int) = p->fn;
-        void *ctx = p->ctx;
-        size_t n = p->n_tasks;
-        pthread_mutex_unlock(&p->lock);
-        drain(p, fn, ctx, n, a->index);
-        pthread_mutex_lock(&p->lock);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
+        if (!spin_ulong_change(&p->generation, seen, &p->stop)) {
+            pthread_mutex_lock(&p->lock);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->lock);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = atomic_load_explicit(&p->generation, memory_order_acquire);
+        drain(p, p->fn, p->ctx, p->n_tasks, a->index);
+        if (atomic_fetch_sub(&p->active, 1) == 1 && atomic_load(&p->caller_waiting)) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
-    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
 void tq_threadpool_free(tq_threadpool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; !p->custom && i < p->n_threads - 1; i++) pthread_join(p->threads[i], NULL);
@@ -100,6 +144,11 @@ tq_status tq_threadpool_create(tq_threadpool **out, int n_threads) {
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->next, 0);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->active, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waiting, 0);
+    atomic_init(&p->stop, 0);
     p->n_threads = 1;
     for (int i = 1; i < n_threads; i++) {
         p->args[i - 1].pool = p;
@@ -147,18 +196,32 @@ void tq_threadpool_run(tq_threadpool *p, tq_task_fn fn, void *ctx, size_t n_task
         pthread_mutex_unlock(&p->run_lock);
         return;
     }
-    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    p->active = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store(&p->active, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1); /* publishes the fields above */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
     drain(p, fn, ctx, n_tasks, 0);
-    pthread_mutex_lock(&p->lock);
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    int64_t t0 = 0;
+    for (unsigned i = 0; atomic_load(&p->active) > 0; i++) {
+        cpu_relax();
+        if ((i & 63) != 63) continue;
+        int64_t t = now_ns();
+        if (t0 == 0) t0 = t;
+        else if (t - t0 > TQ_POOL_SPIN_NS) break;
+    }
+    if (atomic_load(&p->active) > 0) {
+        pthread_mutex_lock(&p->lock);
+        atomic_store(&p->caller_waiting, 1);
+        while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done, &p->lock);
+        atomic_store(&p->caller_waiting, 0);
+        pthread_mutex_unlock(&p->lock);
+    }
     pthread_mutex_unlock(&p->run_lock);
 }

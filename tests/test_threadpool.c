@@ -4,13 +4,18 @@
  * errors. test_custom_attention: tq_kv_attention on a pool built on a pthread-based parallel for
  * (a stand-in for ggml, OpenMP or a server's workers: no OpenMP needed) and on a serial one gives
  * the bytes of the built-in pool, over schemes, GQA shapes, decode and prefill.
- * test_custom_matmul: the engine's matmul on the same pools, bit-identical too. */
+ * test_custom_matmul: the engine's matmul on the same pools, bit-identical too.
+ * test_builtin_runs: the built-in pool's workers spin between runs, then sleep (src/threads.c):
+ * thousands of back-to-back runs (the spinning hand-off) and runs after pauses longer than the
+ * spin (the sleeping one), each task exactly once, on a valid thread, its writes visible when
+ * the run returns; a pool freed while its workers spin or sleep. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../engine/matmul.h"
 #include "test_util.h"
@@ -195,7 +200,50 @@ static void test_custom_matmul(void) {
     for (int i = 0; i < 3; i++) tq_threadpool_free(pools[i]);
 }
 
+typedef struct builtin_run {
+    int *hits;        /* (n,) tasks run, per task */
+    atomic_int bad;   /* thread index out of range */
+    int n_threads;
+} builtin_run;
+
+static void builtin_task(void *ctx, size_t t, int thread) {
+    builtin_run *c = ctx;
+    c->hits[t]++; /* a plain write: the run's return must make it visible (TSan checks it) */
+    if (thread < 0 || thread >= c->n_threads) atomic_fetch_add(&c->bad, 1);
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static void test_builtin_runs(void) {
+    for (int nt = 2; nt <= 4; nt += 2) {
+        tq_threadpool *pool = NULL;
+        CHECK(tq_threadpool_create(&pool, nt) == TQ_OK);
+        CHECK(tq_threadpool_size(pool) == nt);
+        enum { MAX_TASKS = 64 };
+        int hits[MAX_TASKS];
+        builtin_run c = {hits, 0, nt};
+        int wrong = 0;
+        for (int r = 0; r < 3000; r++) {
+            size_t n = (size_t)(r % MAX_TASKS) + 1;
+            memset(hits, 0, sizeof hits);
+            if (r % 500 == 499) sleep_us(2000); /* longer than the workers spin: they sleep */
+            tq_threadpool_run(pool, builtin_task, &c, n);
+            for (size_t t = 0; t < MAX_TASKS; t++) wrong += hits[t] != (t < n);
+        }
+        CHECK(wrong == 0);
+        CHECK(atomic_load(&c.bad) == 0);
+        tq_threadpool_free(pool); /* workers spinning right after a run */
+        CHECK(tq_threadpool_create(&pool, nt) == TQ_OK);
+        sleep_us(5000);
+        tq_threadpool_free(pool); /* workers asleep */
+    }
+}
+
 int main(void) {
+    RUN_TEST(test_builtin_runs);
     RUN_TEST(test_custom_contract);
     RUN_TEST(test_custom_attention);
     RUN_TEST(test_custom_matmul);
