@@ -6,6 +6,12 @@
 #include <string.h>
 
 #define WORK_ALIGN 64
+#ifndef PREFETCH_ROWS
+#define PREFETCH_ROWS 4
+#endif
+#ifndef PREFETCH_HINT
+#define PREFETCH_HINT 3
+#endif
 
 typedef struct {
     const quant_kernels *k;
@@ -78,7 +84,14 @@ static void rows_task(void *ctx, size_t task, int thread) {
         return;
     }
     quant_dot_fn dot = j->k->dot[j->w->type];
+    /* Decode (one activation row) streams the weights once: prefetch PREFETCH_ROWS rows
+     * ahead, within the matrix, so each core keeps more reads in flight than its hardware
+     * prefetcher does. */
+    const char *wend = (const char *)j->w->data + (size_t)rows * j->w_row_bytes;
+    const size_t ahead = j->n == 1 ? PREFETCH_ROWS * j->w_row_bytes : 0;
     for (int64_t r = r0; r < r1; r++, wrow += j->w_row_bytes) {
+        if (ahead && (size_t)(wend - wrow) > ahead + j->w_row_bytes)
+            for (size_t b = 0; b < j->w_row_bytes; b += 64) __builtin_prefetch(wrow + ahead + b, 0, PREFETCH_HINT);
         for (int i = 0; i < j->n; i += QUANT_DOT_MAX_NX) {
             int nx = j->n - i < QUANT_DOT_MAX_NX ? j->n - i : QUANT_DOT_MAX_NX;
             float out[QUANT_DOT_MAX_NX];
