@@ -44,24 +44,37 @@ typedef struct bw_job {
     uint64_t sink[64];   /* one per thread, so the sums are not optimized away */
 } bw_job;
 
-static void bw_task(void *ctx, size_t task, int thread) {
-    bw_job *j = ctx;
-    size_t lo = task * j->chunk, hi = lo + j->chunk < j->bytes ? lo + j->chunk : j->bytes;
-    u64x4 a = {0}, b = {0}, c = {0}, d = {0};
-    for (size_t i = lo; i + 128 <= hi; i += 128) {
-        u64x4 x0, x1, x2, x3;
-        memcpy(&x0, j->buf + i, 32);
-        memcpy(&x1, j->buf + i + 32, 32);
-        memcpy(&x2, j->buf + i + 64, 32);
-        memcpy(&x3, j->buf + i + 96, 32);
-        a += x0;
-        b += x1;
-        c += x2;
-        d += x3;
-    }
-    u64x4 s = a + b + c + d;
+/* The sum of one task's bytes, 128 per step in four independent chains. BW_TARGET: compiled
+ * for AVX2 where the compiler can (32-byte loads read about a quarter faster than SSE2's
+ * 16-byte pairs on the machines here), chosen at run time. */
+#define BW_SUM_BODY                                                                             \
+    bw_job *j = ctx;                                                                            \
+    size_t lo = task * j->chunk, hi = lo + j->chunk < j->bytes ? lo + j->chunk : j->bytes;      \
+    u64x4 a = {0}, b = {0}, c = {0}, d = {0};                                                   \
+    for (size_t i = lo; i + 128 <= hi; i += 128) {                                              \
+        u64x4 x0, x1, x2, x3;                                                                   \
+        memcpy(&x0, j->buf + i, 32);                                                            \
+        memcpy(&x1, j->buf + i + 32, 32);                                                       \
+        memcpy(&x2, j->buf + i + 64, 32);                                                       \
+        memcpy(&x3, j->buf + i + 96, 32);                                                       \
+        a += x0;                                                                                \
+        b += x1;                                                                                \
+        c += x2;                                                                                \
+        d += x3;                                                                                \
+    }                                                                                           \
+    u64x4 s = a + b + c + d;                                                                    \
     j->sink[thread & 63] += s[0] + s[1] + s[2] + s[3];
+
+static void bw_task(void *ctx, size_t task, int thread) { BW_SUM_BODY }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) static void bw_task_avx2(void *ctx, size_t task, int thread) { BW_SUM_BODY }
+static tq_task_fn bw_task_best(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? bw_task_avx2 : bw_task;
 }
+#else
+static tq_task_fn bw_task_best(void) { return bw_task; }
+#endif
 
 /* Best read bandwidth (bytes/s) of pool's threads over a 1 GiB buffer, or 0 without memory. */
 static double measure_read_bandwidth(tq_threadpool *pool) {
@@ -76,9 +89,10 @@ static double measure_read_bandwidth(tq_threadpool *pool) {
     j.chunk = (size_t)4 << 20;
     size_t n_tasks = j.bytes / j.chunk;
     double best = 0.0;
+    tq_task_fn fn = bw_task_best();
     for (int pass = 0; pass < 6; pass++) {
         double t0 = tool_now();
-        tq_threadpool_run(pool, bw_task, &j, n_tasks);
+        tq_threadpool_run(pool, fn, &j, n_tasks);
         double dt = tool_now() - t0;
         if (dt > 0 && (double)j.bytes / dt > best) best = (double)j.bytes / dt;
     }
