@@ -216,7 +216,7 @@ void quant_quantize_q8_a1_ref(const float *x, void *dst, int64_t n);
 /* ---- kernel sets --------------------------------------------------------------------- */
 
 /* Most activation rows one dot call handles; the matmul tiles n into groups of this. */
-#define QUANT_DOT_MAX_NX 4
+#define QUANT_DOT_MAX_NX 8
 
 /* out[r] = sum_i w[i] * x_r[i] for r < nx, where w is a row of n elements of the kernel's
  * weight type and x_r = (const char *)x + r * x_stride is an activation row in

@@ -130,13 +130,17 @@ ALWAYS_INLINE void dot_q4_1_256(int64_t n, const quant_block_q4_1 *w, const char
     case 1: call(1); break;                                                                       \
     case 2: call(2); break;                                                                       \
     case 3: call(3); break;                                                                       \
-    default: call(4); break;                                                                      \
+    case 4: call(4); break;                                                                       \
+    case 5: call(5); break;                                                                       \
+    case 6: call(6); break;                                                                       \
+    case 7: call(7); break;                                                                       \
+    default: call(8); break;                                                                      \
     }
 #define DEFINE_QUANT(name, call)                                                                  \
     static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
         NX_SWITCH(call)                                                                           \
     }
-_Static_assert(QUANT_DOT_MAX_NX == 4, "NX_SWITCH covers nx = 1..4");
+_Static_assert(QUANT_DOT_MAX_NX == 8, "NX_SWITCH covers nx = 1..8");
 
 #define CALL_F32(k) dot_float_nx(n, w, x, xs, k, out, W_F32)
 #define CALL_F16(k) dot_float_nx(n, w, x, xs, k, out, W_F16)
