@@ -6,12 +6,7 @@
 #include <string.h>
 
 #define WORK_ALIGN 64
-#ifndef PREFETCH_ROWS
-#define PREFETCH_ROWS 4
-#endif
-#ifndef PREFETCH_HINT
-#define PREFETCH_HINT 3
-#endif
+#define PREFETCH_ROWS 4 /* decode: weight rows prefetched ahead (doc/bench.md: 4 measured best) */
 
 typedef struct {
     const quant_kernels *k;
@@ -91,7 +86,7 @@ static void rows_task(void *ctx, size_t task, int thread) {
     const size_t ahead = j->n == 1 ? PREFETCH_ROWS * j->w_row_bytes : 0;
     for (int64_t r = r0; r < r1; r++, wrow += j->w_row_bytes) {
         if (ahead && (size_t)(wend - wrow) > ahead + j->w_row_bytes)
-            for (size_t b = 0; b < j->w_row_bytes; b += 64) __builtin_prefetch(wrow + ahead + b, 0, PREFETCH_HINT);
+            for (size_t b = 0; b < j->w_row_bytes; b += 64) __builtin_prefetch(wrow + ahead + b, 0, 3);
         for (int i = 0; i < j->n; i += QUANT_DOT_MAX_NX) {
             int nx = j->n - i < QUANT_DOT_MAX_NX ? j->n - i : QUANT_DOT_MAX_NX;
             float out[QUANT_DOT_MAX_NX];

@@ -61,19 +61,20 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spins until *a differs from v (1) or TQ_POOL_SPIN_NS pass (0). */
-static int spin_ulong_change(atomic_ulong *a, unsigned long v, atomic_int *stop) {
-    int64_t t0 = 0;
-    for (unsigned i = 0;; i++) {
-        if (atomic_load_explicit(a, memory_order_acquire) != v || atomic_load_explicit(stop, memory_order_relaxed))
-            return 1;
-        cpu_relax();
-        if ((i & 63) == 63) {
-            int64_t t = now_ns();
-            if (t0 == 0) t0 = t;
-            else if (t - t0 > TQ_POOL_SPIN_NS) return 0;
-        }
-    }
+/* A bounded spin, shared by idle workers and the waiting caller: spin_more() pauses once and
+ * returns 0 once TQ_POOL_SPIN_NS have passed since the spin began (the clock is read every 64
+ * pauses). Start each spin from a zeroed spin_clock. */
+typedef struct spin_clock {
+    unsigned pauses;
+    int64_t t0;
+} spin_clock;
+
+static int spin_more(spin_clock *c) {
+    cpu_relax();
+    if ((++c->pauses & 63) != 0) return 1;
+    int64_t t = now_ns();
+    if (c->t0 == 0) c->t0 = t;
+    return t - c->t0 <= TQ_POOL_SPIN_NS;
 }
 
 static void drain(tq_threadpool *p, void (*fn)(void *, size_t, int), void *ctx, size_t n,
@@ -90,7 +91,11 @@ static void *worker_main(void *argp) {
     tq_threadpool *p = a->pool;
     unsigned long seen = 0;
     for (;;) {
-        if (!spin_ulong_change(&p->generation, seen, &p->stop)) {
+        spin_clock c = {0, 0};
+        while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
+               !atomic_load_explicit(&p->stop, memory_order_relaxed) && spin_more(&c))
+            ;
+        if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->lock);
             atomic_fetch_add(&p->sleepers, 1);
             while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->lock);
@@ -208,14 +213,9 @@ void tq_threadpool_run(tq_threadpool *p, tq_task_fn fn, void *ctx, size_t n_task
         pthread_mutex_unlock(&p->lock);
     }
     drain(p, fn, ctx, n_tasks, 0);
-    int64_t t0 = 0;
-    for (unsigned i = 0; atomic_load(&p->active) > 0; i++) {
-        cpu_relax();
-        if ((i & 63) != 63) continue;
-        int64_t t = now_ns();
-        if (t0 == 0) t0 = t;
-        else if (t - t0 > TQ_POOL_SPIN_NS) break;
-    }
+    spin_clock c = {0, 0};
+    while (atomic_load(&p->active) > 0 && spin_more(&c))
+        ;
     if (atomic_load(&p->active) > 0) {
         pthread_mutex_lock(&p->lock);
         atomic_store(&p->caller_waiting, 1);
