@@ -7,6 +7,7 @@
 #include "context.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,11 +65,12 @@ static size_t max_work(size_t cur, const matmul_weight *w, int n, int n_threads,
     return s > cur ? s : cur;
 }
 
-static model_status build_state(model_context *m) {
-    const model_config *c = &m->cfg;
-    model_state *s = &m->s;
-    const size_t B = (size_t)m->params.max_batch;
-    const int nt = tq_threadpool_size(m->pool);
+/* Allocates s for batches of up to max_rows tokens of model w/c, matmul scratch for pool's
+ * threads under mode; MODEL_ERR_NOMEM (s partly filled: free_state) when memory is short. */
+static model_status build_state(model_state *s, const model_config *c, const model_weights *w, int max_rows,
+                                tq_threadpool *pool, matmul_mode mode, int ggml_rounding) {
+    const size_t B = (size_t)max_rows;
+    const int nt = tq_threadpool_size(pool);
     s->x = malloc(B * (size_t)c->n_embd * sizeof(float));
     s->xb = malloc(B * (size_t)c->n_embd * sizeof(float));
     s->xb2 = malloc(B * (size_t)c->n_embd * sizeof(float));
@@ -79,24 +81,23 @@ static model_status build_state(model_context *m) {
     s->hb = malloc(B * (size_t)c->n_ff * sizeof(float));
     s->hb2 = malloc(B * (size_t)c->n_ff * sizeof(float));
     s->rope_cs = malloc(2 * B * (size_t)c->n_rot * sizeof(float));
-    if (m->params.ggml_rounding && c->ffn_act == MODEL_FFN_GELU_TANH) {
+    if (ggml_rounding && c->ffn_act == MODEL_FFN_GELU_TANH) {
         s->gelu_f16 = malloc(65536 * sizeof(float));
-        if (s->gelu_f16 == NULL) return fail(m, MODEL_ERR_NOMEM, "out of memory (gelu table)");
+        if (s->gelu_f16 == NULL) return MODEL_ERR_NOMEM;
         for (uint32_t h = 0; h < 65536; h++)
             s->gelu_f16[h] = tq_f16_to_f32(tq_f32_to_f16(gelu_tanh(tq_f16_to_f32((uint16_t)h))));
     }
-    const matmul_mode mode = mm_mode(m);
-    size_t ws = max_work(0, &m->w->output, m->params.max_batch, nt, mode);
+    size_t ws = max_work(0, &w->output, max_rows, nt, mode);
     for (int il = 0; il < c->n_layer; il++) {
-        const model_layer *L = &m->w->layers[il];
+        const model_layer *L = &w->layers[il];
         const matmul_weight *ms[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) ws = max_work(ws, ms[i], m->params.max_batch, nt, mode);
+        for (int i = 0; i < 7; i++) ws = max_work(ws, ms[i], max_rows, nt, mode);
     }
     s->work_size = ws;
     s->work = malloc(ws);
     if (s->x == NULL || s->xb == NULL || s->xb2 == NULL || s->q == NULL || s->k == NULL || s->v == NULL ||
         s->att == NULL || s->hb == NULL || s->hb2 == NULL || s->rope_cs == NULL || s->work == NULL)
-        return fail(m, MODEL_ERR_NOMEM, "out of memory (run state)");
+        return MODEL_ERR_NOMEM;
     return MODEL_OK;
 }
 
@@ -284,9 +285,45 @@ static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
-static model_status mm(model_context *m, const matmul_weight *w, const float *x, float *y, int n, const char *what) {
-    int st = matmul_mode_run(w, x, y, n, mm_mode(m), m->pool, m->s.work, m->s.work_size);
-    if (st != QUANT_OK) return fail(m, MODEL_ERR_INTERNAL, "matmul %s: %s", what, quant_status_name(st));
+/* One sequence's part of a forward pass: its tokens are rows [row, row + n) of the shared
+ * activations; first_out: the first of its rows whose logits are wanted (rows first_out ..
+ * n - 1), or -1 for none. */
+typedef struct fwd_seq {
+    model_context *x;
+    const int32_t *tokens;
+    int n, pos0, row, first_out;
+} fwd_seq;
+
+/* A forward pass over the rows of one or more sequences: every matmul runs once on all rows
+ * (weights read once for the batch), each sequence attends its own KV cache. Each row's
+ * result depends on its own sequence only: matmuls compute every activation row alone
+ * (8-bit rounding per row, one dot per weight row and activation row), so a sequence's logits
+ * are the same whatever else is in the batch (tests/test_batch.c). */
+typedef struct fwd {
+    const model_config *c;
+    const model_weights *w;
+    model_state *s;
+    int max_rows; /* rows s holds: the stride of the two rope tables */
+    matmul_mode mode;
+    int ggml_rounding;
+    tq_threadpool *pool;
+    const fwd_seq *seqs;
+    int n_seqs, n_rows;
+    char *err;
+    size_t err_cap;
+} fwd;
+
+static model_status ffail(const fwd *f, model_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->err, f->err_cap, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static model_status mm(const fwd *f, const matmul_weight *w, const float *x, float *y, int n, const char *what) {
+    int st = matmul_mode_run(w, x, y, n, f->mode, f->pool, f->s->work, f->s->work_size);
+    if (st != QUANT_OK) return ffail(f, MODEL_ERR_INTERNAL, "matmul %s: %s", what, quant_status_name(st));
     return MODEL_OK;
 }
 
@@ -306,24 +343,51 @@ static void qk_prepare(const model_config *c, float *x, int n, int n_heads, cons
         }
 }
 
-static model_status forward_layer(model_context *m, int il, int n, int pos0) {
-    const model_config *c = &m->cfg;
-    const model_layer *L = &m->w->layers[il];
-    model_state *s = &m->s;
-    const int E = c->n_embd;
+/* Layer il of sequence q: hook, K/V appended to its cache, its queries attend. */
+static model_status attend_seq(const fwd *f, const fwd_seq *q, int il, const tq_attn_params *ap) {
+    const model_config *c = f->c;
+    model_state *s = f->s;
+    model_context *m = q->x;
+    const size_t r = (size_t)q->row, n = (size_t)q->n;
+    const float *qr = s->q + r * (size_t)c->n_head * (size_t)c->head_dim;
+    const float *kr = s->k + r * (size_t)c->n_head_kv * (size_t)c->head_dim;
+    const float *vr = s->v + r * (size_t)c->n_head_kv * (size_t)c->head_dim_v;
+    if (m->attn_hook != NULL) m->attn_hook(m->attn_hook_ctx, il, q->pos0, q->n, qr, kr, vr, ap);
+    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
+     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
+    /* The queries first: a layer's first compression (maybe inside this append) fixes its key
+     * scale from the queries seen so far (tq_kv_cache_observe_queries). */
+    tq_status ts = tq_kv_cache_observe_queries(m->kv, il, qr, c->n_head, n);
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
+    ts = tq_kv_cache_append(m->kv, il, kr, vr, n);
+    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)q->pos0 + n)
+        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
+    const size_t att_row = (size_t)c->n_head * (size_t)c->head_dim_v;
+    ts = tq_kv_attention(m->kv, il, qr, c->n_head, n, ap, m->pool, m->attn_work, m->attn_work_size,
+                         s->att + r * att_row, ((size_t)f->max_rows - r) * att_row);
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
+    return MODEL_OK;
+}
+
+static model_status forward_layer(const fwd *f, int il) {
+    const model_config *c = f->c;
+    const model_layer *L = &f->w->layers[il];
+    model_state *s = f->s;
+    const int E = c->n_embd, n = f->n_rows;
 
     /* attention sub-block: x += post_norm(W_o attn(rope(norm(W_q h)), rope(norm(W_k h)), W_v h)) */
     for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->rms_eps);
-    TRY(mm(m, &L->wq, s->xb, s->q, n, "attn_q"));
-    TRY(mm(m, &L->wk, s->xb, s->k, n, "attn_k"));
-    TRY(mm(m, &L->wv, s->xb, s->v, n, "attn_v"));
+    TRY(mm(f, &L->wq, s->xb, s->q, n, "attn_q"));
+    TRY(mm(f, &L->wk, s->xb, s->k, n, "attn_k"));
+    TRY(mm(f, &L->wv, s->xb, s->v, n, "attn_v"));
     add_bias(s->q, L->bq, n, c->n_head * c->head_dim);
     add_bias(s->k, L->bk, n, c->n_head_kv * c->head_dim);
     add_bias(s->v, L->bv, n, c->n_head_kv * c->head_dim_v);
-    const float *cs = s->rope_cs + (L->is_swa ? (size_t)m->params.max_batch * (size_t)c->n_rot : 0);
+    const float *cs = s->rope_cs + (L->is_swa ? (size_t)f->max_rows * (size_t)c->n_rot : 0);
     qk_prepare(c, s->q, n, c->n_head, L->q_norm, cs);
     qk_prepare(c, s->k, n, c->n_head_kv, L->k_norm, cs);
-    if (m->params.ggml_rounding) { /* llama.cpp rounds the scaled Q to fp16 for K.q */
+    if (f->ggml_rounding) { /* llama.cpp rounds the scaled Q to fp16 for K.q */
         const size_t nq = (size_t)n * (size_t)c->n_head * (size_t)c->head_dim;
         for (size_t i = 0; i < nq; i++) s->q[i] = tq_f16_to_f32(tq_f32_to_f16(s->q[i] * c->attn_scale)) / c->attn_scale;
     }
@@ -333,21 +397,12 @@ static model_status forward_layer(model_context *m, int il, int n, int pos0) {
     ap.causal = 1;
     ap.sliding_window = L->is_swa ? c->sliding_window : 0;
     ap.softcap = 0.0f; /* Gemma 3 has no attention soft-cap (doc/gemma3.md section 4) */
-    if (m->attn_hook != NULL) m->attn_hook(m->attn_hook_ctx, il, pos0, n, s->q, s->k, s->v, &ap);
-    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
-     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
-    /* The queries first: a layer's first compression (maybe inside this append) fixes its key
-     * scale from the queries seen so far (tq_kv_cache_observe_queries). */
-    tq_status ts = tq_kv_cache_observe_queries(m->kv, il, s->q, c->n_head, (size_t)n);
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_cache_append(m->kv, il, s->k, s->v, (size_t)n);
-    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)(pos0 + n))
-        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_attention(m->kv, il, s->q, c->n_head, (size_t)n, &ap, m->pool, m->attn_work, m->attn_work_size,
-                         s->att, (size_t)m->params.max_batch * (size_t)c->n_head * (size_t)c->head_dim_v);
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
-    TRY(mm(m, &L->wo, s->att, s->xb2, n, "attn_output"));
+    for (int i = 0; i < f->n_seqs; i++) {
+        model_status st = attend_seq(f, &f->seqs[i], il, &ap);
+        if (st != MODEL_OK) /* the message is the sequence's; a batch's own names which */
+            return f->err == f->seqs[i].x->err ? st : ffail(f, st, "sequence %d: %.200s", i, f->seqs[i].x->err);
+    }
+    TRY(mm(f, &L->wo, s->att, s->xb2, n, "attn_output"));
     for (int t = 0; t < n; t++) {
         float *a = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
         if (L->post_attn_norm != NULL) rmsnorm(a, a, L->post_attn_norm, E, c->rms_eps);
@@ -356,8 +411,8 @@ static model_status forward_layer(model_context *m, int il, int n, int pos0) {
 
     /* FFN sub-block: x += post_norm(W_down (act(W_gate h) * W_up h)), h = norm(x) */
     for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->ffn_norm, E, c->rms_eps);
-    TRY(mm(m, &L->w_gate, s->xb, s->hb, n, "ffn_gate"));
-    TRY(mm(m, &L->w_up, s->xb, s->hb2, n, "ffn_up"));
+    TRY(mm(f, &L->w_gate, s->xb, s->hb, n, "ffn_gate"));
+    TRY(mm(f, &L->w_up, s->xb, s->hb2, n, "ffn_up"));
     const size_t nf = (size_t)n * (size_t)c->n_ff;
     if (c->ffn_act == MODEL_FFN_GELU_TANH && s->gelu_f16 != NULL)
         for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_ggml(s->gelu_f16, s->hb[i]) * s->hb2[i];
@@ -365,20 +420,18 @@ static model_status forward_layer(model_context *m, int il, int n, int pos0) {
         for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_tanh(s->hb[i]) * s->hb2[i];
     else
         for (size_t i = 0; i < nf; i++) s->hb[i] = silu(s->hb[i]) * s->hb2[i];
-    TRY(mm(m, &L->w_down, s->hb, s->xb2, n, "ffn_down"));
+    TRY(mm(f, &L->w_down, s->hb, s->xb2, n, "ffn_down"));
     for (int t = 0; t < n; t++) {
-        float *f = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
-        if (L->post_ffn_norm != NULL) rmsnorm(f, f, L->post_ffn_norm, E, c->rms_eps);
-        for (int i = 0; i < E; i++) x[i] += f[i];
+        float *fo = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
+        if (L->post_ffn_norm != NULL) rmsnorm(fo, fo, L->post_ffn_norm, E, c->rms_eps);
+        for (int i = 0; i < E; i++) x[i] += fo[i];
     }
     return MODEL_OK;
 }
 
-model_status context_forward(model_context *m, const int32_t *tokens, int n, int pos0, int all_logits, float *logits) {
-    if (m == NULL) return MODEL_ERR_ARG;
-    m->err[0] = '\0';
+/* Checks a sequence's call; nothing changes, the message is m's. */
+static model_status seq_check(model_context *m, const int32_t *tokens, int n, int pos0) {
     const model_config *c = &m->cfg;
-    model_state *s = &m->s;
     if (tokens == NULL || n < 1) return fail(m, MODEL_ERR_ARG, "no tokens");
     if (n > m->params.max_batch) return fail(m, MODEL_ERR_BATCH, "batch of %d > max_batch %d", n, m->params.max_batch);
     const int len = context_seq_len(m);
@@ -388,46 +441,80 @@ model_status context_forward(model_context *m, const int32_t *tokens, int n, int
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
             return fail(m, MODEL_ERR_TOKEN, "token %d at %d outside 0..%d", tokens[t], t, c->n_vocab - 1);
+    return MODEL_OK;
+}
+
+/* Rewinds a checked sequence to pos0; fails only when its windows no longer reach back. */
+static model_status seq_rewind(model_context *m, int pos0) {
+    const model_config *c = &m->cfg;
+    const int len = context_seq_len(m);
     if (!kv_rewind(m, pos0))
         return fail(m, MODEL_ERR_POS,
                     "cannot rewind to position %d of %d: the sliding-window layers keep only the "
                     "last %d + %d positions (rewind less, or restart from 0)",
                     pos0, len, c->sliding_window, TQ_KV_WINDOW_SLACK);
+    return MODEL_OK;
+}
 
+/* The forward pass of f's sequences (each checked and rewound: seq_check, seq_rewind); logits: the
+ * rows each sequence asks for (fwd_seq.first_out .. n - 1), one after the other, n_out rows;
+ * NULL or n_out = 0 for none. On error every sequence is rewound to its pos0. */
+static model_status forward_run(const fwd *f, float *logits, int n_out) {
+    const model_config *c = f->c;
+    model_state *s = f->s;
     /* x = embd[token] * embd_scale (sqrt(n_embd) for Gemma: doc section 5) */
-    const size_t row_bytes = quant_row_bytes(m->w->token_embd.type, c->n_embd);
-    for (int t = 0; t < n; t++) {
-        float *x = s->x + (size_t)t * (size_t)c->n_embd;
-        quant_dequantize_row(m->w->token_embd.type, (const char *)m->w->token_embd.data + (size_t)tokens[t] * row_bytes,
-                             x, c->n_embd);
-        if (c->embd_scale != 1.0f)
-            for (int i = 0; i < c->n_embd; i++) x[i] *= c->embd_scale;
+    const size_t row_bytes = quant_row_bytes(f->w->token_embd.type, c->n_embd);
+    for (int i = 0; i < f->n_seqs; i++) {
+        const fwd_seq *q = &f->seqs[i];
+        for (int t = 0; t < q->n; t++) {
+            float *x = s->x + (size_t)(q->row + t) * (size_t)c->n_embd;
+            quant_dequantize_row(f->w->token_embd.type,
+                                 (const char *)f->w->token_embd.data + (size_t)q->tokens[t] * row_bytes, x, c->n_embd);
+            if (c->embd_scale != 1.0f)
+                for (int e = 0; e < c->n_embd; e++) x[e] *= c->embd_scale;
+        }
+        float *cs = s->rope_cs + (size_t)q->row * (size_t)c->n_rot;
+        rope_table(cs, q->pos0, q->n, c->n_rot, c->rope_base, c->rope_freq_scale);
+        /* Local layers: their own base, and no linear scaling (llama.cpp's freq_scale_swa = 1). */
+        rope_table(cs + (size_t)f->max_rows * (size_t)c->n_rot, q->pos0, q->n, c->n_rot, c->rope_base_swa,
+                   c->arch == MODEL_ARCH_GEMMA3 ? 1.0f : c->rope_freq_scale);
     }
-    rope_table(s->rope_cs, pos0, n, c->n_rot, c->rope_base, c->rope_freq_scale);
-    /* Local layers: their own base, and no linear scaling (llama.cpp's freq_scale_swa = 1). */
-    rope_table(s->rope_cs + (size_t)m->params.max_batch * (size_t)c->n_rot, pos0, n, c->n_rot, c->rope_base_swa,
-               c->arch == MODEL_ARCH_GEMMA3 ? 1.0f : c->rope_freq_scale);
-
     for (int il = 0; il < c->n_layer; il++) {
-        model_status st = forward_layer(m, il, n, pos0);
+        model_status st = forward_layer(f, il);
         if (st != MODEL_OK) {
-            if (!kv_rewind(m, pos0)) kv_rewind(m, 0); /* too far back for the windows: reset */
+            for (int i = 0; i < f->n_seqs; i++) /* too far back for the windows: reset */
+                if (!kv_rewind(f->seqs[i].x, f->seqs[i].pos0)) kv_rewind(f->seqs[i].x, 0);
             return st;
         }
     }
-    if (logits == NULL) return MODEL_OK;
+    if (logits == NULL || n_out == 0) return MODEL_OK;
 
-    /* logits = W_out . norm(x), for the last token or every token */
-    const int first = all_logits ? 0 : n - 1, n_out = n - first;
-    for (int t = first; t < n; t++)
-        rmsnorm(s->xb + (size_t)(t - first) * c->n_embd, s->x + (size_t)t * c->n_embd, m->w->output_norm, c->n_embd,
-                c->rms_eps);
-    TRY(mm(m, &m->w->output, s->xb, logits, n_out, "output"));
+    /* logits = W_out . norm(x), for the rows asked */
+    int o = 0;
+    for (int i = 0; i < f->n_seqs; i++) {
+        const fwd_seq *q = &f->seqs[i];
+        if (q->first_out < 0) continue;
+        for (int t = q->first_out; t < q->n; t++, o++)
+            rmsnorm(s->xb + (size_t)o * c->n_embd, s->x + (size_t)(q->row + t) * c->n_embd, f->w->output_norm,
+                    c->n_embd, c->rms_eps);
+    }
+    TRY(mm(f, &f->w->output, s->xb, logits, n_out, "output"));
     if (c->final_softcap > 0.0f) {
         const float cap = c->final_softcap;
         for (size_t i = 0; i < (size_t)n_out * (size_t)c->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
     }
     return MODEL_OK;
+}
+
+model_status context_forward(model_context *m, const int32_t *tokens, int n, int pos0, int all_logits, float *logits) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    m->err[0] = '\0';
+    TRY(seq_check(m, tokens, n, pos0));
+    TRY(seq_rewind(m, pos0));
+    const fwd_seq q = {m, tokens, n, pos0, 0, logits == NULL ? -1 : all_logits ? 0 : n - 1};
+    const fwd f = {&m->cfg, m->w, &m->s, m->params.max_batch, mm_mode(m), m->params.ggml_rounding, m->pool,
+                   &q, 1, n, m->err, sizeof m->err};
+    return forward_run(&f, logits, logits == NULL ? 0 : n - q.first_out);
 }
 
 model_status context_forward_as_decode(model_context *m, const int32_t *tokens, int n, int pos0, float *logits) {
@@ -512,7 +599,9 @@ static model_context *context_alloc(const model *mod, const context_params *p, t
     if (m->params.max_ctx > m->cfg.n_ctx_train)
         *st = fail(m, MODEL_ERR_CONTEXT, "max_ctx %d > the model's context_length %d", m->params.max_ctx,
                    m->cfg.n_ctx_train);
-    if (*st == MODEL_OK) *st = build_state(m);
+    if (*st == MODEL_OK && build_state(&m->s, &m->cfg, m->w, m->params.max_batch, pool, mm_mode(m),
+                                       m->params.ggml_rounding) != MODEL_OK)
+        *st = fail(m, MODEL_ERR_NOMEM, "out of memory (run state)");
     return m;
 }
 
@@ -577,4 +666,90 @@ model_status contexts_kv_memory(const model_context *const *xs, size_t n, tq_kv_
 model_status context_kv_shared_bytes(const model_context *x, size_t *shared_bytes) {
     if (x == NULL || shared_bytes == NULL) return MODEL_ERR_ARG;
     return tq_kv_cache_shared_bytes(x->kv, shared_bytes) == TQ_OK ? MODEL_OK : MODEL_ERR_INTERNAL;
+}
+
+/* ---- many sequences in one forward ---------------------------------------------------------- */
+
+struct model_batch {
+    const model *model;
+    model_config cfg;
+    const model_weights *w;
+    model_state s;      /* activations for max_tokens rows */
+    int max_tokens, max_seqs, f32_act;
+    tq_threadpool *pool;
+    fwd_seq *seqs;      /* (max_seqs) */
+    float *logits;      /* (max_seqs, n_vocab) */
+    char err[256];
+};
+
+void model_batch_free(model_batch *b) {
+    if (b == NULL) return;
+    free_state(&b->s);
+    free(b->seqs);
+    free(b->logits);
+    free(b);
+}
+
+model_status model_batch_create(const model *mod, int max_tokens, int max_seqs, int f32_act, tq_threadpool *pool,
+                                model_batch **out, char *err, size_t err_cap) {
+    if (out != NULL) *out = NULL;
+    if (mod == NULL || out == NULL || max_tokens < 1 || max_seqs < 1 || max_seqs > max_tokens)
+        return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
+    model_batch *b = calloc(1, sizeof *b);
+    if (b == NULL) return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory");
+    b->model = mod;
+    b->cfg = mod->cfg;
+    b->w = &mod->w;
+    b->max_tokens = max_tokens;
+    b->max_seqs = max_seqs;
+    b->f32_act = f32_act != 0;
+    b->pool = pool;
+    b->seqs = calloc((size_t)max_seqs, sizeof *b->seqs);
+    b->logits = malloc((size_t)max_seqs * (size_t)b->cfg.n_vocab * sizeof *b->logits);
+    if (b->seqs == NULL || b->logits == NULL ||
+        build_state(&b->s, &b->cfg, b->w, max_tokens, pool, b->f32_act ? MATMUL_F32_ACT : MATMUL_Q8_ACT, 0) !=
+            MODEL_OK) {
+        model_batch_free(b);
+        return report_error(err, err_cap, MODEL_ERR_NOMEM, "out of memory (batch run state)");
+    }
+    *out = b;
+    return MODEL_OK;
+}
+
+const char *model_batch_last_error(const model_batch *b) { return b == NULL ? "NULL batch" : b->err; }
+
+model_status model_batch_forward(model_batch *b, const batch_seq *seqs, int n_seqs) {
+    if (b == NULL) return MODEL_ERR_ARG;
+    b->err[0] = '\0';
+    if (seqs == NULL || n_seqs < 1) return fail(b, MODEL_ERR_ARG, "no sequences");
+    if (n_seqs > b->max_seqs) return fail(b, MODEL_ERR_BATCH, "%d sequences > max_seqs %d", n_seqs, b->max_seqs);
+    int rows = 0, n_out = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        model_context *x = seqs[i].x;
+        if (x == NULL) return fail(b, MODEL_ERR_ARG, "sequence %d: NULL context", i);
+        if (x->model != b->model) return fail(b, MODEL_ERR_ARG, "sequence %d: a context of another model", i);
+        if (x->params.f32_act != b->f32_act || x->params.ggml_rounding)
+            return fail(b, MODEL_ERR_ARG, "sequence %d: its context's numerics (f32_act, ggml_rounding) are not the batch's", i);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].x == x) return fail(b, MODEL_ERR_ARG, "sequences %d and %d: the same context", j, i);
+        x->err[0] = '\0';
+        model_status st = seq_check(x, seqs[i].tokens, seqs[i].n, seqs[i].pos0);
+        if (st != MODEL_OK) return fail(b, st, "sequence %d: %.200s", i, x->err);
+        if (seqs[i].n > b->max_tokens - rows)
+            return fail(b, MODEL_ERR_BATCH, "%d tokens and more > max_tokens %d", rows + seqs[i].n, b->max_tokens);
+        b->seqs[i] = (fwd_seq){x, seqs[i].tokens, seqs[i].n, seqs[i].pos0, rows, seqs[i].logits ? seqs[i].n - 1 : -1};
+        rows += seqs[i].n;
+        n_out += seqs[i].logits != NULL;
+    }
+    for (int i = 0; i < n_seqs; i++) {
+        model_status st = seq_rewind(seqs[i].x, seqs[i].pos0);
+        if (st != MODEL_OK) return fail(b, st, "sequence %d: %.200s", i, seqs[i].x->err);
+    }
+    const fwd f = {&b->cfg, b->w, &b->s, b->max_tokens, b->f32_act ? MATMUL_F32_ACT : MATMUL_Q8_ACT, 0, b->pool,
+                   b->seqs, n_seqs, rows, b->err, sizeof b->err};
+    TRY(forward_run(&f, b->logits, n_out));
+    const size_t nv = (size_t)b->cfg.n_vocab;
+    for (int i = 0, o = 0; i < n_seqs; i++)
+        if (seqs[i].logits != NULL) memcpy(seqs[i].logits, b->logits + (size_t)o++ * nv, nv * sizeof(float));
+    return MODEL_OK;
 }

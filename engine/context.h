@@ -195,4 +195,38 @@ model_status context_kv_load_memory(model_context *x, const void *data, size_t s
 model_status context_kv_save(const model_context *x, const char *path);
 model_status context_kv_load(model_context *x, const char *path);
 
+/* ---- many sequences in one forward (a server's engine step) -------------------------------- */
+
+/* The activations of a forward pass over several contexts' tokens at once: every matmul runs
+ * once over all their rows (the weights are read once per step, not once per sequence), each
+ * sequence appends to and attends its own KV cache (on its context's pool). A sequence's
+ * logits do not depend on what else is in the batch, nor on batching at all: they equal
+ * context_forward's for the same calls, bit for bit (tests/test_batch.c). Contexts of the
+ * batch's model with its f32_act and no ggml_rounding; each used by one batch at a time. */
+typedef struct model_batch model_batch;
+
+/* One sequence's part of a step: tokens[0, n) at positions pos0 .. pos0 + n - 1 of x, as
+ * context_forward (n <= x's max_batch); logits: n_vocab floats for the last token, or NULL. */
+typedef struct batch_seq {
+    model_context *x;
+    const int32_t *tokens;
+    int n, pos0;
+    float *logits;
+} batch_seq;
+
+/* A batch for up to max_tokens rows (all sequences' tokens together) of up to max_seqs
+ * sequences per step; f32_act as context_params.f32_act; pool runs the matmuls (borrowed,
+ * NULL: the caller's thread). Errors: MODEL_ERR_ARG (NULL m/out, max_tokens or max_seqs < 1,
+ * max_seqs > max_tokens), MODEL_ERR_NOMEM. */
+model_status model_batch_create(const model *m, int max_tokens, int max_seqs, int f32_act, tq_threadpool *pool,
+                                model_batch **out, char *err, size_t err_cap);
+void model_batch_free(model_batch *b); /* NULL is fine; leaves the contexts alone */
+/* Runs one step over seqs[0, n_seqs) (distinct contexts). Every sequence is checked before
+ * anything changes (context_forward's errors, with the sequence's index, in
+ * model_batch_last_error); on a later failure every sequence is rewound to its pos0. Errors:
+ * MODEL_ERR_ARG (NULL, a context of another model or other numerics, a context twice),
+ * MODEL_ERR_BATCH (more than max_seqs sequences or max_tokens rows), and context_forward's. */
+model_status model_batch_forward(model_batch *b, const batch_seq *seqs, int n_seqs);
+const char *model_batch_last_error(const model_batch *b);
+
 #endif

@@ -201,6 +201,36 @@ size_t eval_kv_read_bytes(const model_context *x, int len) {
     return total;
 }
 
+void eval_kv_need_bytes(const model_context *x, int n_prompt, int len, size_t *steady, size_t *prefill) {
+    *steady = *prefill = 0;
+    const model_config *c = context_config(x);
+    if (c == NULL || context_kv_cache(x) == NULL || len < 1 || n_prompt < 0 || n_prompt > len) return;
+    const tq_kv_scheme *sc = context_get_params(x)->kv_scheme;
+    size_t tail = 0; /* the longest raw tail at any length up to len */
+    for (size_t p = len > 512 ? (size_t)len - 512 : 1; p <= (size_t)len; p++) {
+        size_t t = p - tq_kv_scheme_compressed_length(sc, p);
+        if (t > tail) tail = t;
+    }
+    const size_t f16 = 2 * (size_t)(c->head_dim + c->head_dim_v) * (size_t)c->n_head_kv;
+    size_t st = 0, pf = 0;
+    for (int il = 0; il < c->n_layer; il++) {
+        size_t b = layer_token_bytes(x, il);
+        if (b == 0) return;
+        size_t keep = (size_t)len, keep_p = (size_t)n_prompt;
+        if (model_layer_is_swa(context_model(x), il) && c->sliding_window > 0) {
+            const size_t w = (size_t)c->sliding_window + TQ_KV_WINDOW_SLACK;
+            if (keep > w) keep = w;
+            if (keep_p > w) keep_p = w;
+        }
+        const size_t raw = tail < keep ? tail : keep;
+        st += (keep - raw) * b + raw * (b > f16 ? b : f16);
+        pf += keep_p * f16;
+    }
+    *steady = st;
+    /* prefill_raw = 0 compresses as the prompt runs: it never holds more than while decoding */
+    *prefill = sc->prefill_raw ? pf : 0;
+}
+
 /* Bytes the decode steps of the scored half hold beyond the end-of-window (all compressed)
  * state, on average: per layer, the raw tail len − compressed length (the two-phase rule)
  * at fp16 instead of the layer's compressed bytes. */

@@ -109,5 +109,13 @@ size_t eval_kv_bytes_per_token(const model_context *x);
  * newest len − compressed length of them at fp16 (the two-phase rule), the rest at the layer's
  * compressed bytes. 0 if unknown or len < 1. (tq bench: bytes read per decode token.) */
 size_t eval_kv_read_bytes(const model_context *x, int len);
+/* Bytes x's scheme needs for a sequence of len positions whose first n_prompt are a prompt
+ * prefilled raw (prefill_raw = 1): *steady = the most it holds while decoding up to len (per
+ * layer the positions it keeps — the window plus TQ_KV_WINDOW_SLACK on sliding-window layers —
+ * at the layer's compressed bytes, the raw tail of the two-phase rule at fp16), *prefill = what
+ * the raw prompt holds before the first decode step compresses it (fp16; 0 with prefill_raw = 0,
+ * which compresses as the prompt runs). The K/V data; the cache's page rounding is on top. 0 in
+ * both when unknown. (tq serve's admission.) */
+void eval_kv_need_bytes(const model_context *x, int n_prompt, int len, size_t *steady, size_t *prefill);
 
 #endif

@@ -52,7 +52,7 @@ for target in fuzz/fuzz_*.c; do
   short=${name#fuzz_}
   bin="$out/$name"
   # shellcheck disable=SC2086
-  $cc $flags -fsanitize=fuzzer "$target" "$lib" $(pkg-config --libs libpcre2-8) -lm -lpthread -o "$bin"
+  $cc $flags -fsanitize=fuzzer "$target" "$lib" $(pkg-config --libs libpcre2-8 jansson) -lm -lpthread -o "$bin"
   corpus="$out/corpus-$short"
   mkdir -p "$corpus"
   [ -d "fuzz/corpus/$short" ] && cp -n fuzz/corpus/"$short"/* "$corpus"/ 2>/dev/null || true

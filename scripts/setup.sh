@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine: installs the build tools, fetches the models (Gemma 3 270M,
-# SmolLM2 135M) into a local virtual environment, builds everything, then runs the main job.
+# Sets up a fresh Debian 12 machine: installs the build tools and libraries (libmicrohttpd and
+# jansson for tq serve), fetches the models (Gemma 3 270M, SmolLM2 135M) into a local virtual
+# environment with the `openai` client (tq serve's tests), builds everything, then runs the main
+# job.
 # usage: scripts/setup.sh [--no-run]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 need=()
-for pkg in build-essential cmake clang-14 libclang-rt-14-dev python3 python3-venv pkg-config libpcre2-dev; do
+for pkg in build-essential cmake clang-14 libclang-rt-14-dev python3 python3-venv pkg-config libpcre2-dev \
+  libmicrohttpd-dev libjansson-dev curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -18,6 +21,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 models=$(scripts/get-model.sh)
 echo "$models" | sed 's/^/setup: model: /'
+venv=${TQ_VENV:-$root/.venv}
+if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+  echo "setup: installing the openai client into $venv (tq serve's tests)"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check openai
+fi
 make build
 if [ "${1:-}" != "--no-run" ]; then
   build/tq run

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "chat_session.h"
+#include "chat_prompt.h"
 #include "chat_template.h"
 #include "commands.h"
 #include "common.h"
@@ -46,7 +47,6 @@ typedef struct chat {
     session_seq *q;
     chat_family family;
     int32_t eot_id;         /* the family's end-of-turn token, -1 when it is EOS */
-    int add_bos;            /* the vocabulary asks for BOS at the start */
     chat_msg *msgs;         /* the conversation; contents malloc'd, roles static */
     size_t n_msgs, cap_msgs;
     int32_t *held;          /* the tokens the context holds, positions 0 .. n_held */
@@ -98,41 +98,9 @@ static int chat_drop_oldest(chat *c) {
     return 1;
 }
 
-/* The conversation with the generation prompt as tokens: the template's text with its control
- * tokens parsed, BOS in front when the vocabulary asks and the text does not start with it. */
+/* The conversation with the generation prompt as tokens (chat_prompt.h). */
 static int chat_tokens(chat *c, int32_t **ids, size_t *n) {
-    *ids = NULL;
-    *n = 0;
-    size_t len;
-    char *text = chat_format(c->family, c->msgs, c->n_msgs, 1, &len);
-    if (text == NULL) {
-        fprintf(stderr, "tq chat: out of memory\n");
-        return 1;
-    }
-    size_t cap = tokenizer_encode_bound(c->s->tok, len) + 1;
-    int32_t *buf = cap > 1 ? malloc(cap * sizeof *buf) : NULL;
-    if (buf == NULL) {
-        free(text);
-        fprintf(stderr, "tq chat: conversation too long or out of memory (%zu bytes)\n", len);
-        return 1;
-    }
-    int st = tokenizer_encode(c->s->tok, text, len, TOKENIZER_ENCODE_PARSE_SPECIAL, buf + 1,
-                              cap - 1, n);
-    free(text);
-    if (st != TOKENIZER_OK) {
-        free(buf);
-        fprintf(stderr, "tq chat: tokenizer: %s\n", tokenizer_status_name(st));
-        return 1;
-    }
-    const int32_t bos = tokenizer_bos_id(c->s->tok);
-    if (c->add_bos && bos >= 0 && !(*n > 0 && buf[1] == bos)) {
-        buf[0] = bos;
-        (*n)++;
-    } else {
-        memmove(buf, buf + 1, *n * sizeof *buf);
-    }
-    *ids = buf;
-    return 0;
+    return chat_prompt_tokens(c->s, "chat", c->family, c->msgs, c->n_msgs, ids, n);
 }
 
 /* ---- streaming ---------------------------------------------------------------------------- */
@@ -384,41 +352,6 @@ static int chat_run(chat *c, FILE *in) {
 
 /* ---- setup -------------------------------------------------------------------------------- */
 
-/* The family: --chat-template, else the model's tokenizer.chat_template, else (no template in
- * the file) the one whose turn marker the vocabulary has. Returns 0 or an exit code. */
-static int pick_family(const session *s, const char *name, chat_family *out) {
-    if (name) {
-        *out = chat_template_by_name(name); /* checked before the model loaded */
-        return 0;
-    }
-    const char *tmpl;
-    size_t len;
-    if (gguf_get_str(model_file(s->m), "tokenizer.chat_template", &tmpl, &len) == GGUF_OK) {
-        *out = chat_template_detect(tmpl, len);
-        if (*out != CHAT_UNKNOWN) return 0;
-        fprintf(stderr, "tq chat: the model's chat template (tokenizer.chat_template, %zu bytes) "
-                "is not one tq chat recognises; give --chat-template NAME, one of: %s\n", len,
-                chat_template_list());
-        return 1;
-    }
-    static const struct { const char *marker; chat_family f; } by_vocab[] = {
-        {"<start_of_turn>", CHAT_GEMMA},
-        {"<|im_start|>", CHAT_CHATML},
-        {"<|start_header_id|>", CHAT_LLAMA3},
-    };
-    for (size_t i = 0; i < sizeof by_vocab / sizeof by_vocab[0]; i++)
-        if (tokenizer_find_token(s->tok, by_vocab[i].marker, strlen(by_vocab[i].marker)) >= 0) {
-            *out = by_vocab[i].f;
-            fprintf(stderr, "tq chat: the model has no chat template (tokenizer.chat_template); "
-                    "using '%s', whose %s the vocabulary has\n", chat_template_name(*out),
-                    by_vocab[i].marker);
-            return 0;
-        }
-    fprintf(stderr, "tq chat: the model has no chat template (tokenizer.chat_template); give "
-            "--chat-template NAME, one of: %s\n", chat_template_list());
-    return 1;
-}
-
 int cmd_chat(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "chat", 4096, SESSION_KV_ONE);
@@ -462,11 +395,10 @@ int cmd_chat(int argc, char **argv) {
     c.out = stdout;
     c.session = session_path;
     if ((rc = session_open(&s, &o)) != 0) return rc;
-    if ((rc = pick_family(&s, template_name, &c.family)) != 0) goto done;
+    if ((rc = chat_prompt_family(&s, "chat", template_name, &c.family)) != 0) goto done;
     if ((rc = session_seq_open(&s, &o.schemes[0], CHAT_MAX_BATCH, &q)) != 0) goto done;
     const char *eot = chat_template_end_of_turn(c.family);
     c.eot_id = eot ? tokenizer_find_token(s.tok, eot, strlen(eot)) : -1;
-    c.add_bos = tokenizer_add_bos(s.tok);
     const sampler_params sp = sampling_params(&so);
     c.smp = sampler_create(&sp, s.cfg.n_vocab);
     c.logits = malloc((size_t)s.cfg.n_vocab * sizeof *c.logits);

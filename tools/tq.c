@@ -17,6 +17,7 @@ static const command commands[] = {
     {"run", cmd_run, "demo: f16 vs turbo3 KV on the default model (text, memory, speed, KLD)"},
     {"generate", cmd_generate, "continue a prompt, streaming tokens (-p, -n, --temp, --kv)"},
     {"chat", cmd_chat, "multi-turn chat with the model's template, turns from stdin (--system, --kv)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server: batched sequences on the compressed KV cache"},
     {"perplexity", cmd_perplexity, "llama.cpp-style perplexity, KLD and top-1 per KV scheme"},
     {"passkey", cmd_passkey, "pass-key retrieval rate per KV scheme and needle depth"},
     {"bench", cmd_bench, "prefill and decode tokens/s at depths, bytes read per token vs the machine's bandwidth"},
