@@ -222,6 +222,10 @@ model_status context_kv_memory(const model_context *m, tq_kv_memory *mem) {
 
 const tq_kv_cache *context_kv_cache(const model_context *m) { return m == NULL ? NULL : m->kv; }
 
+void context_kv_trim(model_context *m) {
+    if (m != NULL) tq_kv_cache_trim(m->kv);
+}
+
 /* Drops every position >= len (no change when len is not below the length). Fails (0) only
  * when the sliding-window layers no longer hold what a query at len would see. */
 static int kv_rewind(model_context *m, int len) {
@@ -636,8 +640,19 @@ model_status context_fork(const model_context *src, tq_threadpool *pool, model_c
                           size_t err_cap) {
     if (out != NULL) *out = NULL;
     if (src == NULL || out == NULL) return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
+    return context_fork_ctx(src, pool, src->params.max_ctx, out, err, err_cap);
+}
+
+model_status context_fork_ctx(const model_context *src, tq_threadpool *pool, int max_ctx, model_context **out,
+                              char *err, size_t err_cap) {
+    if (out != NULL) *out = NULL;
+    if (src == NULL || out == NULL || max_ctx < 1) return report_error(err, err_cap, MODEL_ERR_ARG, "bad argument");
+    if (max_ctx < context_seq_len(src))
+        return report_error(err, err_cap, MODEL_ERR_CONTEXT, "max_ctx below the sequence's length");
+    context_params p = src->params;
+    p.max_ctx = max_ctx;
     model_status st;
-    model_context *m = context_alloc(src->model, &src->params, pool, &st);
+    model_context *m = context_alloc(src->model, &p, pool, &st);
     tq_kv_cache *kv = NULL;
     if (st == MODEL_OK) {
         m->kv_keep_history = src->kv_keep_history;

@@ -146,6 +146,9 @@ model_status context_set_kv_keep_history(model_context *x, int keep);
 /* Memory of the sequence's K/V (tq_kv_cache_memory: exact data bytes, allocated bytes, and
  * what fp16 would take). Errors: MODEL_ERR_ARG (NULL argument). */
 model_status context_kv_memory(const model_context *x, tq_kv_memory *mem);
+/* Frees the raw pages a compressed prompt left spare (tq_kv_cache_trim): a long-lived
+ * sequence (a server's) calls it after its first decode step. NULL is fine. */
+void context_kv_trim(model_context *x);
 /* The cache itself, read-only (tq_kv_cache_compressed_length, tq_kv_cache_layer_scheme …);
  * valid until the next context_set_kv_* or context_free. NULL for a NULL context. */
 const tq_kv_cache *context_kv_cache(const model_context *x);
@@ -162,6 +165,12 @@ const tq_kv_cache *context_kv_cache(const model_context *x);
  * src/out), MODEL_ERR_NOMEM. */
 model_status context_fork(const model_context *src, tq_threadpool *pool, model_context **out, char *err,
                           size_t err_cap);
+/* The same with the fork's own max_ctx (at least src's length, at most the model's context
+ * length): a prefix kept for reuse, continued by requests longer than the one it came from.
+ * The KV cache is not reserved for max_ctx (pages come as the sequence grows). Errors: as
+ * context_fork; MODEL_ERR_CONTEXT (max_ctx below src's length or over the model's). */
+model_status context_fork_ctx(const model_context *src, tq_threadpool *pool, int max_ctx, model_context **out,
+                              char *err, size_t err_cap);
 /* The KV memory of xs[0, n) together (tq_kv_caches_memory): each page they share counted
  * once. None may be modified during the call. Errors: MODEL_ERR_ARG (NULL xs/mem/element,
  * n = 0), MODEL_ERR_NOMEM. */

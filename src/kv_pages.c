@@ -205,6 +205,18 @@ tq_status tq_kv_cache_reserve(tq_kv_cache *c, size_t n_tokens) {
     return TQ_OK;
 }
 
+tq_status tq_kv_cache_trim(tq_kv_cache *c) {
+    if (!c) return TQ_ERR_NULL;
+    /* what decode's raw part takes: the window and a batch, across a page boundary */
+    const size_t keep = ((size_t)c->cfg.scheme.raw_window + (size_t)c->cfg.scheme.batch) / TQ_KV_P + 2;
+    for (int i = 0; i < c->cfg.n_layers; i++) {
+        tq_kv_layer *l = &c->layers[i];
+        const size_t have = l->n_rpages;
+        while (l->n_rspare > 0 && have + l->n_rspare > keep) page_free(l->rspare[--l->n_rspare]);
+    }
+    return TQ_OK;
+}
+
 /* A windowed layer recycles the pages wholly below the range the first query of an append
  * at position `pos` (the length before it) can see, less the slack: [pos + 1 − window −
  * slack, …), in whole pages (dropped stays a multiple of P). Tokens dropped before they were

@@ -776,6 +776,42 @@ static void test_windowed(void) {
     }
 }
 
+/* tq_kv_cache_trim: a long raw prefill, then the first decode step compresses it; the raw
+ * pages it used stay spare (allocated) until trim frees them. Trim changes nothing the cache
+ * holds (byte-equal read-back against an untrimmed twin), and appends go on after it. */
+static void test_trim(void) {
+    tq_kv_cache *a = cache_for("turbo3", 1), *b = cache_for("turbo3", 1);
+    CHECK(a != NULL && b != NULL);
+    if (!a || !b) return;
+    const size_t prompt = 600;
+    CHECK(tq_kv_cache_append(a, 0, kat(0), vat(0), prompt) == TQ_OK);
+    CHECK(tq_kv_cache_append(b, 0, kat(0), vat(0), prompt) == TQ_OK);
+    CHECK(tq_kv_cache_append(a, 0, kat(prompt), vat(prompt), 1) == TQ_OK); /* decode: compresses */
+    CHECK(tq_kv_cache_append(b, 0, kat(prompt), vat(prompt), 1) == TQ_OK);
+    CHECK(tq_kv_cache_compressed_length(a, 0) > 0);
+    tq_kv_memory before, after;
+    CHECK(tq_kv_cache_memory(a, &before, sizeof before) == TQ_OK);
+    CHECK(tq_kv_cache_trim(a) == TQ_OK);
+    CHECK(tq_kv_cache_memory(a, &after, sizeof after) == TQ_OK);
+    printf("  turbo3, %zu raw tokens compressed: allocated %zu -> %zu bytes (data %zu)\n", prompt,
+           before.allocated_bytes, after.allocated_bytes, after.data_bytes);
+    CHECK_MSG(after.allocated_bytes < before.allocated_bytes, "trim freed nothing");
+    const tq_kv_layer *l = &a->layers[0]; /* what is left: the raw pages decode needs */
+    const size_t keep = ((size_t)a->cfg.scheme.raw_window + (size_t)a->cfg.scheme.batch) / TQ_KV_P + 2;
+    CHECK_MSG(l->n_rpages + l->n_rspare <= keep, "%zu raw pages left, %zu needed", l->n_rpages + l->n_rspare, keep);
+    CHECK(after.data_bytes == before.data_bytes);
+    CHECK(same_state(a, b));
+    for (size_t t = prompt + 1; t < NT; t++) { /* decode goes on, equal to the twin */
+        CHECK(tq_kv_cache_append(a, 0, kat(t), vat(t), 1) == TQ_OK);
+        CHECK(tq_kv_cache_append(b, 0, kat(t), vat(t), 1) == TQ_OK);
+    }
+    CHECK(same_state(a, b));
+    CHECK(tq_kv_cache_trim(a) == TQ_OK); /* twice: nothing more to free */
+    CHECK(tq_kv_cache_trim(NULL) == TQ_ERR_NULL);
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(b);
+}
+
 int main(void) {
     /* Fast vs reference within fp32 rounding: float key scores (test_attention.c tests the
      * integer ones). Read at the first attention call. */
@@ -795,5 +831,6 @@ int main(void) {
     RUN_TEST(test_errors);
     RUN_TEST(test_rotated_formats);
     RUN_TEST(test_windowed);
+    RUN_TEST(test_trim);
     return test_report();
 }

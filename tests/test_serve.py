@@ -27,6 +27,10 @@ What is checked (the server's contract):
   * a client that disconnects mid-stream frees its sequence (tq_sequences_active back to 0);
   * --api-key: 401 without or with a wrong key, 200 with the right one;
   * SIGTERM: an in-flight request completes with 200, then the process exits 0 within 10 s;
+  * prefix reuse: a prompt that extends an earlier one (about 200 tokens, so that it is prefilled
+    in several chunks) starts from the kept prompt (tq_prefix_reused_tokens_total grows) and its
+    greedy answer still equals `tq generate`'s; so does the long prompt itself (chunked prefill
+    gives what one whole prefill gives);
   * the server's stderr holds no sanitizer report (ASan, UBSan, TSan builds).
 
 TQ_SERVE_TESTS=threads runs only the checks where threads meet (health, two streams interleave,
@@ -978,6 +982,28 @@ class Suite:
         print("     (SIGTERM -> exit %d in %.2f s, the in-flight request answered after %.2f s; a new request "
               "meanwhile: %s)" % (rc, dt, holder["t"] - t0, late.status if isinstance(late, Resp) else type(late).__name__))
 
+    def t_prefix_reuse(self):
+        base = ("The history of printing starts in East Asia, where woodblocks carried text and images onto "
+                "cloth and paper long before movable type. ") * 8
+        want_a = self.ref.generate(base, 8)["text"]
+        m0 = get_metrics(self.port)[0]
+        a = self.completion({"prompt": base, "max_tokens": 8, "temperature": 0})
+        expect(a.status == 200, "the long prompt: %r" % a)
+        expect(a.json()["usage"]["prompt_tokens"] > 180, "the long prompt is only %d tokens"
+               % a.json()["usage"]["prompt_tokens"])
+        expect(a.json()["choices"][0]["text"] == want_a, "the long prompt (chunked prefill) %r, tq generate %r"
+               % (a.json()["choices"][0]["text"], want_a))
+        longer = base + "In Europe, Gutenberg's press"
+        want_b = self.ref.generate(longer, 12)["text"]
+        b = self.completion({"prompt": longer, "max_tokens": 12, "temperature": 0})
+        expect(b.status == 200, "the extended prompt: %r" % b)
+        m1 = get_metrics(self.port)[0]
+        reused = metric(m1, "tq_prefix_reused_tokens_total") - metric(m0, "tq_prefix_reused_tokens_total")
+        expect(reused >= 180, "the extended prompt reused %s tokens of the kept one" % reused)
+        expect(metric(m1, "tq_prefix_cache_entries") >= 1, "no prompt kept")
+        expect(b.json()["choices"][0]["text"] == want_b, "after reuse %r, tq generate %r"
+               % (b.json()["choices"][0]["text"], want_b))
+
     def t_no_sanitizer_report(self):
         """Sanitizer builds report to stderr and may keep running: any report fails the test."""
         time.sleep(0.2)
@@ -1036,6 +1062,7 @@ class Suite:
             self.run("max_tokens -> length", self.t_max_tokens)
             self.run("max_tokens default 16", self.t_max_tokens_default)
             self.run("seed repeats", self.t_seed)
+            self.run("prefix reuse = tq generate", self.t_prefix_reuse)
             self.run("bad inputs during a stream; the stream completes", self.t_bad_inputs)
             self.run("client disconnect frees the sequence", self.t_disconnect)
             self.run("metrics", self.t_metrics)

@@ -337,6 +337,11 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
                "tq_time_to_first_token_seconds_sum %.6f\ntq_time_to_first_token_seconds_count %.0f\n",
             m.ttft_sum, m.ttft_count);
     G("tq_time_to_first_token_last_seconds", "The last request's time to first token.", "gauge", "%.6f", m.ttft_last);
+    G("tq_prefix_cache_entries", "Prompts kept for reuse.", "gauge", "%d", m.prefix_entries);
+    G("tq_prefix_cache_bytes", "Their raw K/V bytes.", "gauge", "%zu", m.prefix_bytes);
+    G("tq_prefix_cache_hits_total", "Requests that started from a kept prompt.", "counter", "%llu", m.prefix_hits);
+    G("tq_prefix_reused_tokens_total", "Prompt tokens taken from kept prompts instead of run.", "counter", "%llu",
+      m.prefix_reused_tokens);
 #undef G
     fclose(f);
     return reply(c, 200, "text/plain; version=0.0.4", b);
@@ -453,7 +458,7 @@ int cmd_serve(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "serve", 4096, SESSION_KV_ONE);
     const char *host = "127.0.0.1", *api_key = NULL, *template_name = NULL;
-    long port = 8080, parallel = 4, budget_mb = 0, max_conn = 64, timeout_s = 60, chunk = 64;
+    long port = 8080, parallel = 4, budget_mb = 0, max_conn = 64, timeout_s = 60, chunk = 64, prefix_mb = 64;
     const tool_opt opts[] = {
         {OPT_STRING("--host", "ADDR", &host, "IPv4 address to listen on (default 127.0.0.1)")},
         {OPT_INT("--port", "N", &port, 0, 65535, "TCP port (default 8080; 0: any free port)")},
@@ -463,7 +468,9 @@ int cmd_serve(int argc, char **argv) {
         {OPT_STRING("--api-key", "KEY", &api_key, "require Authorization: Bearer KEY")},
         {OPT_INT("--max-connections", "N", &max_conn, 1, 100000, "open connections at most (default 64)")},
         {OPT_INT("--timeout", "S", &timeout_s, 1, 86400, "close a connection idle S seconds (default 60)")},
-        {OPT_INT("--prefill-chunk", "N", &chunk, 2, 4096, "prompt tokens per engine step (default 64)")},
+        {OPT_INT("--prefill-chunk", "N", &chunk, 4, 4096, "prompt tokens per engine step (default 64)")},
+        {OPT_INT("--prefix-cache", "MB", &prefix_mb, 0, 1L << 30,
+                 "keep prompts (raw K/V) for reuse by later prompts that start alike (default 64; 0: off)")},
         {OPT_STRING("--chat-template", "NAME", &template_name, "chat template family (default: the model's)")},
     };
     const tool_cmd cmd = {
@@ -516,7 +523,8 @@ int cmd_serve(int argc, char **argv) {
         session_close(&s);
         return 1;
     }
-    const serve_engine_opts eo = {(int)parallel, (size_t)budget_mb * 1000000u, (int)chunk, s.n_ctx};
+    const serve_engine_opts eo = {(int)parallel, (size_t)budget_mb * 1000000u, (int)chunk, s.n_ctx,
+                                  (size_t)prefix_mb * 1000000u};
     char err[256];
     sv.eng = serve_engine_start(&s, &o.schemes[0], &eo, err, sizeof err);
     if (sv.eng == NULL) {

@@ -14,7 +14,12 @@
 #include "eval.h"
 #include "sampler.h"
 
-#define MAX_SCHEMES 8 /* distinct KV schemes whose byte counts are kept */
+#define MAX_SCHEMES 8    /* distinct KV schemes whose byte counts are kept */
+#define MAX_SNAPSHOTS 64 /* prompts kept for reuse, at most */
+#define MIN_REUSE 16     /* fewer shared tokens are prefilled again */
+#define KEEP_TAIL 8      /* a prompt is kept without its last tokens, which a longer prompt
+                            often tokenizes otherwise (a word continued past the end) */
+#define KEY_SCALE_TOKENS 512 /* the cache's query statistics span (src/kvcache_internal.h) */
 
 typedef enum job_phase { JOB_QUEUED, JOB_PREFILL, JOB_DECODE, JOB_DONE } job_phase;
 
@@ -32,7 +37,9 @@ struct serve_job {
     size_t need_steady, need_prefill; /* admission: bytes */
     model_context *x;
     sampler *smp;
-    int prefilled;            /* prompt tokens run */
+    int prefilled;            /* prompt tokens run (or taken from a kept prompt) */
+    int began;                /* its prefill has had a step: it goes on before any other's */
+    int trimmed;              /* the raw pages its compressed prompt left are freed */
     int n_gen;
     int32_t next;             /* the token to run next while decoding */
     float *logits;            /* (n_vocab) */
@@ -50,6 +57,19 @@ struct serve_job {
     pthread_cond_t cv;        /* text grew or the job ended */
     serve_job *next_in_list;
 };
+
+/* A prompt right after its raw prefill, before the first decode step compressed it: a fork of
+ * the sequence's context, whose pages it shares until then. A later prompt that starts with
+ * (part of) its tokens forks it and prefills only the rest, which gives what a fresh prefill
+ * gives: the prefix's K/V are the raw ones a fresh prefill computes. */
+typedef struct snapshot {
+    model_context *x;
+    int32_t *tokens;
+    int n;
+    size_t bytes;      /* its raw prompt's K/V (what it holds once the source compresses) */
+    char scheme[96];
+    unsigned long long used; /* the engine step it was last used in (LRU) */
+} snapshot;
 
 typedef struct scheme_bytes {
     char name[96];
@@ -77,6 +97,9 @@ struct serve_engine {
     double rate_t0;           /* the rate window's start */
     unsigned long long rate_p0, rate_g0;
     double kv_t;              /* when the KV bytes were last counted (engine thread) */
+    snapshot snaps[MAX_SNAPSHOTS]; /* the prefix cache (engine thread; counts under mu) */
+    int n_snaps;
+    size_t snap_bytes;
     batch_seq *step_seqs;     /* (parallel) a step's sequences (engine thread) */
     serve_job **step_jobs;    /* (parallel) and their jobs */
 };
@@ -320,11 +343,105 @@ static void emit_locked(serve_job *j, const char *piece, size_t n) {
     }
 }
 
-/* The running sequence's context for job j (outside the lock). */
+/* ---- the prefix cache (engine thread) ------------------------------------------------------ */
+
+static void snapshot_drop(serve_engine *e, int i) {
+    snapshot *sn = &e->snaps[i];
+    context_free(sn->x);
+    free(sn->tokens);
+    pthread_mutex_lock(&e->mu);
+    e->snap_bytes -= sn->bytes;
+    e->snaps[i] = e->snaps[--e->n_snaps];
+    e->m.prefix_entries = e->n_snaps;
+    e->m.prefix_bytes = e->snap_bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Where j's prompt is kept: its first n_prompt - KEEP_TAIL tokens, or 0 when it is not. */
+static int keep_at(const serve_engine *e, const serve_job *j) {
+    if (e->o.prefix_cache == 0 || !j->scheme.scheme.prefill_raw || j->n_prompt < MIN_REUSE + KEEP_TAIL) return 0;
+    return j->n_prompt - KEEP_TAIL;
+}
+
+/* Keeps j's first n prompt tokens (just prefilled, raw) for reuse, evicting the least recently
+ * used while the cache is over its bytes. */
+static void snapshot_keep(serve_engine *e, serve_job *j, int n) {
+    for (int i = 0; i < e->n_snaps; i++) /* the same prompt already kept: refresh it */
+        if (e->snaps[i].n == n && strcmp(e->snaps[i].scheme, j->scheme.name) == 0 &&
+            memcmp(e->snaps[i].tokens, j->ids, (size_t)n * sizeof *j->ids) == 0) {
+            e->snaps[i].used = e->m.steps;
+            return;
+        }
+    const size_t bytes = (size_t)((double)j->need_prefill * n / j->n_prompt);
+    if (bytes == 0 || bytes > e->o.prefix_cache) return;
+    while (e->n_snaps > 0 && (e->n_snaps == MAX_SNAPSHOTS || e->snap_bytes + bytes > e->o.prefix_cache)) {
+        int lru = 0;
+        for (int i = 1; i < e->n_snaps; i++)
+            if (e->snaps[i].used < e->snaps[lru].used) lru = i;
+        snapshot_drop(e, lru);
+    }
+    snapshot sn = {0};
+    char err[256];
+    sn.tokens = malloc((size_t)n * sizeof *sn.tokens);
+    if (sn.tokens == NULL || context_fork(j->x, e->s->pool, &sn.x, err, sizeof err) != MODEL_OK) {
+        free(sn.tokens);
+        return;
+    }
+    memcpy(sn.tokens, j->ids, (size_t)n * sizeof *sn.tokens);
+    sn.n = n;
+    sn.bytes = bytes;
+    snprintf(sn.scheme, sizeof sn.scheme, "%s", j->scheme.name);
+    sn.used = e->m.steps;
+    pthread_mutex_lock(&e->mu);
+    e->snaps[e->n_snaps++] = sn;
+    e->snap_bytes += bytes;
+    e->m.prefix_entries = e->n_snaps;
+    e->m.prefix_bytes = e->snap_bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* j's context as a fork of the kept prompt sharing the most tokens with j's: 1 with
+ * j->prefilled set, or 0 (nothing fits: a fresh context). At least two prompt tokens are left
+ * to run (one alone would be a decode step), and a kept prompt is used whole, or cut at or past
+ * the span over which the cache gathers query statistics (which a truncation does not rewind),
+ * so the result is a fresh prefill's. */
+static int snapshot_reuse(serve_engine *e, serve_job *j, int len) {
+    int best = -1, best_k = 0;
+    for (int i = 0; i < e->n_snaps; i++) {
+        const snapshot *sn = &e->snaps[i];
+        if (strcmp(sn->scheme, j->scheme.name) != 0) continue;
+        int k = 0;
+        while (k < sn->n && k < j->n_prompt && sn->tokens[k] == j->ids[k]) k++;
+        if (k > j->n_prompt - 2) k = j->n_prompt - 2;
+        if (k < sn->n && k < KEY_SCALE_TOKENS) continue;
+        if (k >= MIN_REUSE && k > best_k) best = i, best_k = k;
+    }
+    if (best < 0) return 0;
+    char err[256];
+    model_context *x = NULL;
+    if (context_fork_ctx(e->snaps[best].x, e->s->pool, len, &x, err, sizeof err) != MODEL_OK) return 0;
+    if (best_k < e->snaps[best].n) context_truncate(x, best_k);
+    if (context_seq_len(x) != best_k) { /* the sliding windows no longer reach back */
+        context_free(x);
+        return 0;
+    }
+    e->snaps[best].used = e->m.steps;
+    j->x = x;
+    j->prefilled = best_k;
+    pthread_mutex_lock(&e->mu);
+    e->m.prefix_reused_tokens += (unsigned long long)best_k;
+    e->m.prefix_hits++;
+    pthread_mutex_unlock(&e->mu);
+    return 1;
+}
+
+/* The running sequence's context for job j (outside the lock): a kept prompt's fork when one
+ * shares enough of j's, else a fresh one. */
 static int open_job(serve_engine *e, serve_job *j, char *err, size_t cap) {
     const int len = j->n_prompt + j->max_tokens;
     const context_params p = {len, e->o.chunk < len ? e->o.chunk : len, 0, &j->scheme.scheme, 0};
-    if (context_create(e->s->m, &p, e->s->pool, &j->x, err, cap) != MODEL_OK) return -1;
+    if (!snapshot_reuse(e, j, len) && context_create(e->s->m, &p, e->s->pool, &j->x, err, cap) != MODEL_OK)
+        return -1;
     j->smp = sampler_create(&j->sp, e->s->cfg.n_vocab);
     j->logits = malloc((size_t)e->s->cfg.n_vocab * sizeof *j->logits);
     if (j->smp == NULL || j->logits == NULL) {
@@ -424,18 +541,24 @@ static void step(serve_engine *e, serve_job **run, int n_run) {
      * first waiting */
     serve_job *pre = NULL;
     for (int i = 0; i < n_run; i++)
-        if (run[i]->prefilled < run[i]->n_prompt && (pre == NULL || run[i]->prefilled > 0)) {
+        if (run[i]->prefilled < run[i]->n_prompt && (pre == NULL || run[i]->began)) {
             pre = run[i];
-            if (pre->prefilled > 0) break;
+            if (pre->began) break;
         }
+    if (pre != NULL) pre->began = 1;
     int k = 0;
     for (int i = 0; i < n_run; i++) {
         serve_job *j = run[i];
         if (j->prefilled < j->n_prompt) {
             if (j != pre) continue;
-            int rest = j->n_prompt - j->prefilled, n = rest < e->o.chunk ? rest : e->o.chunk;
-            /* never leave one prompt token alone: a one-token call is a decode step, which ends
-             * the raw prefill (doc/kvcache.md §3) one token early */
+            const int most = context_get_params(j->x)->max_batch; /* a kept prompt's fork: its source's */
+            int rest = j->n_prompt - j->prefilled, n = rest < most ? rest : most;
+            /* Never a one-token chunk: a one-token call is a decode step, which ends the raw
+             * prefill (doc/kvcache.md §3). A chunk ends where the prompt is kept (keep_at),
+             * unless that would take one token alone. */
+            const int d = keep_at(e, j) - j->prefilled;
+            if (d >= 2 && n >= d) n = d;
+            else if (d >= 2 && d - n == 1) n--;
             if (rest - n == 1) n--;
             const int last = j->prefilled + n == j->n_prompt;
             bs[k] = (batch_seq){j->x, j->ids + j->prefilled, n, j->prefilled, last ? j->logits : NULL};
@@ -459,9 +582,14 @@ static void step(serve_engine *e, serve_job **run, int n_run) {
     unsigned long long prompt_done = 0;
     for (int i = 0; i < k; i++) {
         serve_job *j = js[i];
+        if (j->prefilled == j->n_prompt && !j->trimmed) { /* its first decode step compressed the prompt */
+            context_kv_trim(j->x);
+            j->trimmed = 1;
+        }
         if (j->prefilled < j->n_prompt) {
             j->prefilled += bs[i].n;
             prompt_done += (unsigned long long)bs[i].n;
+            if (j->prefilled == keep_at(e, j)) snapshot_keep(e, j, j->prefilled); /* raw */
             if (j->prefilled < j->n_prompt) continue;
         }
         after_logits(e, j);
@@ -481,11 +609,12 @@ static void kv_memory(serve_engine *e, serve_job **run, int n_run) {
     const double t = now_s();
     if (t - e->kv_t < every) return;
     e->kv_t = t;
-    const model_context **xs = malloc((size_t)n_run * sizeof *xs);
+    const model_context **xs = malloc(((size_t)n_run + (size_t)e->n_snaps) * sizeof *xs);
     if (xs == NULL) return;
     int n = 0;
     for (int i = 0; i < n_run; i++)
         if (run[i]->x != NULL) xs[n++] = run[i]->x;
+    for (int i = 0; i < e->n_snaps; i++) xs[n++] = e->snaps[i].x;
     tq_kv_memory mem;
     memset(&mem, 0, sizeof mem);
     if (n > 0 && contexts_kv_memory((const model_context *const *)xs, (size_t)n, &mem) != MODEL_OK)
@@ -596,6 +725,10 @@ void serve_engine_stop(serve_engine *e) {
     if (e->started) pthread_join(e->thread, NULL);
     /* jobs still referenced by readers stay until those let go; none is running now */
     for (int i = 0; i < e->n_schemes; i++) context_free(e->schemes[i].probe);
+    for (int i = 0; i < e->n_snaps; i++) {
+        context_free(e->snaps[i].x);
+        free(e->snaps[i].tokens);
+    }
     model_batch_free(e->batch);
     free(e->active);
     free(e->step_seqs);

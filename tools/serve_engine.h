@@ -5,7 +5,10 @@
  * while the KV bytes it can reach (prompt + max_tokens at its scheme's exact bytes per token,
  * eval_kv_need_bytes) fit the budget with those of the sequences already running; the rest
  * wait in arrival order. A sequence's tokens do not depend on what else runs (the batch's
- * logits are those of the sequence alone), so greedy answers equal tq generate's.
+ * logits are those of the sequence alone), so greedy answers equal tq generate's. Prompts are
+ * kept right after their raw prefill (a fork: the prefix cache, LRU within prefix_cache bytes);
+ * a later prompt sharing at least a few dozen tokens with one forks it and prefills only the rest,
+ * with the answer a fresh prefill gives.
  *
  * The HTTP side (cmd_serve.c) makes a job from a checked request, submits it, and reads its
  * text as it grows (serve_job_read); whichever of the two lets go of a job last frees it. */
@@ -26,6 +29,7 @@ typedef struct serve_engine_opts {
     size_t kv_budget; /* bytes of K/V the running sequences may reach together; 0: no limit */
     int chunk;        /* prompt tokens per sequence per step */
     int n_ctx;        /* positions a sequence may reach */
+    size_t prefix_cache; /* bytes of raw prompts kept for reuse (doc/serve.md); 0: none */
 } serve_engine_opts;
 
 /* Starts the engine thread on s (loaded; its pool runs the steps). default_scheme: requests
@@ -85,6 +89,9 @@ typedef struct serve_metrics {
     double prompt_tok_s, gen_tok_s;              /* over the last few seconds */
     double ttft_sum, ttft_count, ttft_last;
     int max_active;                              /* the most sequences running at once so far */
+    int prefix_entries;                          /* prompts kept for reuse */
+    size_t prefix_bytes;                         /* their raw K/V */
+    unsigned long long prefix_hits, prefix_reused_tokens; /* requests that reused one; tokens not run */
 } serve_metrics;
 void serve_engine_metrics(serve_engine *e, serve_metrics *m);
 

@@ -127,6 +127,11 @@ TQ_API tq_status tq_kv_cache_get_config(const tq_kv_cache *cache, tq_kv_cache_co
 /* Makes room for n_tokens tokens in every layer (later appends up to it allocate nothing).
  * Errors: TQ_ERR_NULL, TQ_ERR_NOMEM. */
 TQ_API tq_status tq_kv_cache_reserve(tq_kv_cache *cache, size_t n_tokens);
+/* Frees the raw (fp16) pages the cache keeps for reuse beyond what its raw window and a batch
+ * in decode need: after a long prompt prefilled raw is compressed, its raw pages stay spare
+ * (allocated_bytes of tq_kv_cache_memory counts them) until this call or tq_kv_cache_free. A
+ * later raw prefill allocates again. Never changes what the cache holds. Errors: TQ_ERR_NULL. */
+TQ_API tq_status tq_kv_cache_trim(tq_kv_cache *cache);
 
 /* Appends n_tokens tokens to one layer, k (n_tokens, n_kv_heads, head_dim_k) and v (n_tokens,
  * n_kv_heads, head_dim_v) floats, then compresses per the two-phase rule. Different layers may
