@@ -446,6 +446,11 @@ static void print_admission(serve_engine *eng, const session_scheme *def, size_t
         return;
     }
     const size_t ax = ap > a ? ap - a : 0, bx = bp > b ? bp - b : 0;
+    if (def->is_f16) {
+        fprintf(stderr, "tq serve: budget %.0f MB: %zu sequence(s) of %d tokens with f16 (%.2f MB each)\n",
+                budget / 1e6, budget > bx ? (budget - bx) / b : 0, n_ctx, b / 1e6);
+        return;
+    }
     fprintf(stderr,
             "tq serve: budget %.0f MB: %zu sequence(s) of %d tokens with %s, %zu with f16 (%.2f / %.2f MB each; "
             "a %d-token prompt's raw prefill holds %.2f MB more while it runs)\n",
