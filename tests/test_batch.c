@@ -163,6 +163,8 @@ static void test_tiny_batch(void) {
 static void test_real_batch(void) {
     const char *path = real_model_path();
     if (access(path, R_OK) != 0) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", path);
+    if (TSAN) /* ~150 s there; the tiny model's runs on a pool cover the threads */
+        SKIP_TEST("real model under ThreadSanitizer (the optimized and ASan builds run it)");
     model *m = load_model(path);
     if (m == NULL) return;
     const char *schemes[N_SEQ] = {"turbo3", "f16", "turbo3", "turbo4", "turbo3"};

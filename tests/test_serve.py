@@ -33,9 +33,11 @@ What is checked (the server's contract):
     gives what one whole prefill gives);
   * the server's stderr holds no sanitizer report (ASan, UBSan, TSan builds).
 
-TQ_SERVE_TESTS=threads runs only the checks where threads meet (health, two streams interleave,
-batch invariance, bad input during a stream, a client disconnecting, SIGTERM): `make test-tsan`
-runs that subset on the ThreadSanitizer build, where everything is ~30x slower.
+Sanitizer builds are many times slower, and CI has a time budget: TQ_SERVE_TESTS=threads runs
+only the checks where threads meet (health, two streams interleave, batch invariance, a client
+disconnecting, SIGTERM; `make test-tsan`), TQ_SERVE_TESTS=san the ones through the most code
+(health, interleave, chat, every bad input during a stream, prefix reuse, disconnect, SIGTERM;
+the ASan+UBSan build), with fewer tokens per request. The optimized build runs everything.
 TQ_SERVE_SLOW=F multiplies the SIGTERM deadline (10 s) by F for such builds.
 """
 import http.client
@@ -52,8 +54,8 @@ import threading
 import time
 import traceback
 
-# TQ_SERVE_TESTS=threads: the threaded subset on a sanitizer build, with fewer tokens per request
-QUICK = os.environ.get("TQ_SERVE_TESTS") == "threads"
+# TQ_SERVE_TESTS=threads|san: a subset on a sanitizer build, with fewer tokens per request
+QUICK = os.environ.get("TQ_SERVE_TESTS") in ("threads", "san")
 N_INTERLEAVE, N_ALONE, N_OTHERS, N_BAD, N_SIGTERM = (12, 12, 12, 24, 8) if QUICK else (40, 32, 48, 120, 24)
 
 HOST = "127.0.0.1"
@@ -1032,11 +1034,16 @@ class Suite:
             if adm:
                 print("server: %s" % adm[0])
             self.client = self.openai_client(self.port)
-            if os.environ.get("TQ_SERVE_TESTS") == "threads":
+            subset = os.environ.get("TQ_SERVE_TESTS")
+            if subset in ("threads", "san"):
                 self.run("health", self.t_health)
                 self.run("two streams interleave", self.t_interleave)
-                self.run("batch invariance (alone = among 7)", self.t_batch_invariance)
-                self.run("bad inputs during a stream; the stream completes", self.t_bad_inputs)
+                if subset == "threads":
+                    self.run("batch invariance (alone = among 7)", self.t_batch_invariance)
+                else:
+                    self.run("chat stream = non-stream", self.t_chat)
+                    self.run("bad inputs during a stream; the stream completes", self.t_bad_inputs)
+                    self.run("prefix reuse = tq generate", self.t_prefix_reuse)
                 self.run("client disconnect frees the sequence", self.t_disconnect)
                 self.run("SIGTERM: in-flight completes, exit 0", self.t_sigterm)
                 self.run("no sanitizer report", self.t_no_sanitizer_report)
