@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. `make test` is the command the README and CI run.
 BUILD ?= build
 SAN_BUILD ?= build-san
-FUZZ_SECONDS ?= 15
+FUZZ_SECONDS ?= 10
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 
