@@ -284,7 +284,7 @@ size_t serve_job_read(serve_job *j, size_t *pos, char *buf, size_t cap, double t
 /* ---- the engine thread ---------------------------------------------------------------------- */
 
 /* Ends a job (under e->mu): why = "stop"/"length", or an error message. */
-static void finish_locked(serve_engine *e, serve_job *j, const char *why, const char *error) {
+static void finish_locked(serve_job *j, const char *why, const char *error) {
     if (j->phase == JOB_DONE) return;
     if (error) {
         j->error = 1;
@@ -294,7 +294,6 @@ static void finish_locked(serve_engine *e, serve_job *j, const char *why, const 
     j->visible = j->len;
     j->phase = JOB_DONE;
     pthread_cond_broadcast(&j->cv);
-    (void)e;
 }
 
 /* Appends a token's text (under e->mu), ends the job at a stop sequence, and moves
@@ -305,7 +304,7 @@ static void emit_locked(serve_job *j, const char *piece, size_t n) {
         while (cap < j->len + n + 1) cap *= 2;
         char *t = realloc(j->text, cap);
         if (t == NULL) {
-            finish_locked(j->e, j, NULL, "out of memory");
+            finish_locked(j, NULL, "out of memory");
             return;
         }
         j->text = t;
@@ -323,7 +322,7 @@ static void emit_locked(serve_job *j, const char *piece, size_t n) {
     if (cut < j->len) {
         j->len = cut;
         j->text[cut] = '\0';
-        finish_locked(j->e, j, "stop", NULL);
+        finish_locked(j, "stop", NULL);
         return;
     }
     /* hold back the longest tail that begins a stop sequence */
@@ -474,7 +473,7 @@ static void admit_locked(serve_engine *e) {
         j->next_in_list = NULL;
         e->m.queued--;
         if (j->cancelled) {
-            finish_locked(e, j, NULL, "cancelled");
+            finish_locked(j, NULL, "cancelled");
             job_unref_locked(j);
             continue;
         }
@@ -483,7 +482,7 @@ static void admit_locked(serve_engine *e) {
         int rc = open_job(e, j, err, sizeof err);
         pthread_mutex_lock(&e->mu);
         if (rc != 0) {
-            finish_locked(e, j, NULL, err);
+            finish_locked(j, NULL, err);
             job_unref_locked(j);
             continue;
         }
@@ -520,13 +519,13 @@ static void after_logits(serve_engine *e, serve_job *j) {
         e->m.ttft_count += 1;
     }
     if (stop) {
-        finish_locked(e, j, "stop", NULL);
+        finish_locked(j, "stop", NULL);
     } else {
         j->ids[j->n_prompt + j->n_gen] = tok;
         j->n_gen++;
         e->m.generated_tokens++;
         emit_locked(j, piece, n);
-        if (j->phase != JOB_DONE && j->n_gen >= j->max_tokens) finish_locked(e, j, "length", NULL);
+        if (j->phase != JOB_DONE && j->n_gen >= j->max_tokens) finish_locked(j, "length", NULL);
         j->next = tok;
     }
     pthread_mutex_unlock(&e->mu);
@@ -575,7 +574,7 @@ static void step(serve_engine *e, serve_job **run, int n_run) {
         snprintf(msg, sizeof msg, "engine step failed: %s", model_batch_last_error(e->batch));
         fprintf(stderr, "tq serve: %s\n", msg);
         pthread_mutex_lock(&e->mu);
-        for (int i = 0; i < k; i++) finish_locked(e, js[i], NULL, msg);
+        for (int i = 0; i < k; i++) finish_locked(js[i], NULL, msg);
         pthread_mutex_unlock(&e->mu);
         return;
     }
@@ -643,7 +642,7 @@ static void *engine_main(void *arg) {
     while (run != NULL) {
         for (int i = 0; i < e->n_active;) /* done or cancelled: out */
             if (e->active[i]->phase == JOB_DONE || e->active[i]->cancelled) {
-                finish_locked(e, e->active[i], NULL, "cancelled");
+                finish_locked(e->active[i], NULL, "cancelled");
                 retire_locked(e, i);
             } else {
                 i++;
