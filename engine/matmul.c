@@ -7,6 +7,9 @@
 
 #define WORK_ALIGN 64
 #define PREFETCH_ROWS 4 /* decode: weight rows prefetched ahead (doc/bench.md: 4 measured best) */
+/* The fp32 path dequantizes F32_ROWS weight rows at a time (they stay in L1 while every group of
+ * QUANT_F32_TILE activation rows passes over them: two of the kernel's tiles). */
+#define F32_ROWS (2 * QUANT_F32_TILE)
 
 typedef struct {
     const quant_kernels *k;
@@ -19,7 +22,7 @@ typedef struct {
     const void *xq;      /* activations in act format, or x itself for QUANT_ACT_F32 */
     size_t xq_stride;    /* bytes between activation rows */
     void *xq_out;        /* quantization target */
-    float *row_scratch;  /* (n_threads, cols) dequantized weight rows, fallback path */
+    float *row_scratch;  /* (n_threads, F32_ROWS, cols) dequantized weight rows, fp32 path */
     int64_t rows_per_task;
 } mm_job;
 
@@ -43,7 +46,7 @@ size_t matmul_work_size_mode(const matmul_weight *w, int n, int n_threads, matmu
     quant_act act = act_for(w, mode);
     size_t s = WORK_ALIGN;
     if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_A1 || act == QUANT_ACT_Q8_K) s += act_bytes(w, n, act);
-    if (act == QUANT_ACT_NONE) s += (size_t)n_threads * round_up((size_t)w->cols * sizeof(float), WORK_ALIGN);
+    if (act == QUANT_ACT_NONE) s += (size_t)n_threads * round_up((size_t)F32_ROWS * (size_t)w->cols * sizeof(float), WORK_ALIGN);
     return s;
 }
 
@@ -71,10 +74,18 @@ static void rows_task(void *ctx, size_t task, int thread) {
     int64_t r1 = r0 + j->rows_per_task < rows ? r0 + j->rows_per_task : rows;
     const char *wrow = (const char *)j->w->data + (size_t)r0 * j->w_row_bytes;
     if (j->act == QUANT_ACT_NONE) {
-        float *wf = j->row_scratch + (size_t)thread * round_up((size_t)cols * sizeof(float), WORK_ALIGN) / sizeof(float);
-        for (int64_t r = r0; r < r1; r++, wrow += j->w_row_bytes) {
-            quant_dequantize_row(j->w->type, wrow, wf, cols);
-            for (int i = 0; i < j->n; i++) j->y[(size_t)i * (size_t)rows + (size_t)r] = j->k->dot_f32(wf, j->x + (size_t)i * (size_t)cols, cols);
+        float *wf = j->row_scratch +
+                    (size_t)thread * round_up((size_t)F32_ROWS * (size_t)cols * sizeof(float), WORK_ALIGN) / sizeof(float);
+        for (int64_t r = r0; r < r1; r += F32_ROWS, wrow += F32_ROWS * j->w_row_bytes) {
+            const int nr = r1 - r < F32_ROWS ? (int)(r1 - r) : F32_ROWS;
+            for (int q = 0; q < nr; q++) j->k->dequantize_row(j->w->type, wrow + (size_t)q * j->w_row_bytes, wf + q * cols, cols);
+            for (int i = 0; i < j->n; i += QUANT_F32_TILE) {
+                const int nx = j->n - i < QUANT_F32_TILE ? j->n - i : QUANT_F32_TILE;
+                for (int q = 0; q < nr; q += QUANT_F32_TILE)
+                    j->k->dot_f32_tile(wf + q * cols, nr - q < QUANT_F32_TILE ? nr - q : QUANT_F32_TILE,
+                                       j->x + (size_t)i * (size_t)cols, nx, cols,
+                                       j->y + (size_t)i * (size_t)rows + (size_t)(r + q), (size_t)rows);
+            }
         }
         return;
     }

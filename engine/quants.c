@@ -335,6 +335,12 @@ static float dot_plain_f32_ref(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+/* The tile pair by pair: what every set's tile must equal. */
+static void dot_f32_tile_ref(const float *w, int nw, const float *x, int nx, int64_t n, float *y, size_t y_stride) {
+    for (int i = 0; i < nx; i++)
+        for (int r = 0; r < nw; r++) y[(size_t)i * y_stride + (size_t)r] = dot_plain_f32_ref(w + r * n, x + i * n, n);
+}
+
 static float dot1_f32(int64_t n, const uint8_t *w, const float *x) {
     float s = 0.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -487,6 +493,8 @@ void quant_fill_ref(quant_kernels *k) {
     k->quantize_q8_K = quant_quantize_q8_K_ref;
     k->quantize_q8_a1 = quant_quantize_q8_a1_ref;
     k->dot_f32 = dot_plain_f32_ref;
+    k->dot_f32_tile = dot_f32_tile_ref;
+    k->dequantize_row = quant_dequantize_row;
     k->dot[QUANT_F32] = dot_f32_ref;
     k->dot[QUANT_F16] = dot_f16_ref;
     k->dot[QUANT_BF16] = dot_bf16_ref;

@@ -225,6 +225,9 @@ void quant_quantize_q8_a1_ref(const float *x, void *dst, int64_t n);
 typedef void (*quant_dot_fn)(int64_t n, const void *w, const void *x, size_t x_stride, int nx,
                              float *out);
 
+/* The largest tile dot_f32_tile takes: QUANT_F32_TILE weight rows by as many activation rows. */
+#define QUANT_F32_TILE 4
+
 typedef struct quant_kernels {
     const char *name; /* "ref", "avx2", "avx512", "avx512-vnni" */
     void (*quantize_q8_a)(const float *x, void *dst, int64_t n);
@@ -232,6 +235,12 @@ typedef struct quant_kernels {
     void (*quantize_q8_a1)(const float *x, void *dst, int64_t n);
     /* Plain float dot product of n elements, any alignment; used after dequantization. */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* y[i * y_stride + r] = dot_f32(w + r * n, x + i * n, n) for r < nw, i < nx (1 <= nw, nx
+     * <= QUANT_F32_TILE): each value bit for bit what dot_f32 returns for that pair, with the
+     * tile's weight and activation rows loaded once per step for all pairs (the fp32 matmul). */
+    void (*dot_f32_tile)(const float *w, int nw, const float *x, int nx, int64_t n, float *y, size_t y_stride);
+    /* quant_dequantize_row, bit for bit (the fp32 matmul's weight rows). */
+    int (*dequantize_row)(int type, const void *src, float *dst, int64_t n);
     quant_dot_fn dot[QUANT_TYPE_COUNT]; /* NULL where quant_act_format() is NONE */
 } quant_kernels;
 

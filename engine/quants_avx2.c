@@ -100,6 +100,66 @@ static float dot_f32_avx2(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+/* NW weight rows by NX activation rows; per pair the arithmetic of dot_f32_avx2 (two
+ * accumulators over 16-element steps, one more 8-element step into the first, the horizontal
+ * sum, then the scalar tail), so each value equals it bit for bit. */
+ALWAYS_INLINE void tile_f32_avx2(const float *w, const int NW, const float *x, const int NX, int64_t n, float *y,
+                                 size_t ys) {
+    __m256 s0[2][2], s1[2][2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NW; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < NX; c++) s0[r][c] = s1[r][c] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 wa[2], wb[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < NW; r++) wa[r] = _mm256_loadu_ps(w + r * n + i), wb[r] = _mm256_loadu_ps(w + r * n + i + 8);
+#pragma GCC unroll 2
+        for (int c = 0; c < NX; c++) {
+            const __m256 xa = _mm256_loadu_ps(x + c * n + i), xb = _mm256_loadu_ps(x + c * n + i + 8);
+#pragma GCC unroll 2
+            for (int r = 0; r < NW; r++) {
+                s0[r][c] = _mm256_fmadd_ps(wa[r], xa, s0[r][c]);
+                s1[r][c] = _mm256_fmadd_ps(wb[r], xb, s1[r][c]);
+            }
+        }
+    }
+    if (i + 8 <= n) {
+#pragma GCC unroll 2
+        for (int r = 0; r < NW; r++)
+#pragma GCC unroll 2
+            for (int c = 0; c < NX; c++)
+                s0[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * n + i), _mm256_loadu_ps(x + c * n + i), s0[r][c]);
+        i += 8;
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < NW; r++)
+#pragma GCC unroll 2
+        for (int c = 0; c < NX; c++) {
+            float s = hsum_ps(_mm256_add_ps(s0[r][c], s1[r][c]));
+            for (int64_t j = i; j < n; j++) s += w[r * n + j] * x[c * n + j];
+            y[(size_t)c * ys + (size_t)r] = s;
+        }
+}
+
+/* Tiles of two weight rows by two activation rows (8 accumulators: 8 loads per 8 multiply-adds,
+ * against 2 loads per one in dot_f32). */
+static void dot_f32_tile_avx2(const float *w, int nw, const float *x, int nx, int64_t n, float *y, size_t ys) {
+    for (int c = 0; c < nx; c += 2) {
+        const int two_x = nx - c >= 2;
+        for (int r = 0; r < nw; r += 2) {
+            const int two_w = nw - r >= 2;
+            const float *wr = w + r * n, *xc = x + c * n;
+            float *yy = y + (size_t)c * ys + (size_t)r;
+            if (two_w && two_x) tile_f32_avx2(wr, 2, xc, 2, n, yy, ys);
+            else if (two_w) tile_f32_avx2(wr, 2, xc, 1, n, yy, ys);
+            else if (two_x) tile_f32_avx2(wr, 1, xc, 2, n, yy, ys);
+            else tile_f32_avx2(wr, 1, xc, 1, n, yy, ys);
+        }
+    }
+}
+
 ALWAYS_INLINE __m256 load_w8(const uint8_t *w, int64_t i, int kind) {
     if (kind == W_F32) return _mm256_loadu_ps((const float *)(const void *)(w + 4 * i));
     __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * i));
@@ -244,11 +304,95 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
 
 DEFINE_QUANT_ENTRIES(avx2)
 
+/* ---- dequantization (the fp32 matmul) ------------------------------------------------------ */
+/* Each value as quant_dequantize_row computes it (quants.c, no fused multiply-adds anywhere):
+ * the integer converted exactly, times the scale, then plus or minus the offset. */
+
+/* 8 signed bytes at lane group g (0..3) of q as floats. */
+ALWAYS_INLINE __m256 bytes8_ps(__m256i q, int g) {
+    __m128i h = g < 2 ? _mm256_castsi256_si128(q) : _mm256_extracti128_si256(q, 1);
+    if (g & 1) h = _mm_srli_si128(h, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h));
+}
+
+/* y[0..32) = q * d (+ m where add): 32 signed bytes. */
+ALWAYS_INLINE void store32(float *y, __m256i q, float d, int add, float m) {
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    for (int g = 0; g < 4; g++) {
+        __m256 v = _mm256_mul_ps(bytes8_ps(q, g), vd);
+        _mm256_storeu_ps(y + 8 * g, add ? _mm256_add_ps(v, vm) : v);
+    }
+}
+
+/* Sub-block of 32 of Q4_K: y = d1 * q - m1. */
+ALWAYS_INLINE void store32_k4(float *y, __m256i q, float d1, float m1) {
+    const __m256 vd = _mm256_set1_ps(d1), vm = _mm256_set1_ps(m1);
+    for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + 8 * g, _mm256_sub_ps(_mm256_mul_ps(vd, bytes8_ps(q, g)), vm));
+}
+
+static int dequantize_row_avx2(int type, const void *src, float *dst, int64_t n) {
+    const int direct = type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_Q5_0 || type == QUANT_Q4_1 ||
+                       type == QUANT_Q4_K || type == QUANT_Q6_K;
+    if (!direct || src == NULL || dst == NULL || n < 0 || n % quant_block_elems(type) != 0)
+        return quant_dequantize_row(type, src, dst, n);
+    const uint8_t *w = src;
+    if (type == QUANT_Q8_0 || type == QUANT_Q4_0 || type == QUANT_Q5_0) {
+        const int kind = type == QUANT_Q8_0 ? W_Q8_0 : type == QUANT_Q4_0 ? W_Q4_0 : W_Q5_0;
+        for (int64_t i = 0; i < n / QUANT_QK; i++) {
+            float d;
+            __m256i q = decode_32(w, i, kind, &d);
+            store32(dst + i * QUANT_QK, q, d, 0, 0.0f);
+        }
+    } else if (type == QUANT_Q4_1) {
+        const quant_block_q4_1 *b = src;
+        for (int64_t i = 0; i < n / QUANT_QK; i++, b++)
+            store32(dst + i * QUANT_QK, nibbles_32(b->qs), f16_load(b->d), 1, f16_load(b->m));
+    } else if (type == QUANT_Q4_K) {
+        const quant_block_q4_K *b = src;
+        for (int64_t i = 0; i < n / QUANT_QK_K; i++, b++) {
+            const float d = f16_load(b->d), dmin = f16_load(b->dmin);
+            uint8_t sc[8], mn[8];
+            quant_k4_scales(b->scales, sc, mn);
+            float *y = dst + i * QUANT_QK_K;
+            for (int c = 0; c < 4; c++) {
+                __m256i lo, hi, hb = _mm256_setzero_si256();
+                k4_chunk(b->qs + 32 * c, 0, &hb, &lo, &hi);
+                store32_k4(y + 64 * c, lo, d * (float)sc[2 * c], dmin * (float)mn[2 * c]);
+                store32_k4(y + 64 * c + 32, hi, d * (float)sc[2 * c + 1], dmin * (float)mn[2 * c + 1]);
+            }
+        }
+    } else { /* Q6_K: element 32k + l of half h: low 4 bits from ql[64h + 32(k & 1) + l] (the
+              * high nibble for k >= 2), bits 4-5 from qh[32h + l] >> 2k; minus 32 */
+        const quant_block_q6_K *b = src;
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03), b32 = _mm256_set1_epi8(32);
+        for (int64_t i = 0; i < n / QUANT_QK_K; i++, b++) {
+            const float d = f16_load(b->d);
+            float *y = dst + i * QUANT_QK_K;
+            for (int h = 0; h < 2; h++) {
+                const __m256i qh = load256(b->qh + 32 * h);
+                for (int k = 0; k < 4; k++) {
+                    __m256i ql = load256(b->ql + 64 * h + 32 * (k & 1));
+                    ql = _mm256_and_si256(k >= 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+                    __m256i hi2 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m3);
+                    __m256i q = _mm256_sub_epi8(_mm256_or_si256(ql, _mm256_slli_epi16(hi2, 4)), b32);
+                    for (int g = 0; g < 4; g++) {
+                        const float dl = d * (float)b->scales[8 * h + (32 * k + 8 * g) / 16];
+                        _mm256_storeu_ps(y + 128 * h + 32 * k + 8 * g, _mm256_mul_ps(_mm256_set1_ps(dl), bytes8_ps(q, g)));
+                    }
+                }
+            }
+        }
+    }
+    return QUANT_OK;
+}
+
 void quant_fill_avx2(quant_kernels *k) {
     k->name = "avx2";
     k->quantize_q8_a = quantize_q8_a_avx2;
     k->quantize_q8_K = quantize_q8_K_avx2;
     k->quantize_q8_a1 = quantize_q8_a1_avx2;
     k->dot_f32 = dot_f32_avx2;
+    k->dot_f32_tile = dot_f32_tile_avx2;
+    k->dequantize_row = dequantize_row_avx2;
     FILL_QUANT_ENTRIES(k, avx2);
 }

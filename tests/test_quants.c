@@ -441,6 +441,11 @@ static void test_matmul_f32_act(void) {
                         absdot += fabs((double)wf[c] * x[(size_t)i * (size_t)cols + (size_t)c]);
                     }
                     bad += fabs(y[(size_t)i * (size_t)rows + (size_t)r] - exact) > 1e-5 * absdot + 1e-30;
+                    /* a dequantized type: exactly the set's dot_f32 of the dequantized row (the
+                     * tiles change nothing); float weights keep their own dot */
+                    float one = sets[s]->dot_f32(wf, x + (size_t)i * (size_t)cols, cols);
+                    if (quant_act_format(type) != QUANT_ACT_F32)
+                        bad += memcmp(&one, &y[(size_t)i * (size_t)rows + (size_t)r], sizeof one) != 0;
                 }
             }
             CHECK_MSG(bad == 0, "%s %s: %d fp32-path outputs off the float64 sum", sets[s]->name, quant_type_name(type), bad);
@@ -449,6 +454,64 @@ static void test_matmul_f32_act(void) {
         free(wd), free(x), free(wf), free(y), free(y1), free(work);
     }
     tq_threadpool_free(pool);
+}
+
+/* Every set's tile equals its own dot_f32 on each pair, bit for bit, at every tile shape and at
+ * lengths with every kind of tail (what makes the fp32 matmul independent of how rows are
+ * grouped into tiles: threads, batch composition). */
+static void test_dot_f32_tile(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    const int64_t lens[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 47, 64, 100, 640};
+    float *w = malloc(QUANT_F32_TILE * 640 * sizeof *w), *x = malloc(QUANT_F32_TILE * 640 * sizeof *x);
+    float y[QUANT_F32_TILE * 9];
+    for (int i = 0; i < QUANT_F32_TILE * 640; i++) w[i] = rnd_uniform(-1.0f, 1.0f), x[i] = rnd_uniform(-2.0f, 2.0f);
+    for (int s = 0; s < ns; s++)
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            const int64_t n = lens[l];
+            int bad = 0;
+            for (int nw = 1; nw <= QUANT_F32_TILE; nw++)
+                for (int nx = 1; nx <= QUANT_F32_TILE; nx++) {
+                    for (size_t q = 0; q < sizeof y / sizeof y[0]; q++) y[q] = -7.0f;
+                    sets[s]->dot_f32_tile(w, nw, x, nx, n, y, 9);
+                    for (int i = 0; i < QUANT_F32_TILE; i++)
+                        for (int r = 0; r < 9; r++) {
+                            float want = i < nx && r < nw ? sets[s]->dot_f32(w + r * n, x + i * n, n) : -7.0f;
+                            bad += memcmp(&y[i * 9 + r], &want, sizeof want) != 0;
+                        }
+                }
+            CHECK_MSG(bad == 0, "%s, n %lld: %d tile values differ from dot_f32 (or written outside the tile)",
+                      sets[s]->name, (long long)n, bad);
+        }
+    free(w), free(x);
+}
+
+/* Every set's dequantize_row writes what quant_dequantize_row writes, bit for bit, for every
+ * type (the fp32 matmul then differs from the reference only in the float dot's order). */
+static void test_dequantize_sets(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8);
+    for (int t = 0; t < N_TYPES; t++) {
+        const int type = all_types[t];
+        const int64_t cols = quant_block_elems(type) == QUANT_QK_K ? 3 * QUANT_QK_K : 9 * QUANT_QK;
+        size_t rb = quant_row_bytes(type, cols);
+        uint8_t *wd = malloc(rb);
+        float *want = malloc((size_t)cols * sizeof *want), *got = malloc((size_t)cols * sizeof *got);
+        for (int rep = 0; rep < 20; rep++) {
+            random_row(type, wd, cols);
+            CHECK(quant_dequantize_row(type, wd, want, cols) == QUANT_OK);
+            for (int s = 0; s < ns; s++) {
+                memset(got, 0xA5, (size_t)cols * sizeof *got);
+                CHECK(sets[s]->dequantize_row(type, wd, got, cols) == QUANT_OK);
+                CHECK_MSG(memcmp(got, want, (size_t)cols * sizeof *got) == 0, "%s %s: dequantized row differs",
+                          sets[s]->name, quant_type_name(type));
+            }
+        }
+        for (int s = 0; s < ns; s++) /* the reference's errors */
+            CHECK((quant_block_elems(type) == 1 || sets[s]->dequantize_row(type, wd, got, cols + 1) == QUANT_ERR_SIZE) &&
+                  sets[s]->dequantize_row(type, NULL, got, cols) == QUANT_ERR_ARG);
+        free(wd), free(want), free(got);
+    }
 }
 
 static void test_dispatch(void) {
@@ -463,7 +526,8 @@ static void test_dispatch(void) {
     quant_force_reference(0);
     CHECK(quant_kernels_get() == sets[ns - 1]);
     for (int s = 0; s < ns; s++) {
-        CHECK(sets[s]->quantize_q8_a && sets[s]->quantize_q8_K && sets[s]->quantize_q8_a1 && sets[s]->dot_f32);
+        CHECK(sets[s]->quantize_q8_a && sets[s]->quantize_q8_K && sets[s]->quantize_q8_a1 && sets[s]->dot_f32 &&
+              sets[s]->dot_f32_tile && sets[s]->dequantize_row);
         for (int t = 0; t < N_TYPES; t++)
             CHECK((sets[s]->dot[all_types[t]] != NULL) == (quant_act_format(all_types[t]) != QUANT_ACT_NONE));
     }
@@ -508,5 +572,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_matmul_errors);
     RUN_TEST(test_matmul_threaded);
     RUN_TEST(test_matmul_f32_act);
+    RUN_TEST(test_dot_f32_tile);
+    RUN_TEST(test_dequantize_sets);
     return test_report();
 }
