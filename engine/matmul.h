@@ -6,8 +6,9 @@
  * decoded once and applied to up to QUANT_DOT_MAX_NX activation rows; other types are
  * dequantized a row at a time and that row is used for all n activation rows.
  *
- * MATMUL_F32_ACT takes that second path for every type: each weight row dequantized to fp32
- * and dotted with the fp32 activations, nothing rounded to 8 bits. Slower; for measuring: the
+ * MATMUL_F32_ACT takes that second path for every type: weight rows dequantized to fp32 eight
+ * at a time and dotted with the fp32 activations in tiles (quant_kernels.dot_f32_tile, each
+ * value what dot_f32 gives), nothing rounded to 8 bits. Slower; for measuring: the
  * 8-bit rounding of the activations is a noise that any other change of the forward pass (a
  * KV cache's error however small, another kernel set) redraws, so a KL divergence between two
  * runs of the default mode carries a floor from it alone (doc/gemma3.md §8, "The activation

@@ -161,13 +161,9 @@ prompt_cache_status prompt_cache_check_header(const void *head, size_t head_byte
     return PCACHE_OK;
 }
 
-prompt_cache_status prompt_cache_parse(const void *data, size_t size, prompt_cache_view *v, char *why,
-                                       size_t why_cap) {
-    memset(v, 0, sizeof *v);
-    if (data == NULL) return say(why, why_cap, PCACHE_ERR_ARG, "no data");
-    prompt_cache_status st = prompt_cache_check_header(data, size, size, why, why_cap);
-    if (st != PCACHE_OK) return st;
-    const uint8_t *h = data;
+/* The fields, scheme text and tokens of a checked header's front (header, scheme, tokens,
+ * logits) and its checksum, which follow in h; v->image is left to the caller. */
+static prompt_cache_status parse_front(const uint8_t *h, prompt_cache_view *v, char *why, size_t why_cap) {
     const int logits = (int)(get32(h + 64) & FLAG_LOGITS);
     v->n_tokens = get32(h + 56);
     v->n_vocab = get32(h + 60);
@@ -184,7 +180,6 @@ prompt_cache_status prompt_cache_parse(const void *data, size_t size, prompt_cac
     v->scheme = (const char *)h + HDR;
     v->tokens = h + HDR + v->scheme_len;
     v->logits = logits ? v->tokens + 4 * v->n_tokens : NULL;
-    v->image = h + front + 8;
     for (size_t i = 0; i < v->scheme_len; i++)
         if (v->scheme[i] < 0x20 || v->scheme[i] > 0x7E) return say(why, why_cap, PCACHE_ERR_CORRUPT, "corrupt: scheme text");
     for (size_t i = 0; i < v->n_tokens; i++) {
@@ -193,6 +188,22 @@ prompt_cache_status prompt_cache_parse(const void *data, size_t size, prompt_cac
             return say(why, why_cap, PCACHE_ERR_CORRUPT, "corrupt: token %u at %zu outside the vocabulary", t, i);
     }
     return PCACHE_OK;
+}
+
+prompt_cache_status prompt_cache_parse(const void *data, size_t size, prompt_cache_view *v, char *why,
+                                       size_t why_cap) {
+    memset(v, 0, sizeof *v);
+    if (data == NULL) return say(why, why_cap, PCACHE_ERR_ARG, "no data");
+    prompt_cache_status st = prompt_cache_check_header(data, size, size, why, why_cap);
+    if (st == PCACHE_OK) st = parse_front(data, v, why, why_cap);
+    if (st == PCACHE_OK) v->image = (const uint8_t *)data + (size - v->image_bytes);
+    return st;
+}
+
+void prompt_cache_entry_free(prompt_cache_entry *e) {
+    if (e == NULL) return;
+    free(e->tokens);
+    memset(e, 0, sizeof *e);
 }
 
 void prompt_cache_tokens_free(prompt_cache_tokens *t) {
@@ -218,32 +229,90 @@ static int read_at(int fd, void *buf, size_t n, off_t off) {
     return 1;
 }
 
-/* The whole file at path, checked up to prompt_cache_parse; *buf the caller's to free. */
-static prompt_cache_status read_file(const char *path, uint8_t **buf, size_t *size, char *why, size_t cap) {
+/* Opens path and checks its header (read into head): *fd open on PCACHE_OK (the caller
+ * closes it), closed otherwise; *file_size the file's bytes. */
+static prompt_cache_status open_checked(const char *path, int *fd, uint8_t head[HDR], uint64_t *file_size, char *why,
+                                        size_t cap) {
     const char *reason = NULL;
-    int fd = regular_file_open(path, &reason);
-    if (fd < 0)
+    *fd = regular_file_open(path, &reason);
+    if (*fd < 0)
         return errno == ENOENT ? say(why, cap, PCACHE_ERR_ABSENT, "no such file")
                                : say(why, cap, PCACHE_ERR_IO, "cannot open: %s", reason ? reason : "?");
     struct stat sb;
     prompt_cache_status st = PCACHE_OK;
-    uint8_t head[HDR];
     size_t got = 0;
-    if (fstat(fd, &sb) != 0 || sb.st_size < 0) st = say(why, cap, PCACHE_ERR_IO, "cannot stat: %s", strerror(errno));
+    if (fstat(*fd, &sb) != 0 || sb.st_size < 0) st = say(why, cap, PCACHE_ERR_IO, "cannot stat: %s", strerror(errno));
     if (st == PCACHE_OK) {
         got = (uint64_t)sb.st_size < HDR ? (size_t)sb.st_size : HDR;
-        if (!read_at(fd, head, got, 0)) st = say(why, cap, PCACHE_ERR_IO, "cannot read: %s", strerror(errno));
+        if (!read_at(*fd, head, got, 0)) st = say(why, cap, PCACHE_ERR_IO, "cannot read: %s", strerror(errno));
     }
     if (st == PCACHE_OK) st = prompt_cache_check_header(head, got, (uint64_t)sb.st_size, why, cap);
     if (st == PCACHE_OK && (uint64_t)sb.st_size > SIZE_MAX) st = say(why, cap, PCACHE_ERR_NOMEM, "too large");
-    if (st == PCACHE_OK) {
-        *size = (size_t)sb.st_size; /* what the header's fields give: checked */
-        *buf = malloc(*size);
-        if (*buf == NULL) st = say(why, cap, PCACHE_ERR_NOMEM, "out of memory (%zu bytes)", *size);
-        else if (!read_at(fd, *buf, *size, 0))
-            st = say(why, cap, PCACHE_ERR_TRUNCATED, "truncated while reading");
+    if (st != PCACHE_OK) {
+        close(*fd);
+        *fd = -1;
     }
+    *file_size = (uint64_t)sb.st_size;
+    return st;
+}
+
+/* The whole file at path, checked up to prompt_cache_parse; *buf the caller's to free. */
+static prompt_cache_status read_file(const char *path, uint8_t **buf, size_t *size, char *why, size_t cap) {
+    int fd;
+    uint8_t head[HDR];
+    uint64_t file_size = 0;
+    prompt_cache_status st = open_checked(path, &fd, head, &file_size, why, cap);
+    if (st != PCACHE_OK) return st;
+    *size = (size_t)file_size; /* what the header's fields give: checked */
+    *buf = malloc(*size);
+    if (*buf == NULL) st = say(why, cap, PCACHE_ERR_NOMEM, "out of memory (%zu bytes)", *size);
+    else if (!read_at(fd, *buf, *size, 0))
+        st = say(why, cap, PCACHE_ERR_TRUNCATED, "truncated while reading");
     close(fd);
+    return st;
+}
+
+/* OTHER_MODEL unless v was made with the model of fingerprint fp and vocabulary n_vocab. */
+static prompt_cache_status same_model(const prompt_cache_view *v, const prompt_cache_fingerprint *fp, size_t n_vocab,
+                                      char *why, size_t cap) {
+    if (memcmp(fp, &v->fp, sizeof *fp) == 0 && v->n_vocab == n_vocab) return PCACHE_OK;
+    if (fp->file_size != v->fp.file_size)
+        return say(why, cap, PCACHE_ERR_OTHER_MODEL, "made with another model file (%llu bytes, this one %llu)",
+                   (unsigned long long)v->fp.file_size, (unsigned long long)fp->file_size);
+    return say(why, cap, PCACHE_ERR_OTHER_MODEL, "made with another model file (same size, other %s)",
+               fp->meta_hash != v->fp.meta_hash ? "metadata" : "weights");
+}
+
+prompt_cache_status prompt_cache_peek(const char *path, const prompt_cache_fingerprint *fp, size_t n_vocab,
+                                      prompt_cache_entry *out, char *why, size_t why_cap) {
+    if (out != NULL) memset(out, 0, sizeof *out);
+    if (path == NULL || fp == NULL || out == NULL) return say(why, why_cap, PCACHE_ERR_ARG, "bad argument");
+    int fd;
+    uint8_t head[HDR], *front = NULL;
+    uint64_t file_size = 0;
+    prompt_cache_status st = open_checked(path, &fd, head, &file_size, why, why_cap);
+    if (st != PCACHE_OK) return st;
+    prompt_cache_view v;
+    memset(&v, 0, sizeof v);
+    /* the header is checked: the front's size is bounded by the file's */
+    const size_t n = (size_t)front_bytes(get32(head + 68), get32(head + 56), get32(head + 60),
+                                         (int)(get32(head + 64) & FLAG_LOGITS)) + 8;
+    front = malloc(n);
+    if (front == NULL) st = say(why, why_cap, PCACHE_ERR_NOMEM, "out of memory");
+    else if (!read_at(fd, front, n, 0)) st = say(why, why_cap, PCACHE_ERR_TRUNCATED, "truncated while reading");
+    close(fd);
+    if (st == PCACHE_OK) st = parse_front(front, &v, why, why_cap);
+    if (st == PCACHE_OK) st = same_model(&v, fp, n_vocab, why, why_cap);
+    if (st == PCACHE_OK && (out->tokens = malloc(v.n_tokens * sizeof *out->tokens)) == NULL)
+        st = say(why, why_cap, PCACHE_ERR_NOMEM, "out of memory");
+    if (st == PCACHE_OK) {
+        for (size_t i = 0; i < v.n_tokens; i++) out->tokens[i] = (int32_t)get32(v.tokens + 4 * i);
+        out->n_tokens = v.n_tokens;
+        memcpy(out->scheme, v.scheme, v.scheme_len);
+        out->scheme[v.scheme_len] = '\0';
+        out->file_bytes = file_size;
+    }
+    free(front);
     return st;
 }
 
@@ -277,13 +346,8 @@ static void scheme_diff(const char *x, const char *y, char *a, char *b, size_t c
 static prompt_cache_status restore(const prompt_cache_view *v, model_context *x, char *why, size_t cap) {
     prompt_cache_fingerprint fp;
     prompt_cache_fingerprint_of(context_model(x), &fp);
-    if (memcmp(&fp, &v->fp, sizeof fp) != 0 || v->n_vocab != (size_t)context_config(x)->n_vocab) {
-        if (fp.file_size != v->fp.file_size)
-            return say(why, cap, PCACHE_ERR_OTHER_MODEL, "made with another model file (%llu bytes, this one %llu)",
-                       (unsigned long long)v->fp.file_size, (unsigned long long)fp.file_size);
-        return say(why, cap, PCACHE_ERR_OTHER_MODEL, "made with another model file (same size, other %s)",
-                   fp.meta_hash != v->fp.meta_hash ? "metadata" : "weights");
-    }
+    prompt_cache_status st = same_model(v, &fp, (size_t)context_config(x)->n_vocab, why, cap);
+    if (st != PCACHE_OK) return st;
     char mine[256];
     if (!scheme_text(x, mine)) return say(why, cap, PCACHE_ERR_ARG, "the context's KV scheme has no text");
     if (strlen(mine) != v->scheme_len || memcmp(mine, v->scheme, v->scheme_len) != 0) {
@@ -297,10 +361,10 @@ static prompt_cache_status restore(const prompt_cache_view *v, model_context *x,
         return say(why, cap, PCACHE_ERR_CONTEXT, "holds %zu tokens, more than the context of %d", v->n_tokens, max_ctx);
     model_status ms = context_kv_load_memory(x, v->image, v->image_bytes);
     if (ms != MODEL_OK) {
-        prompt_cache_status st = ms == MODEL_ERR_NOMEM       ? PCACHE_ERR_NOMEM
-                                 : ms == MODEL_ERR_KV_SCHEME ? PCACHE_ERR_OTHER_SCHEME
-                                 : ms == MODEL_ERR_CONTEXT   ? PCACHE_ERR_CONTEXT
-                                                             : PCACHE_ERR_CORRUPT;
+        st = ms == MODEL_ERR_NOMEM       ? PCACHE_ERR_NOMEM
+             : ms == MODEL_ERR_KV_SCHEME ? PCACHE_ERR_OTHER_SCHEME
+             : ms == MODEL_ERR_CONTEXT   ? PCACHE_ERR_CONTEXT
+                                         : PCACHE_ERR_CORRUPT;
         return say(why, cap, st, "%s", context_last_error(x));
     }
     if ((size_t)context_seq_len(x) != v->n_tokens) {

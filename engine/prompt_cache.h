@@ -86,6 +86,22 @@ typedef struct prompt_cache_tokens {
 } prompt_cache_tokens;
 void prompt_cache_tokens_free(prompt_cache_tokens *t);
 
+/* What a file holds, read without its cache image (prompt_cache_peek). */
+typedef struct prompt_cache_entry {
+    char scheme[256];   /* the KV scheme's canonical text (tq_kv_scheme_format) */
+    int32_t *tokens;    /* n_tokens; free with prompt_cache_entry_free */
+    size_t n_tokens;
+    uint64_t file_bytes;
+} prompt_cache_entry;
+void prompt_cache_entry_free(prompt_cache_entry *e);
+
+/* Reads the header, scheme and tokens of the file at path (not its cache image, which only a
+ * load checks) and checks them: a prompt cache of this version, its front's checksum, made
+ * with the model of fingerprint fp and vocabulary n_vocab (OTHER_MODEL otherwise). For
+ * indexing a folder of caches (tq serve --cache-dir); a load still checks everything. */
+prompt_cache_status prompt_cache_peek(const char *path, const prompt_cache_fingerprint *fp, size_t n_vocab,
+                                      prompt_cache_entry *out, char *why, size_t why_cap);
+
 /* Restores the sequence saved at path into x: the file must be a valid prompt cache of x's
  * model file (fingerprint), x's KV scheme (canonical text, then every layer's scheme and
  * window), and fit x's max_ctx. On PCACHE_OK x holds the saved sequence (as context_kv_load_memory)

@@ -19,6 +19,8 @@
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
 #include "test_util.h"
+#include "tiny_model.h"
+#include "engine_test_util.h"
 
 enum { NL = 12, NI = 2 * NL };
 
@@ -124,10 +126,49 @@ static void test_parse(void) {
 
 static const char *model_path;
 
+/* A calibration end to end on a tiny synthetic model (runs everywhere, and is what the
+ * sanitizer builds run: Gemma 3's takes minutes there): the runs, the budget, the choice
+ * reproduced from the sensitivities. */
+static void test_tiny_auto3(void) {
+    static tiny t;
+    const char *path = "/tmp/tq_test_kv_auto_tiny.gguf";
+    model *m = load_tiny(&t, MODEL_ARCH_LLAMA, 1, 777, path);
+    if (m == NULL) return;
+    tq_threadpool *pool = NULL;
+    CHECK(tq_threadpool_create(&pool, 2) == TQ_OK);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+    tq_kv_scheme base;
+    float bits;
+    char err[400];
+    CHECK(kv_auto_parse("auto:3", &bits, &base, err, sizeof err) == 1);
+    kv_auto_result r, r2;
+    model_status st = kv_auto_calibrate(m, pool, ids, 64, &base, bits, 0, &r, err, sizeof err);
+    CHECK_MSG(st == MODEL_OK, "%s", err);
+    if (st == MODEL_OK) {
+        CHECK(r.n_layer == L && r.runs == 2 * L + 3);
+        CHECK(r.bytes_per_token > 0 && r.bytes_per_token <= r.budget_bytes);
+        CHECK(r.measured_kld >= 0.0 && r.uniform_kld >= 0.0);
+        st = kv_auto_calibrate_from(m, pool, ids, 64, &base, bits, 0, &r, &r2, err, sizeof err);
+        CHECK_MSG(st == MODEL_OK, "%s", err);
+        if (st == MODEL_OK) {
+            CHECK(r2.runs == 3 && r2.measured_kld == r.measured_kld);
+            CHECK(memcmp(r2.choice, r.choice, (size_t)r.n_layer * sizeof *r.choice) == 0);
+        }
+        kv_auto_result_free(&r2);
+        kv_auto_result_free(&r);
+    }
+    tq_threadpool_free(pool);
+    model_free(m);
+    remove(path);
+}
+
 static void test_model_auto3(void) {
     FILE *fp = fopen(model_path, "rb");
     if (fp == NULL) SKIP_TEST("no model at %s", model_path);
     fclose(fp);
+    if (SANITIZED) /* 45 passes of the real model: minutes under the sanitizers */
+        SKIP_TEST("real model under the sanitizers (the optimized build calibrates it; test_tiny_auto3 ran here)");
     const int threads = getenv("TQ_THREADS") ? atoi(getenv("TQ_THREADS")) : 2;
     const int want = getenv("TQ_KV_AUTO_TOKENS") ? atoi(getenv("TQ_KV_AUTO_TOKENS")) : 64;
     tq_kv_scheme base, t3;
@@ -235,6 +276,7 @@ int main(void) {
     RUN_TEST(test_allocator);
     RUN_TEST(test_option_rule);
     RUN_TEST(test_parse);
+    RUN_TEST(test_tiny_auto3);
     RUN_TEST(test_model_auto3);
     return test_report();
 }

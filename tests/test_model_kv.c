@@ -34,16 +34,6 @@
 #include "test_api.h"
 #include "test_util.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 enum { CTX = 256, FIRST = CTX / 2, N_SCORED = CTX - 1 - FIRST };
 

@@ -227,7 +227,35 @@ static void test_mismatches(void) {
     uint8_t *d = read_bytes(file, &n);
     CHECK(d != NULL && n > 200);
     if (d == NULL) goto free_all;
+    /* prompt_cache_peek: the front (scheme, tokens) checked, not the image; the model by its
+     * fingerprint */
+    prompt_cache_fingerprint fp, fp2;
+    prompt_cache_fingerprint_of(m, &fp);
+    prompt_cache_fingerprint_of(m2, &fp2);
+    prompt_cache_entry pe;
+    CHECK(prompt_cache_peek(file, &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_OK);
+    char canon[256];
+    CHECK(tq_kv_scheme_format(context_get_params(x)->kv_scheme, canon, sizeof canon) == TQ_OK);
+    CHECK(pe.n_tokens == (size_t)np && pe.file_bytes == n && strcmp(pe.scheme, canon) == 0 &&
+          memcmp(pe.tokens, prompt, sizeof prompt) == 0);
+    prompt_cache_entry_free(&pe);
+    CHECK(prompt_cache_peek(file, &fp2, (size_t)nv, &pe, why, sizeof why) == PCACHE_ERR_OTHER_MODEL && pe.tokens == NULL);
+    CHECK(prompt_cache_peek(file, &fp, (size_t)nv + 1, &pe, why, sizeof why) == PCACHE_ERR_OTHER_MODEL);
+    CHECK(prompt_cache_peek(tiny_path, &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_ERR_NOT_CACHE);
+    CHECK(prompt_cache_peek("/tmp", &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_ERR_IO);
+    CHECK(prompt_cache_peek("/tmp/tq_no_such_prompt_cache", &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_ERR_ABSENT);
     const char *bad = "/tmp/tq_test_prompt_cache_bad.tqpc";
+    d[96 + 6 + 8] ^= 0x10; /* a token: the front's checksum */
+    write_bytes(bad, d, n);
+    CHECK(prompt_cache_peek(bad, &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_ERR_CORRUPT);
+    d[96 + 6 + 8] ^= 0x10;
+    d[n - 1] ^= 0x10; /* the image: only a load sees it */
+    write_bytes(bad, d, n);
+    CHECK(prompt_cache_peek(bad, &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_OK);
+    prompt_cache_entry_free(&pe);
+    d[n - 1] ^= 0x10;
+    write_bytes(bad, d, n / 2);
+    CHECK(prompt_cache_peek(bad, &fp, (size_t)nv, &pe, why, sizeof why) == PCACHE_ERR_TRUNCATED);
     /* a corrupted byte: header field, scheme text, token, logits, cache image (front, middle, last) */
     const size_t at[] = {20, 100, 96 + 6 + 8, 96 + 6 + 80 + 100, n - 2000, n / 2 + 7000, n - 1};
     for (size_t i = 0; i < sizeof at / sizeof *at; i++) {

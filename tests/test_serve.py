@@ -31,6 +31,10 @@ What is checked (the server's contract):
     in several chunks) starts from the kept prompt (tq_prefix_reused_tokens_total grows) and its
     greedy answer still equals `tq generate`'s; so does the long prompt itself (chunked prefill
     gives what one whole prefill gives);
+  * --cache-dir: a kept prompt pushed out of memory is written to the folder and a later prompt
+    extending it loads it (answers equal tq generate's); kept prompts are written at exit and a
+    restarted server finds them; other files in the folder are left alone; file names are 16
+    hex digits; a path that is not a folder, or --cache-dir without the prefix cache, is refused;
   * the server's stderr holds no sanitizer report (ASan, UBSan, TSan builds).
 
 Sanitizer builds are many times slower, and CI has a time budget: TQ_SERVE_TESTS=threads runs
@@ -50,6 +54,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -353,8 +358,9 @@ class Reference:
     def generate(self, prompt, n, kv=KV):
         key = ("g", prompt, n, kv)
         if key not in self.cache:
+            # the server's prompt chunks (its default --prefill-chunk): the same K/V bit for bit
             cmd = [self.tq, "generate", "-m", self.model, "-p", prompt, "-n", str(n), "--temp", "0",
-                   "--kv", kv, "-c", str(CTX), "-t", str(THREADS)]
+                   "--kv", kv, "-c", str(CTX), "-t", str(THREADS), "--prefill-chunk", "64"]
             p = subprocess.run(cmd, capture_output=True, timeout=120)
             if p.returncode != 0:
                 raise RuntimeError("%s: exit %d: %s" % (" ".join(cmd), p.returncode,
@@ -988,7 +994,7 @@ class Suite:
 
     def t_prefix_reuse(self):
         base = ("The history of printing starts in East Asia, where woodblocks carried text and images onto "
-                "cloth and paper long before movable type. ") * 8
+                "cloth and paper long before movable type. ") * 10
         want_a = self.ref.generate(base, 8)["text"]
         m0 = get_metrics(self.port)[0]
         a = self.completion({"prompt": base, "max_tokens": 8, "temperature": 0})
@@ -1007,6 +1013,80 @@ class Suite:
         expect(metric(m1, "tq_prefix_cache_entries") >= 1, "no prompt kept")
         expect(b.json()["choices"][0]["text"] == want_b, "after reuse %r, tq generate %r"
                % (b.json()["choices"][0]["text"], want_b))
+
+    def t_cache_dir(self):
+        """--cache-dir: a kept prompt pushed out of memory is written to the folder and reused from
+        there, kept prompts are written at exit and found again by the next server; answers equal
+        tq generate's; files not the server's are left alone; names are content hashes."""
+        d = tempfile.mkdtemp(prefix="tq_cache_dir_")
+        srv = None
+        try:
+            alien = os.path.join(d, "0123456789abcdef.tqpc")  # a name like ours, not a cache
+            with open(alien, "wb") as f:
+                f.write(b"not a prompt cache")
+            with open(os.path.join(d, "notes.txt"), "w") as f:
+                f.write("a person's file\n")
+            base_a = ("The history of printing starts in East Asia, where woodblocks carried text and images "
+                      "onto cloth and paper long before movable type. ") * 10
+            base_b = ("Rivers shape the land they cross: they cut valleys, carry silt to the sea and build "
+                      "deltas where the current slows. ") * 10
+            # room in memory for one 192-token raw prompt (SmolLM2: about 23 kB per token)
+            extra = ["--cache-dir", d, "--prefix-cache", "6"]
+
+            def start():
+                s2 = Server(self.tq, self.model, extra)
+                s2.start()
+                return s2
+
+            def ask(port, prompt, n):
+                r = self.completion({"prompt": prompt, "max_tokens": n, "temperature": 0}, port=port)
+                expect(r.status == 200, "%r" % r)
+                got, want = r.json()["choices"][0]["text"], self.ref.generate(prompt, n)["text"]
+                expect(got == want, "server %r, tq generate %r" % (got, want))
+
+            srv = start()
+            found = [l for l in srv.lines if "cache-dir" in l]
+            expect(any("0 prompt(s) of this model" in l for l in found), "start-up lines: %s" % found)
+            expect(any("0123456789abcdef.tqpc not used" in l for l in found), "the alien file: %s" % found)
+            ask(srv.port, base_a, 4)
+            ask(srv.port, base_b, 4)  # keeping B pushes A out of memory: A is written
+            m = get_metrics(srv.port)[0]
+            expect(metric(m, "tq_cache_dir_saves_total") == 1 and metric(m, "tq_cache_dir_entries") == 1,
+                   "after A was pushed out: saves %s, entries %s" % (metric(m, "tq_cache_dir_saves_total"),
+                                                                    metric(m, "tq_cache_dir_entries")))
+            r0 = metric(m, "tq_prefix_reused_tokens_total")
+            ask(srv.port, base_a + "In Europe, Gutenberg's press", 8)  # A comes back from the folder
+            m = get_metrics(srv.port)[0]
+            expect(metric(m, "tq_cache_dir_loads_total") == 1, "loads %s" % metric(m, "tq_cache_dir_loads_total"))
+            expect(metric(m, "tq_prefix_reused_tokens_total") - r0 >= 180, "reused %s tokens"
+                   % (metric(m, "tq_prefix_reused_tokens_total") - r0))
+            srv.stop()
+            expect(srv.proc.returncode == 0, "exit %s" % srv.proc.returncode)
+            names = sorted(n for n in os.listdir(d) if n.endswith(".tqpc") and n != "0123456789abcdef.tqpc")
+            # A (pushed out), B (pushed out by A's return; A's extension keeps A's boundary)
+            expect(len(names) == 2 and all(re.fullmatch(r"[0-9a-f]{16}\.tqpc", n) for n in names),
+                   "files after exit: %s" % os.listdir(d))
+            expect(os.path.exists(alien) and os.path.exists(os.path.join(d, "notes.txt")),
+                   "files not the server's were touched: %s" % os.listdir(d))
+            srv = start()  # a restart finds both
+            found = [l for l in srv.lines if "cache-dir" in l]
+            expect(any("2 prompt(s) of this model" in l for l in found), "after the restart: %s" % found)
+            ask(srv.port, base_b + "Near the mouth of the river", 8)
+            m = get_metrics(srv.port)[0]
+            expect(metric(m, "tq_cache_dir_loads_total") == 1 and metric(m, "tq_prefix_cache_hits_total") >= 1,
+                   "after the restart: loads %s" % metric(m, "tq_cache_dir_loads_total"))
+            srv.stop()
+            # not a folder, or without the prefix cache: refused
+            for args, rc, text in ((["--cache-dir", alien], 1, "not a directory"),
+                                   (["--cache-dir", d, "--prefix-cache", "0"], 2, "needs the prefix cache")):
+                p = subprocess.run([self.tq, "serve", "-m", self.model, "--port", "0"] + args,
+                                   capture_output=True, timeout=120)
+                err = p.stderr.decode("utf-8", "replace")
+                expect(p.returncode == rc and text in err, "%s: exit %d: %s" % (args, p.returncode, short(err)))
+        finally:
+            if srv is not None:
+                srv.stop()
+            shutil.rmtree(d, ignore_errors=True)
 
     def t_no_sanitizer_report(self):
         """Sanitizer builds report to stderr and may keep running: any report fails the test."""
@@ -1069,6 +1149,7 @@ class Suite:
             self.run("max_tokens default 16", self.t_max_tokens_default)
             self.run("seed repeats", self.t_seed)
             self.run("prefix reuse = tq generate", self.t_prefix_reuse)
+            self.run("--cache-dir: saved, reused, after a restart too", self.t_cache_dir)
             self.run("bad inputs during a stream; the stream completes", self.t_bad_inputs)
             self.run("client disconnect frees the sequence", self.t_disconnect)
             self.run("metrics", self.t_metrics)

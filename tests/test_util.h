@@ -22,6 +22,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* SANITIZED: 1 in an AddressSanitizer build, whose tests may run shorter (and say so). */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 /* The exit status of a program in which nothing ran and nothing failed (automake's and ctest's
  * convention; CMakeLists.txt sets SKIP_RETURN_CODE to it). */
 #define TEST_SKIP_CODE 77

@@ -84,17 +84,22 @@ int cmd_generate(int argc, char **argv) {
     const char *prompt = NULL;
     sampling_opts so = SAMPLING_OPTS_INIT(64);
     const char *cache_path = NULL;
+    long chunk = GEN_MAX_BATCH;
     const tool_opt opts[] = {
         {OPT_STRING("-p", "PROMPT", &prompt, "text to continue (required)"), .required = 1},
         SAMPLING_OPTS(so, "tokens to generate (default 64)"),
         {OPT_STRING("--prompt-cache", "FILE",
                     &cache_path, "reuse the prompt's KV cache from FILE when it matches; save it there")},
+        {OPT_INT("--prefill-chunk", "N", &chunk, 2, 1L << 20,
+                 "prompt tokens per forward pass, chunks ending at multiples of N (default 512; tq serve's "
+                 "--prefill-chunk: the same N gives its answers bit for bit)")},
     };
     const tool_cmd cmd = {
         .name = "generate",
         .synopsis =
             "usage: tq generate -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]\n"
-            "                   [--prompt-cache FILE] [-m MODEL] [-c CTX] [-t THREADS] [--kv SCHEME]\n",
+            "                   [--prompt-cache FILE] [--prefill-chunk N] [-m MODEL] [-c CTX] [-t THREADS]\n"
+            "                   [--kv SCHEME]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
         .epilogue = "\nThe text goes to stdout; speed and KV memory go to stderr.\n",
     };
@@ -114,7 +119,7 @@ int cmd_generate(int argc, char **argv) {
     /* auto:B calibrates on the prompt; with a prompt cache on the built-in text, so that every
      * run chooses the same layer schemes and a cache file written by one fits the next */
     if (cache_path == NULL) session_set_calibration(&s, ids, n_prompt, "the prompt");
-    if ((rc = session_seq_open(&s, &o.schemes[0], GEN_MAX_BATCH, &q)) != 0) goto done;
+    if ((rc = session_seq_open(&s, &o.schemes[0], (int)chunk, &q)) != 0) goto done;
     if (n_prompt == 0 || n_prompt >= (size_t)s.n_ctx) {
         fprintf(stderr, "tq generate: the prompt is %zu tokens; -c %d leaves no room to generate\n",
                 n_prompt, s.n_ctx);

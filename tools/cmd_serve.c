@@ -342,6 +342,12 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     G("tq_prefix_cache_hits_total", "Requests that started from a kept prompt.", "counter", "%llu", m.prefix_hits);
     G("tq_prefix_reused_tokens_total", "Prompt tokens taken from kept prompts instead of run.", "counter", "%llu",
       m.prefix_reused_tokens);
+    G("tq_cache_dir_entries", "Kept prompts of this model in --cache-dir.", "gauge", "%d", m.disk_entries);
+    G("tq_cache_dir_bytes", "Their file bytes.", "gauge", "%llu", m.disk_bytes);
+    G("tq_cache_dir_saves_total", "Kept prompts written to --cache-dir.", "counter", "%llu", m.disk_saves);
+    G("tq_cache_dir_loads_total", "Kept prompts restored from --cache-dir.", "counter", "%llu", m.disk_loads);
+    G("tq_cache_dir_failures_total", "Saves or loads that did not happen (see the log).", "counter", "%llu",
+      m.disk_failures);
 #undef G
     fclose(f);
     return reply(c, 200, "text/plain; version=0.0.4", b);
@@ -462,8 +468,9 @@ static void print_admission(serve_engine *eng, const session_scheme *def, size_t
 int cmd_serve(int argc, char **argv) {
     session_opts o;
     session_opts_init(&o, "serve", 4096, SESSION_KV_ONE);
-    const char *host = "127.0.0.1", *api_key = NULL, *template_name = NULL;
+    const char *host = "127.0.0.1", *api_key = NULL, *template_name = NULL, *cache_dir = NULL;
     long port = 8080, parallel = 4, budget_mb = 0, max_conn = 64, timeout_s = 60, chunk = 64, prefix_mb = 64;
+    long cache_dir_mb = 4096;
     const tool_opt opts[] = {
         {OPT_STRING("--host", "ADDR", &host, "IPv4 address to listen on (default 127.0.0.1)")},
         {OPT_INT("--port", "N", &port, 0, 65535, "TCP port (default 8080; 0: any free port)")},
@@ -476,6 +483,10 @@ int cmd_serve(int argc, char **argv) {
         {OPT_INT("--prefill-chunk", "N", &chunk, 4, 4096, "prompt tokens per engine step (default 64)")},
         {OPT_INT("--prefix-cache", "MB", &prefix_mb, 0, 1L << 30,
                  "keep prompts (raw K/V) for reuse by later prompts that start alike (default 64; 0: off)")},
+        {OPT_STRING("--cache-dir", "DIR", &cache_dir,
+                    "kept prompts leaving memory are saved in DIR and reused from there, also after a restart")},
+        {OPT_INT("--cache-dir-size", "MB", &cache_dir_mb, 1, 1L << 30,
+                 "the files of this model in --cache-dir, at most (default 4096; oldest use removed first)")},
         {OPT_STRING("--chat-template", "NAME", &template_name, "chat template family (default: the model's)")},
     };
     const tool_cmd cmd = {
@@ -490,6 +501,11 @@ int cmd_serve(int argc, char **argv) {
     if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
     if (template_name && chat_template_by_name(template_name) == CHAT_UNKNOWN) {
         fprintf(stderr, "tq serve: unknown --chat-template '%s'; one of: %s\n", template_name, chat_template_list());
+        return TQ_EXIT_USAGE;
+    }
+    if (cache_dir != NULL && prefix_mb == 0) {
+        fprintf(stderr, "tq serve: --cache-dir needs the prefix cache (--prefix-cache MB > 0): prompts reach the "
+                        "folder from it\n");
         return TQ_EXIT_USAGE;
     }
     struct in_addr addr4;
@@ -528,8 +544,10 @@ int cmd_serve(int argc, char **argv) {
         session_close(&s);
         return 1;
     }
-    const serve_engine_opts eo = {(int)parallel, (size_t)budget_mb * 1000000u, (int)chunk, s.n_ctx,
-                                  (size_t)prefix_mb * 1000000u};
+    const serve_engine_opts eo = {(int)parallel,           (size_t)budget_mb * 1000000u,
+                                  (int)chunk,              s.n_ctx,
+                                  (size_t)prefix_mb * 1000000u, cache_dir,
+                                  (unsigned long long)cache_dir_mb * 1000000ull};
     char err[256];
     sv.eng = serve_engine_start(&s, &o.schemes[0], &eo, err, sizeof err);
     if (sv.eng == NULL) {

@@ -281,8 +281,9 @@ int session_seq_open(session *s, const session_scheme *scheme, int max_batch, se
     if (max_batch > s->n_ctx) max_batch = s->n_ctx;
     if (max_batch < 1) max_batch = 1;
     /* One context per sequence on the session's one model and pool (the tools run their
-     * sequences one at a time). */
-    const context_params p = {s->n_ctx, max_batch, 0, &scheme->scheme, s->f32_act};
+     * sequences one at a time); one row more than a chunk (forward: a single last token). */
+    const context_params p = {s->n_ctx, max_batch < s->n_ctx ? max_batch + 1 : max_batch, 0, &scheme->scheme,
+                              s->f32_act};
     char err[300];
     model_status st = context_create(s->m, &p, s->pool, &q->x, err, sizeof err);
     if (st == MODEL_ERR_KV_SCHEME) return kv_scheme_error(s, scheme, err);
@@ -295,7 +296,7 @@ int session_seq_open(session *s, const session_scheme *scheme, int max_batch, se
     q->scheme = *scheme;
     q->cfg = context_config(q->x);
     q->n_ctx = s->n_ctx;
-    q->max_batch = context_get_params(q->x)->max_batch;
+    q->max_batch = max_batch;
     int rc = session_seq_reapply_auto(s, q);
     if (rc) session_seq_close(q);
     return rc;
@@ -336,6 +337,15 @@ static int forward(session_seq *q, const int32_t *tokens, int n, int pos0, int a
     }
     for (int done = 0; done < n;) {
         int len = n - done < q->max_batch ? n - done : q->max_batch;
+        if (!all_logits && !as_decode) {
+            /* A prefill ends its chunks at multiples of max_batch, wherever it starts, and
+             * never leaves a single token (a one-token call is a decode step, which ends a raw
+             * prefill): as tq serve chunks prompts, so that the same prompt gives the same
+             * K/V and logits bit for bit (attention's float sums depend on the chunks). */
+            len = q->max_batch - (pos0 + done) % q->max_batch;
+            if (len > n - done) len = n - done;
+            else if (n - done - len == 1) len++;
+        }
         int last = done + len == n;
         float *out = all_logits || last ? logits : NULL;
         const model_rows_mode mode = as_decode == MODEL_ROWS_AFTER_PROMPT && done > 0 ? MODEL_ROWS_AS_DECODE

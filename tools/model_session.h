@@ -121,7 +121,7 @@ typedef struct session_seq {
     model_context *x;
     session_scheme scheme;
     const model_config *cfg;
-    int n_ctx, max_batch;
+    int n_ctx, max_batch; /* a prefill's chunk (the context takes one row more) */
 } session_seq;
 
 /* Finds and loads the model, checks -c against its context length, builds the tokenizer.

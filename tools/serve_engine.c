@@ -13,6 +13,7 @@
 #include "common.h"
 #include "eval.h"
 #include "sampler.h"
+#include "serve_disk.h"
 
 #define MAX_SCHEMES 8    /* distinct KV schemes whose byte counts are kept */
 #define MAX_SNAPSHOTS 64 /* prompts kept for reuse, at most */
@@ -67,7 +68,8 @@ typedef struct snapshot {
     int32_t *tokens;
     int n;
     size_t bytes;      /* its raw prompt's K/V (what it holds once the source compresses) */
-    char scheme[96];
+    char scheme[96];         /* the session scheme's name (what requests give) */
+    char text[256];          /* its canonical text (the --cache-dir files' key) */
     unsigned long long used; /* the engine step it was last used in (LRU) */
 } snapshot;
 
@@ -98,6 +100,7 @@ struct serve_engine {
     unsigned long long rate_p0, rate_g0;
     double kv_t;              /* when the KV bytes were last counted (engine thread) */
     snapshot snaps[MAX_SNAPSHOTS]; /* the prefix cache (engine thread; counts under mu) */
+    serve_disk *disk;         /* --cache-dir: kept prompts that leave memory (engine thread) */
     int n_snaps;
     size_t snap_bytes;
     batch_seq *step_seqs;     /* (parallel) a step's sequences (engine thread) */
@@ -344,8 +347,30 @@ static void emit_locked(serve_job *j, const char *piece, size_t n) {
 
 /* ---- the prefix cache (engine thread) ------------------------------------------------------ */
 
+/* The folder's counters into the metrics. */
+static void disk_metrics(serve_engine *e) {
+    serve_disk_stats ds;
+    serve_disk_stats_get(e->disk, &ds);
+    pthread_mutex_lock(&e->mu);
+    e->m.disk_entries = ds.entries;
+    e->m.disk_bytes = ds.bytes;
+    e->m.disk_saves = ds.saves;
+    e->m.disk_loads = ds.loads;
+    e->m.disk_failures = ds.failures;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Writes kept prompt i to the --cache-dir folder (when there is one). */
+static void snapshot_save(serve_engine *e, int i) {
+    if (e->disk == NULL) return;
+    const snapshot *sn = &e->snaps[i];
+    serve_disk_save(e->disk, sn->x, sn->tokens, sn->n, sn->text);
+    disk_metrics(e);
+}
+
 static void snapshot_drop(serve_engine *e, int i) {
     snapshot *sn = &e->snaps[i];
+    snapshot_save(e, i);
     context_free(sn->x);
     free(sn->tokens);
     pthread_mutex_lock(&e->mu);
@@ -356,10 +381,42 @@ static void snapshot_drop(serve_engine *e, int i) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Where j's prompt is kept: its first n_prompt - KEEP_TAIL tokens, or 0 when it is not. */
+/* Makes room for bytes more (least recently used first, each saved to the folder if any);
+ * 0 when they cannot fit at all. */
+static int snapshot_room(serve_engine *e, size_t bytes) {
+    if (bytes == 0 || bytes > e->o.prefix_cache) return 0;
+    while (e->n_snaps > 0 && (e->n_snaps == MAX_SNAPSHOTS || e->snap_bytes + bytes > e->o.prefix_cache)) {
+        int lru = 0;
+        for (int i = 1; i < e->n_snaps; i++)
+            if (e->snaps[i].used < e->snaps[lru].used) lru = i;
+        snapshot_drop(e, lru);
+    }
+    return 1;
+}
+
+/* Adds sn (its context and tokens now the cache's); returns its index. */
+static int snapshot_add(serve_engine *e, const snapshot *sn) {
+    pthread_mutex_lock(&e->mu);
+    const int i = e->n_snaps++;
+    e->snaps[i] = *sn;
+    e->snap_bytes += sn->bytes;
+    e->m.prefix_entries = e->n_snaps;
+    e->m.prefix_bytes = e->snap_bytes;
+    pthread_mutex_unlock(&e->mu);
+    return i;
+}
+
+/* The canonical text of a job's scheme (256 bytes); "" when it has none. */
+static void scheme_text(const serve_job *j, char *buf) {
+    if (tq_kv_scheme_format(&j->scheme.scheme, buf, 256) != TQ_OK) buf[0] = '\0';
+}
+
+/* Where j's prompt is kept: the last chunk boundary (a multiple of the chunk) at or before
+ * n_prompt - KEEP_TAIL, or 0 when it is not kept. */
 static int keep_at(const serve_engine *e, const serve_job *j) {
-    if (e->o.prefix_cache == 0 || !j->scheme.scheme.prefill_raw || j->n_prompt < MIN_REUSE + KEEP_TAIL) return 0;
-    return j->n_prompt - KEEP_TAIL;
+    if (e->o.prefix_cache == 0 || !j->scheme.scheme.prefill_raw) return 0;
+    const int k = (j->n_prompt - KEEP_TAIL) / e->o.chunk * e->o.chunk;
+    return k >= MIN_REUSE ? k : 0;
 }
 
 /* Keeps j's first n prompt tokens (just prefilled, raw) for reuse, evicting the least recently
@@ -372,13 +429,7 @@ static void snapshot_keep(serve_engine *e, serve_job *j, int n) {
             return;
         }
     const size_t bytes = (size_t)((double)j->need_prefill * n / j->n_prompt);
-    if (bytes == 0 || bytes > e->o.prefix_cache) return;
-    while (e->n_snaps > 0 && (e->n_snaps == MAX_SNAPSHOTS || e->snap_bytes + bytes > e->o.prefix_cache)) {
-        int lru = 0;
-        for (int i = 1; i < e->n_snaps; i++)
-            if (e->snaps[i].used < e->snaps[lru].used) lru = i;
-        snapshot_drop(e, lru);
-    }
+    if (!snapshot_room(e, bytes)) return;
     snapshot sn = {0};
     char err[256];
     sn.tokens = malloc((size_t)n * sizeof *sn.tokens);
@@ -390,30 +441,81 @@ static void snapshot_keep(serve_engine *e, serve_job *j, int n) {
     sn.n = n;
     sn.bytes = bytes;
     snprintf(sn.scheme, sizeof sn.scheme, "%s", j->scheme.name);
+    scheme_text(j, sn.text);
     sn.used = e->m.steps;
-    pthread_mutex_lock(&e->mu);
-    e->snaps[e->n_snaps++] = sn;
-    e->snap_bytes += bytes;
-    e->m.prefix_entries = e->n_snaps;
-    e->m.prefix_bytes = e->snap_bytes;
-    pthread_mutex_unlock(&e->mu);
+    snapshot_add(e, &sn);
 }
 
-/* j's context as a fork of the kept prompt sharing the most tokens with j's: 1 with
- * j->prefilled set, or 0 (nothing fits: a fresh context). At least two prompt tokens are left
- * to run (one alone would be a decode step), and a kept prompt is used whole, or cut at or past
- * the span over which the cache gathers query statistics (which a truncation does not rewind),
- * so the result is a fresh prefill's. */
+/* How many of j's prompt tokens a kept prompt (kept[0, n)) can give, so that the result is a
+ * fresh prefill's bit for bit: a chunk boundary (every prefill chunks at multiples of the chunk,
+ * and attention's float sums depend on the chunks), at least two prompt tokens left to run (one
+ * alone would be a decode step), and a kept prompt used whole, or cut at or past the span over
+ * which the cache gathers query statistics (which a truncation does not rewind); 0 below
+ * MIN_REUSE. */
+static int usable(const serve_engine *e, const int32_t *kept, int n, const serve_job *j) {
+    int k = 0;
+    while (k < n && k < j->n_prompt && kept[k] == j->ids[k]) k++;
+    if (k > j->n_prompt - 2) k = j->n_prompt - 2;
+    k = k / e->o.chunk * e->o.chunk;
+    if (k < n && k < KEY_SCALE_TOKENS) return 0;
+    return k >= MIN_REUSE ? k : 0;
+}
+
+/* Kept prompt d of the --cache-dir folder, loaded into memory as a kept prompt: its index, or
+ * -1 (nothing changed but the folder's index when the file no longer fits). Loaded first, then
+ * room is made (which may write others to the folder and so renumber its entries). */
+static int snapshot_from_disk(serve_engine *e, serve_job *j, int d) {
+    int n = 0;
+    const int32_t *toks = serve_disk_tokens(e->disk, d, &n);
+    snapshot sn = {0};
+    char err[256];
+    const context_params p = {n, e->o.chunk + 1 < n ? e->o.chunk + 1 : n, 0, &j->scheme.scheme, 0};
+    sn.tokens = malloc((size_t)n * sizeof *sn.tokens);
+    int ok = sn.tokens != NULL && context_create(e->s->m, &p, e->s->pool, &sn.x, err, sizeof err) == MODEL_OK;
+    if (ok) memcpy(sn.tokens, toks, (size_t)n * sizeof *sn.tokens); /* before the load: a failed one drops d */
+    ok = ok && serve_disk_load(e->disk, d, sn.x) == 0;
+    sn.bytes = (size_t)((double)j->need_prefill * n / j->n_prompt);
+    ok = ok && snapshot_room(e, sn.bytes);
+    disk_metrics(e);
+    if (!ok) {
+        context_free(sn.x);
+        free(sn.tokens);
+        return -1;
+    }
+    sn.n = n;
+    snprintf(sn.scheme, sizeof sn.scheme, "%s", j->scheme.name);
+    scheme_text(j, sn.text);
+    sn.used = e->m.steps;
+    return snapshot_add(e, &sn);
+}
+
+/* j's context as a fork of the kept prompt sharing the most usable tokens with j's (usable()),
+ * in memory or, when the --cache-dir folder has a longer one, loaded from there: 1 with
+ * j->prefilled set, or 0 (nothing fits: a fresh context). */
 static int snapshot_reuse(serve_engine *e, serve_job *j, int len) {
     int best = -1, best_k = 0;
     for (int i = 0; i < e->n_snaps; i++) {
-        const snapshot *sn = &e->snaps[i];
-        if (strcmp(sn->scheme, j->scheme.name) != 0) continue;
-        int k = 0;
-        while (k < sn->n && k < j->n_prompt && sn->tokens[k] == j->ids[k]) k++;
-        if (k > j->n_prompt - 2) k = j->n_prompt - 2;
-        if (k < sn->n && k < KEY_SCALE_TOKENS) continue;
-        if (k >= MIN_REUSE && k > best_k) best = i, best_k = k;
+        if (strcmp(e->snaps[i].scheme, j->scheme.name) != 0) continue;
+        const int k = usable(e, e->snaps[i].tokens, e->snaps[i].n, j);
+        if (k > best_k) best = i, best_k = k;
+    }
+    if (e->disk != NULL) {
+        char text[256];
+        scheme_text(j, text);
+        int best_d = -1, best_dk = best_k;
+        for (int d = 0; d < serve_disk_count(e->disk); d++) {
+            if (strcmp(serve_disk_scheme(e->disk, d), text) != 0) continue;
+            int n = 0;
+            const int32_t *toks = serve_disk_tokens(e->disk, d, &n);
+            const int k = usable(e, toks, n, j);
+            if (k > best_dk) best_d = d, best_dk = k;
+        }
+        const int before = serve_disk_count(e->disk);
+        const int i = best_d >= 0 ? snapshot_from_disk(e, j, best_d) : -1;
+        if (i >= 0) best = i, best_k = best_dk;
+        else if (best_d >= 0 && serve_disk_count(e->disk) < before)
+            return snapshot_reuse(e, j, len); /* that file is gone from the index: the next best */
+        /* else it is larger than the whole prefix cache: nothing moved, the memory's best */
     }
     if (best < 0) return 0;
     char err[256];
@@ -438,7 +540,7 @@ static int snapshot_reuse(serve_engine *e, serve_job *j, int len) {
  * shares enough of j's, else a fresh one. */
 static int open_job(serve_engine *e, serve_job *j, char *err, size_t cap) {
     const int len = j->n_prompt + j->max_tokens;
-    const context_params p = {len, e->o.chunk < len ? e->o.chunk : len, 0, &j->scheme.scheme, 0};
+    const context_params p = {len, e->o.chunk + 1 < len ? e->o.chunk + 1 : len, 0, &j->scheme.scheme, 0};
     if (!snapshot_reuse(e, j, len) && context_create(e->s->m, &p, e->s->pool, &j->x, err, cap) != MODEL_OK)
         return -1;
     j->smp = sampler_create(&j->sp, e->s->cfg.n_vocab);
@@ -550,15 +652,16 @@ static void step(serve_engine *e, serve_job **run, int n_run) {
         serve_job *j = run[i];
         if (j->prefilled < j->n_prompt) {
             if (j != pre) continue;
-            const int most = context_get_params(j->x)->max_batch; /* a kept prompt's fork: its source's */
-            int rest = j->n_prompt - j->prefilled, n = rest < most ? rest : most;
-            /* Never a one-token chunk: a one-token call is a decode step, which ends the raw
-             * prefill (doc/kvcache.md §3). A chunk ends where the prompt is kept (keep_at),
-             * unless that would take one token alone. */
-            const int d = keep_at(e, j) - j->prefilled;
-            if (d >= 2 && n >= d) n = d;
-            else if (d >= 2 && d - n == 1) n--;
-            if (rest - n == 1) n--;
+            /* Chunks end at multiples of the chunk size, whatever the prefill started from (a
+             * kept prompt's fork included), so that a prompt's K/V and logits do not depend on
+             * where it was taken up; the kept prompts end at such a boundary (keep_at). Never a
+             * one-token chunk: a one-token call is a decode step, which ends the raw prefill
+             * (doc/kvcache.md §3), so a single last token joins the chunk before it (the
+             * contexts take chunk + 1 rows). */
+            const int C = e->o.chunk, rest = j->n_prompt - j->prefilled;
+            int n = C - j->prefilled % C;
+            if (n > rest) n = rest;
+            else if (rest - n == 1) n++;
             const int last = j->prefilled + n == j->n_prompt;
             bs[k] = (batch_seq){j->x, j->ids + j->prefilled, n, j->prefilled, last ? j->logits : NULL};
         } else {
@@ -687,13 +790,18 @@ serve_engine *serve_engine_start(session *s, const session_scheme *def, const se
     pthread_cond_init(&e->cv, NULL);
     e->m.kv_budget_bytes = o->kv_budget;
     e->rate_t0 = now_s();
-    const int rows = o->parallel + o->chunk;
+    const int rows = o->parallel + o->chunk + 1; /* a chunk takes a single last token along */
     const int have = e->active != NULL && e->step_seqs != NULL && e->step_jobs != NULL;
     if (!have || model_batch_create(s->m, rows, o->parallel, 0, s->pool, &e->batch, err, err_cap) != MODEL_OK) {
         if (!have) snprintf(err, err_cap, "out of memory");
         serve_engine_stop(e);
         return NULL;
     }
+    if (o->cache_dir != NULL && (e->disk = serve_disk_open(o->cache_dir, o->cache_dir_bytes, s->m, err, err_cap)) == NULL) {
+        serve_engine_stop(e);
+        return NULL;
+    }
+    if (e->disk != NULL) disk_metrics(e);
     if (probe_of(e, def) == NULL) {
         snprintf(err, err_cap, "KV scheme %s does not fit this model", def->name);
         serve_engine_stop(e);
@@ -725,9 +833,11 @@ void serve_engine_stop(serve_engine *e) {
     /* jobs still referenced by readers stay until those let go; none is running now */
     for (int i = 0; i < e->n_schemes; i++) context_free(e->schemes[i].probe);
     for (int i = 0; i < e->n_snaps; i++) {
+        if (e->disk != NULL) serve_disk_save(e->disk, e->snaps[i].x, e->snaps[i].tokens, e->snaps[i].n, e->snaps[i].text);
         context_free(e->snaps[i].x);
         free(e->snaps[i].tokens);
     }
+    serve_disk_close(e->disk);
     model_batch_free(e->batch);
     free(e->active);
     free(e->step_seqs);

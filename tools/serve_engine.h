@@ -30,6 +30,8 @@ typedef struct serve_engine_opts {
     int chunk;        /* prompt tokens per sequence per step */
     int n_ctx;        /* positions a sequence may reach */
     size_t prefix_cache; /* bytes of raw prompts kept for reuse (doc/serve.md); 0: none */
+    const char *cache_dir; /* kept prompts that leave memory go to files here (serve_disk.h); NULL: none */
+    unsigned long long cache_dir_bytes; /* the folder's files of this model, at most */
 } serve_engine_opts;
 
 /* Starts the engine thread on s (loaded; its pool runs the steps). default_scheme: requests
@@ -92,6 +94,8 @@ typedef struct serve_metrics {
     int prefix_entries;                          /* prompts kept for reuse */
     size_t prefix_bytes;                         /* their raw K/V */
     unsigned long long prefix_hits, prefix_reused_tokens; /* requests that reused one; tokens not run */
+    int disk_entries;                            /* --cache-dir: files of this model */
+    unsigned long long disk_bytes, disk_saves, disk_loads, disk_failures;
 } serve_metrics;
 void serve_engine_metrics(serve_engine *e, serve_metrics *m);
 
