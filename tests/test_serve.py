@@ -24,7 +24,8 @@ What is checked (the server's contract):
     unknown path, wrong method, unknown kv scheme) gives the documented status and error JSON
     while a streaming request runs, which still completes correctly. Unknown fields are IGNORED,
     not refused: OpenAI clients send fields the server does not know (user, logit_bias, ...);
-  * a client that disconnects mid-stream frees its sequence (tq_sequences_active back to 0);
+  * a client that disconnects mid-stream frees its sequence (tq_sequences_active back to 0), and
+    so does one that closes while waiting for a whole answer;
   * --api-key: 401 without or with a wrong key, 200 with the right one;
   * SIGTERM: an in-flight request completes with 200, then the process exits 0 within 10 s;
   * prefix reuse: a prompt that extends an earlier one (about 200 tokens, so that it is prefilled
@@ -895,6 +896,28 @@ class Suite:
         gen2 = metric(get_metrics(self.port)[0], "tq_generated_tokens_total")
         expect(gen == gen2, "tokens still being generated after the disconnect (%s -> %s)" % (gen, gen2))
 
+    def t_disconnect_whole(self):
+        """A client waiting for a whole (non-streamed) answer that closes its connection frees
+        its sequence too."""
+        body = json.dumps({"model": self.model, "prompt": LONG_PROMPTS[1], "max_tokens": 500,
+                           "temperature": 0}).encode()
+        head = ("POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                "Content-Length: %d\r\n\r\n" % (HOST, self.port, len(body))).encode()
+        s = socket.create_connection((HOST, self.port), timeout=30)
+        try:
+            s.sendall(head + body)
+            v = wait_active(self.port, lambda x: x >= 1, 10)
+            expect(v is not None and v >= 1, "the request never showed in tq_sequences_active (%s)" % v)
+            g0 = metric(get_metrics(self.port)[0], "tq_generated_tokens_total")
+        finally:
+            s.close()
+        v = wait_active(self.port, lambda x: x == 0, 5)
+        expect(v == 0, "tq_sequences_active is %s 5 s after the client went away" % v)
+        g1 = metric(get_metrics(self.port)[0], "tq_generated_tokens_total")
+        expect(g1 - g0 < 400, "%s tokens generated after the close: the sequence ran on" % (g1 - g0))
+        r = request(self.port, "GET", "/health")
+        expect(r.status == 200, "health after the disconnect: %r" % r)
+
     # -- metrics
 
     def t_metrics(self):
@@ -1152,6 +1175,7 @@ class Suite:
             self.run("--cache-dir: saved, reused, after a restart too", self.t_cache_dir)
             self.run("bad inputs during a stream; the stream completes", self.t_bad_inputs)
             self.run("client disconnect frees the sequence", self.t_disconnect)
+            self.run("client disconnect frees a whole answer's sequence", self.t_disconnect_whole)
             self.run("metrics", self.t_metrics)
             self.run("server alive", lambda: expect(self.server.alive(), "the server has exited (%s)"
                                                      % self.server.proc.returncode))

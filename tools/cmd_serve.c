@@ -11,9 +11,11 @@
  * "Authorization: Bearer KEY". SIGINT/SIGTERM: no new requests (503), the ones in flight
  * finish, then exit 0.
  */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -220,6 +222,17 @@ static void stream_free(void *cls) {
 
 /* ---- completions -------------------------------------------------------------------------- */
 
+#define GONE_CHECK_S 0.5 /* a whole answer's wait looks at its connection this often */
+
+/* 1 when the client has closed its connection (or it failed): a whole answer is then not
+ * waited for. Data waiting to be read (a pipelined request) is not a close. */
+static int client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL) return 0;
+    struct pollfd p = {ci->connect_fd, POLLRDHUP, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 static enum MHD_Result completion(server *sv, struct MHD_Connection *c, serve_kind kind, const conn *cn) {
     serve_params p;
     serve_error e;
@@ -269,13 +282,18 @@ static enum MHD_Result completion(server *sv, struct MHD_Connection *c, serve_ki
         MHD_destroy_response(r);
         return rc;
     }
-    /* whole answer: wait for the end */
+    /* whole answer: wait for the end, or until the client has gone (its sequence cancelled) */
     char *text = NULL;
     size_t len = 0, pos = 0;
     serve_job_state js;
     for (;;) {
         char buf[4096];
-        size_t got = serve_job_read(job, &pos, buf, sizeof buf, KEEPALIVE_S, &js);
+        size_t got = serve_job_read(job, &pos, buf, sizeof buf, GONE_CHECK_S, &js);
+        if (!js.done && !js.error && client_gone(c)) {
+            serve_job_release(job);
+            free(text);
+            return MHD_NO; /* nobody to answer: libmicrohttpd closes the connection */
+        }
         char *grown = realloc(text, len + got + 1);
         if (grown == NULL) break;
         text = grown;
