@@ -1,7 +1,8 @@
 /*
  * tq generate: text continuation of a prompt, streamed token by token.
  *
- * The prompt is tokenized with BOS, run as one prefill (in pieces of up to 512 tokens), then
+ * The prompt is tokenized with BOS, run as one prefill (in pieces ending at multiples of
+ * --prefill-chunk, default 512: tq serve's chunking, so the same N gives its answers), then
  * tokens are sampled one at a time (engine/sampler.h: greedy at --temp 0, else temperature with
  * top-k / top-p, seeded) and each one's text is written to stdout and flushed as soon as it is
  * known. Generation stops after -n tokens, at EOS or a control token, or when the context (-c)
