@@ -598,9 +598,10 @@ static void test_attn_kernels(void) {
     }
 }
 
-/* The error bound of the integer scores (attn_vnni.c) for record r and query q (natural
- * order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4). */
-static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q) {
+/* The error bound of the integer scores (attn_vnni.c, attn_avx2_int8.c) for record r and
+ * query q (natural order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4), α = the
+ * largest |centroid| / clev (127 VNNI, 63 AVX2). */
+static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q, double clev) {
     float row[1024];
     if (!tq_record_decode_rows(tq_kernel_set_get(), x, r, 1, row, 1024)) return 0.0;
     double cmax = 0, qmax = 0, qsum = 0, csum = 0;
@@ -618,19 +619,19 @@ static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const fl
         norm = tq_f16_to_f32(hn);
     }
     double scale = norm * x->inv_sqrt_dim;
-    double alpha = cmax / 127.0, beta = qmax / 127.0;
+    double alpha = cmax / clev, beta = qmax / 127.0;
     return beta / 2 * csum + scale * (alpha / 2 * qsum + x->dim * alpha * beta / 4);
 }
 
 /* The error bound of the integer value sums (attn_vnni.c) for query weights p over nk records:
  * bound[i] = Σ_t (γ_t/2 · |c_ti| + (w_t + γ_t/2) · α/2), w_t = p_t · scale_t, γ_t the largest w
- * of t's group of 32 / 255; the last nk mod 4 tokens take the float kernel (no term). */
+ * of t's group of 32 / wlev (255 VNNI, 127 AVX2); the last nk mod 4 tokens take the float kernel (no term). */
 static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
-                             double *bound) {
+                             double clev, double wlev, double *bound) {
     double cmax = 0, w[64], gam[64];
     for (int s = 0; s < x->n_seg; s++)
         for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
-    double alpha = cmax / 127.0;
+    double alpha = cmax / clev;
     int nfull = nk / 4 * 4;
     for (int t = 0; t < nfull; t++) {
         const uint8_t *r = rec + (size_t)t * x->rec_bytes;
@@ -644,7 +645,7 @@ static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, 
     for (int g0 = 0; g0 < nfull; g0 += 32) {
         double m = 0;
         for (int t = g0; t < nfull && t < g0 + 32; t++) m = fmax(m, w[t]);
-        for (int t = g0; t < nfull && t < g0 + 32; t++) gam[t] = m / 255.0;
+        for (int t = g0; t < nfull && t < g0 + 32; t++) gam[t] = m / wlev;
     }
     for (int i = 0; i < x->dim; i++) bound[i] = 0;
     float row[1024];
@@ -667,17 +668,22 @@ static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, 
  * f16 kernels. */
 static void test_fused_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
-    const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
-                                      tq_attn_kernels_avx512_vnni()};
-    int have[3];
+    /* tabs[2], tabs[3]: the integer tables; fb: the float table each falls back to; clev: the
+     * levels of their centroids (α = largest |centroid| / clev) */
+    const tq_attn_kernels *tabs[4] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_avx2_int8()};
+    const int fb[4] = {0, 1, 1, 0};
+    const double clev[4] = {0, 0, 127.0, 63.0}, wlev[4] = {0, 0, 255.0, 127.0}; /* weight levels */
+    int have[4];
     have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
     have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
     have[2] = attn_table_usable("avx512-vnni", tabs[2], tq_kernels_supported(TQ_KERNELS_AVX512));
+    have[3] = attn_table_usable("avx2-int8", tabs[3], tq_kernels_supported(TQ_KERNELS_AVX2));
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
         {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}};
     enum { NK = 37, NQ = 9 };
-    double int8_worst = -1, int8_worst_v = -1; /* integer kernels: largest error / bound */
+    double int8_worst[4] = {-1, -1, -1, -1}, int8_worst_v[4] = {-1, -1, -1, -1}; /* error / bound */
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
         snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
@@ -699,9 +705,10 @@ static void test_fused_kernels(void) {
         float q[NQ * 256], p[NQ * NK], S1[NQ * NK], S2[NQ * NK], A1[NQ * 256], A2[NQ * 256];
         fill(q, sizeof q / sizeof *q, 0.0f);
         for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = 0; ti < 4; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             if (!t || !have[ti]) continue;
+            int integer = ti >= 2;
             static const int nqs[] = {1, 3, 4, 6, 8, 9};
             for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++) {
                 int nq = nqs[ni];
@@ -735,13 +742,13 @@ static void test_fused_kernels(void) {
                         ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
                         ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK);
                         CHECK(ok1 == 0 && ok2 == 0);
-                        if (ti == 2) {
+                        if (integer) {
                             /* A non-finite query coordinate: that group of four queries goes
                              * to the float kernel (the same scores, NaNs included). */
                             float keep = ql[3];
                             float S3[NQ * NK], S4[NQ * NK];
                             ql[3] = NAN;
-                            tabs[1]->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S3, NK);
+                            tabs[fb[ti]]->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S3, NK);
                             t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S4, NK);
                             int m4 = nq < 4 ? nq : 4;
                             CHECK(memcmp(S3, S4, sizeof(float) * (size_t)m4 * NK) == 0);
@@ -754,7 +761,7 @@ static void test_fused_kernels(void) {
                             float *b4 = calloc((size_t)nq * (size_t)vl, sizeof(float));
                             CHECK(b3 && b4);
                             if (b3 && b4) {
-                                tabs[1]->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b3, (size_t)vl);
+                                tabs[fb[ti]]->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b3, (size_t)vl);
                                 t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b4, (size_t)vl);
                                 CHECK(memcmp(b3, b4, sizeof(float) * (size_t)m4 * (size_t)vl) == 0);
                             }
@@ -775,26 +782,26 @@ static void test_fused_kernels(void) {
                         t->accum_f16(h, (size_t)d, NK, d, p, NK, nq, A2, (size_t)d);
                     }
                     double es = 0, ea = 0;
-                    if (pass == 2 && ti == 2) {
-                        /* Integer scores: within the bound of attn_vnni.c, in units of it. */
+                    if (pass == 2 && integer) {
+                        /* Integer scores: within the kernel's bound, in units of it. */
                         for (int j = 0; j < nq; j++)
                             for (int t2 = 0; t2 < NK; t2++) {
-                                double b = int8_score_bound(kx, rec + (size_t)t2 * rb, q + j * d);
+                                double b = int8_score_bound(kx, rec + (size_t)t2 * rb, q + j * d, clev[ti]);
                                 double e = fabs(S1[j * NK + t2] - S2[j * NK + t2]);
                                 es = fmax(es, e / (b + 1e-4 * (1.0 + fabs(S1[j * NK + t2]))) * 1e-4);
-                                if (t2 != 5) int8_worst = fmax(int8_worst, e / b);
+                                if (t2 != 5) int8_worst[ti] = fmax(int8_worst[ti], e / b);
                             }
                     } else {
                         for (int i = 0; i < nq * NK; i++) es = fmax(es, fabs(S1[i] - S2[i]) / (1.0 + fabs(S1[i])));
                     }
-                    if (pass == 2 && ti == 2) {
+                    if (pass == 2 && integer) {
                         double bnd[256];
                         for (int j = 0; j < nq; j++) {
-                            int8_accum_bound(vx, rec, NK, p + j * NK, bnd);
+                            int8_accum_bound(vx, rec, NK, p + j * NK, clev[ti], wlev[ti], bnd);
                             for (int i = 0; i < d; i++) {
                                 double e = fabs(A1[j * d + i] - A2[j * d + i]);
                                 ea = fmax(ea, e / (bnd[i] + 1e-4 * (1.0 + fabs(A1[j * d + i]))) * 1e-4);
-                                if (bnd[i] > 0) int8_worst_v = fmax(int8_worst_v, e / bnd[i]);
+                                if (bnd[i] > 0) int8_worst_v[ti] = fmax(int8_worst_v[ti], e / bnd[i]);
                             }
                         }
                     } else {
@@ -812,9 +819,10 @@ static void test_fused_kernels(void) {
         free(h);
         tq_kv_cache_free(c);
     }
-    if (int8_worst >= 0)
-        printf("     integer kernels: largest error %.3f of the bound (scores), %.3f (values)\n",
-               int8_worst, int8_worst_v);
+    for (int ti = 2; ti < 4; ti++)
+        if (int8_worst[ti] >= 0)
+            printf("     %s: largest error %.3f of the bound (scores), %.3f (values)\n", tabs[ti]->name,
+                   int8_worst[ti], int8_worst_v[ti]);
 }
 
 /* One validity rule for stored norms (tq_record_norm_ok: 0 ≤ n ≤ 2^66) and γ (0 ≤ γ ≤ 8),
@@ -875,28 +883,38 @@ static void test_norm_rule(void) {
 }
 
 /* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
- * moves the one kernel selection (tq_kernel_set_get), applies under the AVX-512 set only, and
- * survives tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
+ * moves the one kernel selection (tq_kernel_set_get), applies under the AVX2 set (avx2-int8)
+ * and the AVX-512 set (avx512-vnni, where the CPU has VBMI / VNNI), and survives
+ * tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
 static void test_int8_switch(void) {
     const char *name = tq_kernels_name();
     tq_kernels_kind kind = strcmp(name, "avx512") == 0 ? TQ_KERNELS_AVX512
                            : strcmp(name, "avx2") == 0 ? TQ_KERNELS_AVX2
                                                        : TQ_KERNELS_REF;
     int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
+    int avx2i = tq_attn_kernels_avx2_int8() != NULL && tq_kernels_supported(TQ_KERNELS_AVX2);
+    const char *int_name = kind == TQ_KERNELS_AVX512 ? "avx512-vnni" : "avx2-int8";
+    int int_here = kind == TQ_KERNELS_AVX512 ? vnni : kind == TQ_KERNELS_AVX2 ? avx2i : 0;
     const tq_kernel_set *ks = tq_kernel_set_get();
     CHECK(ks->codec == tq_kernels() && ks->attn == tq_attn_kernels_get());
     tq_set_int8_scores(0);
     CHECK(tq_int8_scores() == 0);
-    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") != 0);
+    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") != 0 && strcmp(tq_attn_kernels_name(), "avx2-int8") != 0);
     tq_set_int8_scores(1);
-    CHECK(tq_int8_scores() == (vnni && kind == TQ_KERNELS_AVX512));
-    CHECK((strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0) == tq_int8_scores());
+    CHECK(tq_int8_scores() == int_here);
+    CHECK((strcmp(tq_attn_kernels_name(), int_name) == 0) == tq_int8_scores());
     CHECK(tq_kernel_set_get()->codec == tq_kernels() && tq_kernel_set_get()->attn == tq_attn_kernels_get());
-    if (vnni && tq_kernels_supported(TQ_KERNELS_AVX2)) {
+    if (avx2i) {
         CHECK(tq_set_kernels(TQ_KERNELS_AVX2) == TQ_OK);
+        CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_name(), "avx2-int8") == 0);
+        CHECK(strcmp(tq_kernels_name(), "avx2") == 0);
+        tq_set_int8_scores(0);
         CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "avx2") == 0);
-        CHECK(tq_set_kernels(TQ_KERNELS_AVX512) == TQ_OK);
-        CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+        tq_set_int8_scores(1);
+        if (vnni) {
+            CHECK(tq_set_kernels(TQ_KERNELS_AVX512) == TQ_OK);
+            CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+        }
         CHECK(tq_set_kernels(TQ_KERNELS_REF) == TQ_OK);
         CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "ref") == 0);
     }
@@ -905,26 +923,26 @@ static void test_int8_switch(void) {
     CHECK(strcmp(tq_kernels_name(), name) == 0 && tq_int8_scores() == 0);
 }
 
-/* Decode with the integer key scores (attn_vnni.c) where the CPU has them: every TURBO
- * scheme of the grid against the reference path. The kernel is held to its error bound in
+/* Decode with the integer kernels of the kernel set in use (avx2-int8 under the AVX2 set,
+ * avx512-vnni under the AVX-512 set where the CPU has them): every TURBO scheme of the grid
+ * against the reference path. The kernels are held to their error bounds in
  * test_fused_kernels; here the whole decode must stay close (the softmax is peaky: scores
  * ×2), and a threaded run must agree with a single-threaded one: not bit for bit, since the
  * weights are rounded per group of 32 tokens against a running maximum that depends on the
  * split, but within a few 1e-4 (checked: 1e-3). */
 static void test_int8_scores(void) {
     char why[256];
-    if (test_kernel_skip_reason("avx512-vnni",
-                                tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512), why,
-                                sizeof why))
-        SKIP_TEST("%s", why);
-    /* The library runs the integer scores under the avx512 set only. */
-    if (strcmp(tq_kernels_name(), "avx512") != 0)
-        SKIP_TEST("kernel set in use is %s, not avx512 (TQ_KERNELS=%s)", tq_kernels_name(),
+    int avx512 = strcmp(tq_kernels_name(), "avx512") == 0;
+    if (!avx512 && strcmp(tq_kernels_name(), "avx2") != 0)
+        SKIP_TEST("kernel set in use is %s: no integer kernels (TQ_KERNELS=%s)", tq_kernels_name(),
                   getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
-    CHECK(strcmp(tq_attn_kernels_name(), "avx512") == 0); /* main() turned them off */
+    const char *int_name = avx512 ? "avx512-vnni" : "avx2-int8";
+    const tq_attn_kernels *it = avx512 ? tq_attn_kernels_avx512_vnni() : tq_attn_kernels_avx2_int8();
+    if (test_kernel_skip_reason(int_name, it != NULL, why, sizeof why)) SKIP_TEST("%s", why);
+    CHECK(strcmp(tq_attn_kernels_name(), tq_kernels_name()) == 0); /* main() turned them off */
     tq_set_int8_scores(1);
-    CHECK(strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
-    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") == 0);
+    CHECK(strcmp(tq_attn_kernels_get()->name, int_name) == 0);
+    CHECK(strcmp(tq_attn_kernels_name(), int_name) == 0);
     tq_threadpool *pool;
     CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
     double worst = 0, worst_t = 0;

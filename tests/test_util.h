@@ -186,7 +186,7 @@ static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap)
         }                                                                                 \
     } while (0)
     __builtin_cpu_init();
-    if (strcmp(set, "avx2") == 0) {
+    if (strncmp(set, "avx2", 4) == 0) {
         TEST_NEED_("avx2");
         TEST_NEED_("fma");
     } else if (strncmp(set, "avx512", 6) == 0) {
@@ -208,10 +208,10 @@ static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap)
     return buf;
 }
 
-/* 0 ref, 1 avx2, 2 avx512 (avx512-vnni included), 3 for anything else. */
+/* 0 ref, 1 avx2 (avx2-int8 included), 2 avx512 (avx512-vnni included), 3 for anything else. */
 static inline int test_kernel_rank(const char *set) {
     if (strcmp(set, "ref") == 0) return 0;
-    if (strcmp(set, "avx2") == 0) return 1;
+    if (strcmp(set, "avx2") == 0 || strcmp(set, "avx2-int8") == 0) return 1;
     if (strncmp(set, "avx512", 6) == 0) return 2;
     return 3;
 }

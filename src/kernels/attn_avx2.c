@@ -220,22 +220,17 @@ static void lane2_setup(const tq_record *x, lane2_seg *g) {
 }
 
 /* Lanes 8·half … 8·half + 7 of block h of a segment at p: lane l holds bytes [Bl, Bl + B) of
- * the block in its low bits. A partial last block is read through a zero-padded copy. */
+ * the block in its low bits. A partial last block reads zeros past its bytes (masked loads:
+ * no byte past it is touched). */
 static inline __attribute__((always_inline)) __m256i lane2_load(const lane2_seg *g, const uint8_t *p,
                                                                 int h, int half, int B) {
-    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
+    size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
+    int n = rest < 16 * (size_t)B ? (int)rest : 16 * B, o = half * 8 * B;
     const uint8_t *src = p + at;
-    uint8_t buf[64];
-    if (n < 16 * (size_t)B) {
-        memset(buf, 0, sizeof buf);
-        memcpy(buf, src, n);
-        src = buf;
-    }
-    src += (size_t)half * 8 * (size_t)B;
     switch (B) {
-    case 4: return _mm256_loadu_si256((const __m256i *)(const void *)src);
-    case 2: return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)src));
-    case 1: return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)src));
+    case 4: return simd_load32_upto(src, o, n);
+    case 2: return _mm256_cvtepu16_epi32(simd_load16_upto(src, o, n));
+    case 1: return _mm256_cvtepu8_epi32(simd_load16_upto(src, o, n > o + 8 ? o + 8 : n));
     default: {
         /* 3 bytes per lane: lanes 0-3 from bytes 0-11, lanes 4-7 from bytes 12-23 of the half,
          * the upper 16-byte load of the second half ending at the block's last byte. */
@@ -243,8 +238,8 @@ static inline __attribute__((always_inline)) __m256i lane2_load(const lane2_seg 
                                              0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
         const __m256i sh1 = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
                                              4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + (half ? 8 : 12)));
+        __m128i a = simd_load16_upto(src, o, n);
+        __m128i b = simd_load16_upto(src, o + (half ? 8 : 12), n);
         __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
         return _mm256_shuffle_epi8(v, half ? sh1 : sh0);
     }

@@ -65,6 +65,23 @@ static inline int simd_rec_scales_run(const tq_record *x, const uint8_t *rec, in
     return !bad;
 }
 
+#if defined(__AVX2__)
+/* Bytes [off, off + 16) / [off, off + 32) of a block of which the first n are stored (n a
+ * multiple of 4): the rest read as zero, by masked loads, which touch no byte past n. */
+static inline __m128i simd_load16_upto(const uint8_t *src, int off, int n) {
+    if (off + 16 <= n) return _mm_loadu_si128((const __m128i *)(const void *)(src + off));
+    __m128i end = _mm_add_epi32(_mm_setr_epi32(4, 8, 12, 16), _mm_set1_epi32(off));
+    return _mm_maskload_epi32((const int *)(const void *)(src + off), _mm_cmpgt_epi32(_mm_set1_epi32(n + 1), end));
+}
+static inline __m256i simd_load32_upto(const uint8_t *src, int off, int n) {
+    if (off + 32 <= n) return _mm256_loadu_si256((const __m256i *)(const void *)(src + off));
+    __m256i end = _mm256_add_epi32(_mm256_setr_epi32(4, 8, 12, 16, 20, 24, 28, 32), _mm256_set1_epi32(off));
+    return _mm256_maskload_epi32((const int *)(const void *)(src + off),
+                                 _mm256_cmpgt_epi32(_mm256_set1_epi32(n + 1), end));
+}
+
+#endif
+
 #if defined(__AVX512F__)
 /* Sixteen horizontal sums at once: a[4k + m] for query k, token m (k, m < 4); returns the
  * vector whose 128-bit block k holds the sums of a[4k], …, a[4k + 3] (query k, tokens 0..3). */

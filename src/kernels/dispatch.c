@@ -13,9 +13,9 @@
 #include "kernels.h"
 #include "turboquant.h"
 
-/* The prepared sets: one per codec kind, and the AVX-512 one with the integer attention
- * kernels (the same as SET_AVX512 where the CPU or build lacks them). */
-enum { SET_REF, SET_AVX2, SET_AVX512, SET_AVX512_INT8, N_SETS };
+/* The prepared sets: one per codec kind, and the AVX2 and AVX-512 ones with the integer
+ * attention kernels (the same as SET_AVX2 / SET_AVX512 where the CPU or build lacks them). */
+enum { SET_REF, SET_AVX2, SET_AVX2_INT8, SET_AVX512, SET_AVX512_INT8, N_SETS };
 static tq_kernel_set sets[N_SETS];
 static _Atomic(const tq_kernel_set *) current;
 static atomic_int cur_kind = TQ_KERNELS_REF; /* the codec kind in use: REF, AVX2 or AVX512 */
@@ -77,8 +77,9 @@ static void read_environment(tq_kernels_kind *kind, int *int8) {
 
 static void select_set(void) {
     int k = atomic_load(&cur_kind);
-    int s = k == TQ_KERNELS_AVX512 ? (atomic_load(&int8_on) ? SET_AVX512_INT8 : SET_AVX512)
-            : k == TQ_KERNELS_AVX2 ? SET_AVX2
+    int i8 = atomic_load(&int8_on);
+    int s = k == TQ_KERNELS_AVX512 ? (i8 ? SET_AVX512_INT8 : SET_AVX512)
+            : k == TQ_KERNELS_AVX2 ? (i8 ? SET_AVX2_INT8 : SET_AVX2)
                                    : SET_REF;
     atomic_store_explicit(&current, &sets[s], memory_order_release);
 }
@@ -88,6 +89,9 @@ static void init_once(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     sets[SET_REF] = (tq_kernel_set){tq_kernels_ref(), ref};
     sets[SET_AVX2] = (tq_kernel_set){tq_kernels_avx2(), a2 ? a2 : ref};
+    sets[SET_AVX2_INT8] = sets[SET_AVX2];
+    if (cpu_has(TQ_KERNELS_AVX2) && tq_attn_kernels_avx2_int8())
+        sets[SET_AVX2_INT8].attn = tq_attn_kernels_avx2_int8();
     sets[SET_AVX512] = (tq_kernel_set){tq_kernels_avx512(), a5 ? a5 : a2 ? a2 : ref};
     sets[SET_AVX512_INT8] = sets[SET_AVX512];
     if (cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
@@ -132,7 +136,8 @@ void tq_set_int8_scores(int on) {
 
 int tq_int8_scores(void) {
     const tq_kernel_set *s = tq_kernel_set_get();
-    return s->attn != sets[SET_AVX512].attn && s == &sets[SET_AVX512_INT8];
+    return (s == &sets[SET_AVX512_INT8] && s->attn != sets[SET_AVX512].attn) ||
+           (s == &sets[SET_AVX2_INT8] && s->attn != sets[SET_AVX2].attn);
 }
 
 const char *tq_kernels_name(void) { return tq_kernels()->name; }

@@ -1,0 +1,124 @@
+/*
+ * The decode attention kernels on TurboQuant records alone (attn_kernels.h, lane layout):
+ * score_turbo_lanes (keys) and accum_turbo_lanes (values) of every attention table the host
+ * supports, for 4 query heads per KV head (GQA 4, as Gemma 3 and the d128 32q/8kv shape) over
+ * NK records, in nanoseconds per record (best of several runs: the machine is shared). The
+ * ratio columns are against the float table of the same width (avx2 for avx2-int8, avx512 for
+ * avx512-vnni), measured in the same run.
+ *
+ *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]   (default 30 ms, nk 4096, every shape)
+ *
+ * Under `valgrind --tool=callgrind --toggle-collect='*turbo_lanes'` it gives instruction counts
+ * per record (doc/bench.md): run it with a small nk and min_ms 0 (one timed call each).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn_kernels.h"
+#include "codec_record.h"
+#include "turboquant.h"
+
+#define NQ 4
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float gauss(void) {
+    double u1 = ((rng = rng * 6364136223846793005ULL + 1442695040888963407ULL) >> 11) * 0x1p-53;
+    double u2 = ((rng = rng * 6364136223846793005ULL + 1442695040888963407ULL) >> 11) * 0x1p-53;
+    return (float)(sqrt(-2.0 * log(u1 + 1e-300)) * cos(6.283185307179586 * u2));
+}
+
+static volatile float sink;
+
+/* Best ns per record of `score` (which = 0) or `accum` (1) of table t over nk records. */
+static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, const uint8_t *rec,
+                       int nk, const float *q, int kl, const float *p, float *S, float *acc,
+                       double min_ms) {
+    double best = 1e300, spent = 0;
+    int runs = 0;
+    while (runs < 3 || (spent < min_ms * 1e6 && runs < 1000)) {
+        double t0 = now_ns();
+        if (which == 0) {
+            t->score_turbo_lanes(x, rec, nk, q, (size_t)kl, NQ, S, (size_t)nk);
+            sink += S[nk / 2];
+        } else {
+            memset(acc, 0, sizeof(float) * (size_t)kl * NQ);
+            t->accum_turbo_lanes(x, rec, nk, p, (size_t)nk, NQ, acc, (size_t)kl);
+            sink += acc[kl / 2];
+        }
+        double dt = now_ns() - t0;
+        spent += dt;
+        runs++;
+        if (dt < best) best = dt;
+        if (min_ms <= 0 && runs >= 1) break;
+    }
+    return best / nk;
+}
+
+int main(int argc, char **argv) {
+    double min_ms = argc > 1 ? atof(argv[1]) : 30.0;
+    int nk = argc > 2 ? atoi(argv[2]) : 4096;
+    int only_dim = 0;
+    float only_bits = 0;
+    if (argc > 3 && sscanf(argv[3], "%d:%f", &only_dim, &only_bits) != 2) nk = 0;
+    if (nk < 1 || nk > 1 << 20 || !(min_ms >= 0)) {
+        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]\n");
+        return 2;
+    }
+    const tq_attn_kernels *tabs[4] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
+                                      tq_attn_kernels_avx512(), tq_attn_kernels_avx512_vnni()};
+    const int need[4] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512, TQ_KERNELS_AVX512};
+    const int base[4] = {0, 0, 2, 2};
+    static const struct { int dim; float bits; } cfgs[] = {{128, 2}, {128, 3}, {128, 3.5f}, {128, 4},
+                                                           {256, 3}, {256, 4}, {64, 3}, {64, 2.5f}};
+    printf("%-12s %4s %5s %10s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
+           "score x", "accum x");
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        int d = cfgs[ci].dim;
+        if (only_dim && (d != only_dim || cfgs[ci].bits != only_bits)) continue;
+        tq_codec_config cc;
+        tq_codec_config_init(&cc, d, cfgs[ci].bits, TQ_VARIANT_MSE);
+        tq_codec *codec = NULL;
+        if (tq_codec_create(&codec, &cc) != TQ_OK) return 1;
+        tq_record kx, vx;
+        if (tq_codec_describe(codec, 0, &kx) != TQ_OK || tq_codec_describe(codec, 1, &vx) != TQ_OK) return 1;
+        int kl = tq_record_lanes(&kx);
+        size_t rb = kx.rec_bytes;
+        uint8_t *rec = malloc(rb * (size_t)nk);
+        float *v = malloc(sizeof(float) * (size_t)d * (size_t)nk);
+        float *q = calloc((size_t)kl * NQ, sizeof(float)), *qn = malloc(sizeof(float) * (size_t)d);
+        float *p = malloc(sizeof(float) * (size_t)nk * NQ), *S = malloc(sizeof(float) * (size_t)nk * NQ);
+        float *acc = malloc(sizeof(float) * (size_t)kl * NQ);
+        if (!rec || !v || !q || !qn || !p || !S || !acc || !kl) return 1;
+        for (size_t i = 0; i < (size_t)d * (size_t)nk; i++) v[i] = gauss();
+        if (tq_codec_encode(codec, v, (size_t)nk, rec, rb * (size_t)nk) != TQ_OK) return 1;
+        for (int j = 0; j < NQ; j++) {
+            for (int i = 0; i < d; i++) qn[i] = gauss();
+            tq_record_to_lanes(&kx, qn, q + (size_t)j * (size_t)kl);
+        }
+        for (size_t i = 0; i < (size_t)nk * NQ; i++) p[i] = (float)fabs(gauss()) / (float)nk;
+        double ns[4][2];
+        for (int ti = 0; ti < 4; ti++) {
+            const tq_attn_kernels *t = tabs[ti];
+            ns[ti][0] = ns[ti][1] = 0;
+            if (!t || !tq_kernels_supported(need[ti]) || !t->score_turbo_lanes) continue;
+            ns[ti][0] = time_one(t, 0, &kx, rec, nk, q, kl, p, S, acc, min_ms);
+            ns[ti][1] = time_one(t, 1, &vx, rec, nk, q, kl, p, S, acc, min_ms);
+            double b0 = ns[base[ti]][0], b1 = ns[base[ti]][1];
+            printf("%-12s %4d %5g %10.2f %10.2f %8.2fx %8.2fx\n", t->name, d, (double)cfgs[ci].bits,
+                   ns[ti][0], ns[ti][1], b0 > 0 ? b0 / ns[ti][0] : 0.0, b1 > 0 ? b1 / ns[ti][1] : 0.0);
+        }
+        free(rec), free(v), free(q), free(qn), free(p), free(S), free(acc);
+        tq_codec_free(codec);
+    }
+    return 0;
+}

@@ -1,0 +1,507 @@
+/*
+ * Decode attention in integers on AVX2 without VNNI — key scores and value sums — on the lane
+ * layout (record.h, tq_record_lanes). The same arithmetic as the AVX-512 VNNI kernels
+ * (attn_vnni.c) with the byte dot product of AVX2: vpmaddubsw (unsigned × signed bytes, pairs
+ * summed in int16, saturating) then vpmaddwd by ones (pairs of int16 summed in int32). So that
+ * vpmaddubsw can never saturate, the centroids are rounded to 7 bits instead of 8:
+ * ĉ = round(c / α), α = the largest |centroid| of the segment / 63 (one α per segment of a
+ * split record, VNNI: one per tensor), |ĉ| ≤ 63.
+ * Compiled with -mavx2 -mfma -mf16c.
+ *
+ * Codes → bytes, per 128-coordinate block (16 lanes × 8 rounds) into four vectors of 32 bytes:
+ * B = 4 and 2 by masks and shifts of the raw bytes, B = 3 by spreading each lane's 3 bytes to
+ * a dword, then per dword one round of four lanes (a vpshufb picks the byte that holds it —
+ * from the dwords shifted right by 2 for the rounds that straddle bytes — and a vpsrlvd moves
+ * it to bit 0); then a vpshufb looks the 3 or 4-bit index up in a 16-entry table of ĉ. The
+ * order of the 128 bytes is fixed per B (i8_pos); queries are put in that order, value sums are
+ * put back in lane order at the end of a call. Segments of 1 bit take the float kernels.
+ *
+ * Scores: q̂ = round(q / β), β = max|q| / 127 per query row, the table holds ĉ + 64 ∈ [1, 127]:
+ *   ⟨q, row⟩ ≈ scale · β · Σ_s α_s (Σ_{i∈s} (ĉ_i + 64) · q̂_i − 64 · Σ_{i∈s} q̂_i),
+ * vpmaddubsw pairs ≤ 2·127·127 < 2^15;
+ * error at most scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4) (α of the segment of i).
+ * Values: w_t = p_t · scale_t rounded per group of 32 tokens to ŵ ∈ [0, 255] (γ = the group's
+ * largest w / 255), four tokens' bytes of one coordinate brought together by a 4 × 4 byte
+ * transpose, one broadcast dword of their weights: pairs ≤ 2·255·63 < 2^15; error per
+ * coordinate at most Σ_t (γ_t/2 · |c_ti| + (w_t + γ_t/2) · α/2) (c in row units / scale).
+ * tests/test_attention.c holds both to these bounds. A query or weight that is not finite (or a
+ * negative weight) sends its group of four queries to the float kernels (attn_avx2.c), as
+ * TQ_INT8_SCORES=0 sends everything.
+ */
+#include "attn_kernels.h"
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "attn_simd.h"
+
+#define I8_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
+#define I8_GROUP 32     /* tokens whose value weights share one γ */
+#define I8_CALL 256     /* tokens per value pass */
+#define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
+
+/* Lane-layout position (16·round + lane) inside its block of decoded byte p (0..127) of a
+ * block of B-bit codes, as i8_decode leaves them. */
+static int i8_pos(int B, int p) {
+    int v = p / 32, b = p % 32, lane, round;
+    switch (B) {
+    case 4: lane = 8 * (v / 2) + b / 4, round = 2 * (b % 4) + v % 2; break;
+    case 2: lane = b / 2, round = 4 * (b % 2) + v; break;
+    default: { /* 3: vector v = P/Q of group pair v/2; half: group; dword r; byte: lane */
+        static const int kP[4] = {0, 1, 3, 4}, kQ[4] = {2, 5, 6, 7};
+        int half = b / 16, r = b % 16 / 4, i = b % 4;
+        lane = 4 * (2 * (v / 2) + half) + i;
+        round = v % 2 ? kQ[r] : kP[r];
+        break;
+    }
+    }
+    return 16 * round + lane;
+}
+
+/* Quad slot layout of the value pass: per block, slot 4c + r of 32 bytes (8 dwords d) holds the
+ * four tokens of decoded byte 32c + 16(d / 4) + 4r + d % 4 (the 4 × 4 byte transpose). */
+static inline int i8_slot_byte(int slot, int d) { return 32 * (slot / 4) + 16 * (d / 4) + 4 * (slot % 4) + d % 4; }
+
+/* i8_pos and the value buffer's order → lane positions, per B (filled once, i8_init). */
+static uint8_t i8_pos_tab[5][128], i8_back_tab[5][128];
+
+typedef struct iseg {
+    float alpha;   /* this segment's centroid step: its largest |centroid| / 63 */
+    __m256i tab_u; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand) */
+    __m256i tab_s; /* ĉ[e mod 2^B] (values: the signed operand) */
+    int B, nblk;
+    size_t off, bytes;
+    const uint8_t *pos;  /* i8_pos(B, ·) */
+    const uint8_t *back; /* value buffer index 8·slot + d → lane position (i8_slot_byte, pos) */
+} iseg;
+
+/* The segments' state; 0 if some segment has 1 bit or a centroid that is not finite, or only
+ * zero centroids (then the float kernels). */
+static int iseg_setup(const tq_record *x, iseg *g) {
+    for (int s = 0; s < x->n_seg; s++) {
+        float m = 0.0f;
+        if (x->seg[s].bits < 2 || x->seg[s].bits > 4) return 0;
+        for (int i = 0; i < 1 << x->seg[s].bits; i++) {
+            float a = fabsf(x->seg[s].centroids[i]);
+            if (!(a <= 3.4e38f)) return 0;
+            m = a > m ? a : m;
+        }
+        if (m == 0.0f) return 0;
+        g[s].alpha = m / 63.0f;
+    }
+    for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits;
+        float c[16];
+        for (int e = 0; e < 16; e++) c[e] = x->seg[s].centroids[e & ((1 << B) - 1)];
+        /* ĉ = round(c / α) (to nearest even, as lrintf), |ĉ| ≤ 63 */
+        __m256 al = _mm256_set1_ps(g[s].alpha);
+        __m256i lo = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(c), al));
+        __m256i hi = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(c + 8), al));
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
+        __m128i ts = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        g[s].tab_s = _mm256_broadcastsi128_si256(ts);
+        g[s].tab_u = _mm256_broadcastsi128_si256(_mm_add_epi8(ts, _mm_set1_epi8(64)));
+        g[s].B = B;
+        g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].off = x->seg[s].off;
+        g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+        g[s].pos = i8_pos_tab[B];
+        g[s].back = i8_back_tab[B];
+    }
+    return 1;
+}
+
+static int i8_prepare(const tq_record *x, iseg *g, int *kl) {
+    *kl = tq_record_lanes(x);
+    return *kl > 0 && *kl <= 128 * I8_MAX_BLOCKS && iseg_setup(x, g);
+}
+
+/* Block h of a segment of B-bit codes at p (record + segment offset) → out[4], 32 bytes each,
+ * byte p of the block (i8_pos) looked up in tab. A partial last block reads zeros past its
+ * bytes (code 0 at absent coordinates: the queries are 0 there, the sums are not read). */
+static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const uint8_t *p, int h,
+                                                            __m256i tab, __m256i out[4], int B) {
+    size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
+    int n = rest < 16 * (size_t)B ? (int)rest : 16 * B;
+    const uint8_t *src = p + at;
+    if (B == 4) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        __m256i v0 = simd_load32_upto(src, 0, n);
+        __m256i v1 = simd_load32_upto(src, 32, n);
+        out[0] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v0, m4));
+        out[1] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4));
+        out[2] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v1, m4));
+        out[3] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
+    } else if (B == 2) {
+        const __m256i m2 = _mm256_set1_epi8(0x03);
+        __m256i v = simd_load32_upto(src, 0, n);
+        out[0] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m2));
+        out[1] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 2), m2));
+        out[2] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m2));
+        out[3] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 6), m2));
+    } else {
+        /* Four lanes (12 bytes) per 128-bit half: groups 0 | 1 and 2 | 3, the last loaded from
+         * byte 32 (its lanes at bytes 4..15 of the half). */
+        const __m256i spread01 = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
+                                                  0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1);
+        const __m256i spread23 = _mm256_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1,
+                                                  4, 5, 6, -1, 7, 8, 9, -1, 10, 11, 12, -1, 13, 14, 15, -1);
+        /* After the spread, lane i of a half is dword i. P: dwords = rounds 0, 1, 3, 4 (bytes
+         * 0, 0, 1, 1 of each lane, shifts 0, 3, 1, 4); Q: rounds 2, 5 from the lanes shifted
+         * right by 2 (bytes 0, 1, shifts 4, 5), rounds 6, 7 (byte 2, shifts 2, 5). */
+        const __m256i cP = _mm256_setr_epi8(0, 4, 8, 12, 0, 4, 8, 12, 1, 5, 9, 13, 1, 5, 9, 13,
+                                            0, 4, 8, 12, 0, 4, 8, 12, 1, 5, 9, 13, 1, 5, 9, 13);
+        const __m256i cQs = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+                                             0, 4, 8, 12, 1, 5, 9, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+        const __m256i cQ = _mm256_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 2, 6, 10, 14, 2, 6, 10, 14,
+                                            -1, -1, -1, -1, -1, -1, -1, -1, 2, 6, 10, 14, 2, 6, 10, 14);
+        const __m256i shP = _mm256_setr_epi32(0, 3, 1, 4, 0, 3, 1, 4);
+        const __m256i shQ = _mm256_setr_epi32(4, 5, 2, 5, 4, 5, 2, 5);
+        const __m256i m3 = _mm256_set1_epi8(0x07);
+        for (int v = 0; v < 2; v++) {
+            __m128i lo = simd_load16_upto(src, 24 * v, n);
+            __m128i hi = simd_load16_upto(src, v ? 32 : 12, n);
+            __m256i S = _mm256_shuffle_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1),
+                                            v ? spread23 : spread01);
+            __m256i S2 = _mm256_srli_epi32(S, 2);
+            __m256i P = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(S, cP), shP), m3);
+            __m256i Q = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_or_si256(_mm256_shuffle_epi8(S2, cQs), _mm256_shuffle_epi8(S, cQ)), shQ), m3);
+            out[2 * v] = _mm256_shuffle_epi8(tab, P);
+            out[2 * v + 1] = _mm256_shuffle_epi8(tab, Q);
+        }
+    }
+}
+
+/* One query row in the lane layout (kl floats) → q̂ with each block in its segment's decoded
+ * order. Sets β and bias[s] = 64 · Σ q̂ over segment s; returns 0 if a coordinate is not
+ * finite. */
+static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int kl, int8_t *out,
+                          float *beta, int32_t *bias) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 lim = _mm256_set1_ps(3.4e38f);
+    __m256 m = _mm256_setzero_ps();
+    int bad = 0;
+    for (int i = 0; i < kl; i += 8) {
+        __m256 v = _mm256_and_ps(_mm256_loadu_ps(q + i), absmask);
+        bad |= _mm256_movemask_ps(_mm256_cmp_ps(v, lim, _CMP_NLE_UQ)); /* NaN, ±Inf */
+        m = _mm256_max_ps(m, v);
+    }
+    if (bad) return 0;
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float mx = _mm_cvtss_f32(m4);
+    float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+    int8_t qi[128 * I8_MAX_BLOCKS];
+    int H = 0;
+    for (int s = 0; s < x->n_seg; s++) {
+        __m256i sum = _mm256_setzero_si256();
+        for (int i = 128 * H; i < 128 * (H + g[s].nblk); i += 16) {
+            __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(q + i), _mm256_set1_ps(inv)));
+            __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(q + i + 8), _mm256_set1_ps(inv)));
+            sum = _mm256_add_epi32(sum, _mm256_add_epi32(a, b));
+            __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), _MM_SHUFFLE(3, 1, 2, 0));
+            __m128i by = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+            _mm_storeu_si128((__m128i *)(void *)(qi + i), by);
+        }
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+        bias[s] = 64 * _mm_cvtsi128_si32(s4);
+        for (int h = 0; h < g[s].nblk; h++, H++)
+            for (int p = 0; p < 128; p++) out[128 * H + p] = qi[128 * H + g[s].pos[p]];
+    }
+    *beta = mx / 127.0f;
+    return 1;
+}
+
+/* One segment of n records (stride rb from rec) against four queries (qb[j]: this segment's
+ * first block): P[t][j] (first segment) or P[t][j] += (vab_j · (Σ − bias_j)). */
+static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, const uint8_t *rec, size_t rb,
+                                                               int n, const int8_t *const qb[4],
+                                                               __m128i vbias, __m128 vab, float (*P)[4],
+                                                               int first, int B, int NB) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int nblk = NB ? NB : g->nblk; /* NB: the block count when known at compile time */
+    for (int t = 0; t < n; t++) {
+        const uint8_t *r = rec + (size_t)t * rb + g->off;
+        _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (int h = 0; h < nblk; h++) {
+            __m256i d[4];
+            i8_decode(g, r, h, g->tab_u, d, B);
+            for (int c = 0; c < 4; c++) {
+                size_t at = 128 * (size_t)h + 32 * (size_t)c;
+#define I8_DOT(acc, j)                                                                                  \
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(d[c], _mm256_loadu_si256(         \
+                                                      (const __m256i *)(const void *)(qb[j] + at))), \
+                                                  ones))
+                I8_DOT(a0, 0);
+                I8_DOT(a1, 1);
+                I8_DOT(a2, 2);
+                I8_DOT(a3, 3);
+#undef I8_DOT
+            }
+        }
+        /* the four sums at once: hadd pairs, then the two 128-bit halves */
+        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+        __m128i tot = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        __m128 v = _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(tot, vbias)), vab);
+        _mm_storeu_ps(P[t], first ? v : _mm_add_ps(v, _mm_loadu_ps(P[t])));
+    }
+}
+
+static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
+                                size_t qs, int nq, float *S, size_t ss) {
+    const tq_attn_kernels *fallback = tq_attn_kernels_avx2();
+    int kl;
+    iseg g[2];
+    if (!i8_prepare(x, g, &kl)) return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
+    size_t rb = x->rec_bytes;
+    int ok = 1;
+    float sc[I8_CALL], P[I8_CALL][4];
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        _Alignas(32) int8_t qb[4][128 * I8_MAX_BLOCKS];
+        float beta[4];
+        int32_t bias[4][2];
+        int fin = 1;
+        for (int k = 0; k < m4 && fin; k++)
+            fin = i8_quant_query(x, g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], bias[k]);
+        if (!fin) {
+            ok &= fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
+            continue;
+        }
+        /* Absent queries (a last group of fewer than 4) repeat the first; their sums are dropped.
+         * Per segment s: its bias and α_s·β. */
+        __m128i vbias[2];
+        __m128 vab[2];
+        for (int s = 0; s < x->n_seg; s++) {
+            int32_t b4[4];
+            float ab[4];
+            for (int k = 0; k < 4; k++) {
+                int kk = k < m4 ? k : 0;
+                b4[k] = bias[kk][s];
+                ab[k] = g[s].alpha * beta[kk];
+            }
+            vbias[s] = _mm_loadu_si128((const __m128i *)(const void *)b4);
+            vab[s] = _mm_loadu_ps(ab);
+        }
+        for (int t0 = 0; t0 < nk; t0 += I8_CALL) {
+            int n = nk - t0 < I8_CALL ? nk - t0 : I8_CALL;
+            const uint8_t *r0 = rec + (size_t)t0 * rb;
+            ok &= simd_rec_scales_run(x, r0, n, sc);
+            int H0 = 0;
+            for (int s = 0; s < x->n_seg; s++) {
+                const int8_t *qp[4];
+                for (int k = 0; k < 4; k++) qp[k] = qb[k < m4 ? k : 0] + 128 * H0;
+                int first = s == 0, one = g[s].nblk == 1;
+#define I8_RUN(B)                                                                 \
+    do {                                                                          \
+        if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 1); \
+        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 0);      \
+    } while (0)
+                switch (g[s].B) {
+                case 4: I8_RUN(4); break;
+                case 3: I8_RUN(3); break;
+                default: I8_RUN(2); break;
+                }
+#undef I8_RUN
+                H0 += g[s].nblk;
+            }
+            for (int k = 0; k < m4; k++) {
+                float *o = S + (size_t)(j + k) * ss + (size_t)t0;
+                for (int t = 0; t < n; t++) o[t] = P[t][k] * sc[t];
+            }
+        }
+    }
+    return ok;
+}
+
+/* One block h of one segment over n tokens (a multiple of 4; records r0 + t·rb), four
+ * queries: F[j][8·slot + d] += α_s·γ · the int32 sums. */
+static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, const uint8_t *r0, size_t rb,
+                                                                 int n, int h,
+                                                                 const uint8_t (*W)[I8_CALL],
+                                                                 const float (*ag)[I8_CALL / I8_GROUP],
+                                                                 float *const F[4], int B) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const float al = g->alpha;
+    _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
+    for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
+        int t1 = t0 + I8_GROUP < n ? t0 + I8_GROUP : n, nquad = (t1 - t0) / 4;
+        for (int u = 0; u < nquad; u++) {
+            const uint8_t *r = r0 + (size_t)(t0 + 4 * u) * rb + g->off;
+            _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
+            _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
+            __m256i x0[4], x1[4], x2[4], x3[4];
+            i8_decode(g, r, h, g->tab_s, x0, B);
+            i8_decode(g, r + rb, h, g->tab_s, x1, B);
+            i8_decode(g, r + 2 * rb, h, g->tab_s, x2, B);
+            i8_decode(g, r + 3 * rb, h, g->tab_s, x3, B);
+            for (int c = 0; c < 4; c++) {
+                __m256i lo01 = _mm256_unpacklo_epi8(x0[c], x1[c]), hi01 = _mm256_unpackhi_epi8(x0[c], x1[c]);
+                __m256i lo23 = _mm256_unpacklo_epi8(x2[c], x3[c]), hi23 = _mm256_unpackhi_epi8(x2[c], x3[c]);
+                _mm256_store_si256((__m256i *)(void *)buf[u][4 * c], _mm256_unpacklo_epi16(lo01, lo23));
+                _mm256_store_si256((__m256i *)(void *)buf[u][4 * c + 1], _mm256_unpackhi_epi16(lo01, lo23));
+                _mm256_store_si256((__m256i *)(void *)buf[u][4 * c + 2], _mm256_unpacklo_epi16(hi01, hi23));
+                _mm256_store_si256((__m256i *)(void *)buf[u][4 * c + 3], _mm256_unpackhi_epi16(hi01, hi23));
+            }
+        }
+        const __m256 s0 = _mm256_set1_ps(al * ag[0][t0 / I8_GROUP]), s1 = _mm256_set1_ps(al * ag[1][t0 / I8_GROUP]),
+                     s2 = _mm256_set1_ps(al * ag[2][t0 / I8_GROUP]), s3 = _mm256_set1_ps(al * ag[3][t0 / I8_GROUP]);
+        /* two slots at a time: eight accumulators, each weight broadcast serves both */
+        for (int sl = 0; sl < 16; sl += 2) {
+            __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int u = 0; u < nquad; u++) {
+                __m256i y = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl]);
+                __m256i z = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl + 1]);
+                const float *wp = (const float *)(const void *)&W[0][t0 + 4 * u];
+#define I8_ACC(acc, wv, v) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wv, v), ones))
+                __m256i w = _mm256_castps_si256(_mm256_broadcast_ss(wp));
+                I8_ACC(a0, w, y);
+                I8_ACC(b0, w, z);
+                w = _mm256_castps_si256(_mm256_broadcast_ss(wp + I8_CALL / 4));
+                I8_ACC(a1, w, y);
+                I8_ACC(b1, w, z);
+                w = _mm256_castps_si256(_mm256_broadcast_ss(wp + 2 * (I8_CALL / 4)));
+                I8_ACC(a2, w, y);
+                I8_ACC(b2, w, z);
+                w = _mm256_castps_si256(_mm256_broadcast_ss(wp + 3 * (I8_CALL / 4)));
+                I8_ACC(a3, w, y);
+                I8_ACC(b3, w, z);
+#undef I8_ACC
+            }
+            float *f0 = F[0] + 8 * sl, *f1 = F[1] + 8 * sl, *f2 = F[2] + 8 * sl, *f3 = F[3] + 8 * sl;
+            _mm256_storeu_ps(f0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), s0, _mm256_loadu_ps(f0)));
+            _mm256_storeu_ps(f1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), s1, _mm256_loadu_ps(f1)));
+            _mm256_storeu_ps(f2, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a2), s2, _mm256_loadu_ps(f2)));
+            _mm256_storeu_ps(f3, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a3), s3, _mm256_loadu_ps(f3)));
+            _mm256_storeu_ps(f0 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b0), s0, _mm256_loadu_ps(f0 + 8)));
+            _mm256_storeu_ps(f1 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b1), s1, _mm256_loadu_ps(f1 + 8)));
+            _mm256_storeu_ps(f2 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b2), s2, _mm256_loadu_ps(f2 + 8)));
+            _mm256_storeu_ps(f3 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b3), s3, _mm256_loadu_ps(f3 + 8)));
+        }
+    }
+}
+
+static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p,
+                                size_t ps, int nq, float *acc, size_t as) {
+    const tq_attn_kernels *fallback = tq_attn_kernels_avx2();
+    int kl;
+    iseg g[2];
+    if (!i8_prepare(x, g, &kl)) return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
+    size_t rb = x->rec_bytes;
+    int ok = 1;
+    float sc[I8_CALL];
+    _Alignas(32) uint8_t W[4][I8_CALL];
+    float ag[4][I8_CALL / I8_GROUP];
+    _Alignas(32) float F[4][128 * I8_MAX_BLOCKS];
+    for (int c0 = 0; c0 < nk; c0 += I8_CALL) {
+        int n = nk - c0 < I8_CALL ? nk - c0 : I8_CALL;
+        const uint8_t *r0 = rec + (size_t)c0 * rb;
+        ok &= simd_rec_scales_run(x, r0, n, sc);
+        int nfull = n / 4 * 4;
+        for (int j = 0; j < nq; j += 4) {
+            int m4 = nq - j < 4 ? nq - j : 4, fin = 1;
+            /* ŵ of the four queries over the whole quads [0, nfull) (absent queries: 0) */
+            const __m256 zero = _mm256_setzero_ps(), lim = _mm256_set1_ps(3.4e38f);
+            for (int k = 0; k < 4; k++)
+                for (int g0 = 0; g0 < nfull; g0 += I8_GROUP) {
+                    int gn = nfull - g0 < I8_GROUP ? nfull - g0 : I8_GROUP;
+                    __m256 w[I8_GROUP / 8], m = zero;
+                    const float *pk = p + (size_t)(j + (k < m4 ? k : 0)) * ps + (size_t)(c0 + g0);
+                    for (int i = 0; i < I8_GROUP / 8; i++) {
+                        /* gn is a multiple of 4: the last vector may hold 4 tokens */
+                        int cnt = gn - 8 * i;
+                        __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(k < m4 ? cnt : 0),
+                                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+                        w[i] = _mm256_mul_ps(_mm256_maskload_ps(pk + 8 * i, mk), _mm256_maskload_ps(sc + g0 + 8 * i, mk));
+                        /* w ∈ [0, FLT_MAX]: fails for NaN, ±Inf and negatives */
+                        __m256 good = _mm256_and_ps(_mm256_cmp_ps(w[i], zero, _CMP_GE_OQ), _mm256_cmp_ps(w[i], lim, _CMP_LE_OQ));
+                        if (_mm256_movemask_ps(good) != 0xFF) fin = 0;
+                        m = _mm256_max_ps(m, w[i]);
+                    }
+                    __m128 m4v = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+                    m4v = _mm_max_ps(m4v, _mm_movehl_ps(m4v, m4v));
+                    m4v = _mm_max_ss(m4v, _mm_movehdup_ps(m4v));
+                    float mx = _mm_cvtss_f32(m4v);
+                    __m256 inv = _mm256_set1_ps(mx > 0.0f ? 255.0f / mx : 0.0f);
+                    for (int i = 0; i < I8_GROUP / 8; i++) {
+                        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(w[i], inv));
+                        __m128i h = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+                        _mm_storel_epi64((__m128i *)(void *)&W[k][g0 + 8 * i], _mm_packus_epi16(h, h));
+                    }
+                    ag[k][g0 / I8_GROUP] = mx / 255.0f;
+                }
+            if (!fin) {
+                ok &= fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
+                                                  acc + (size_t)j * as, as);
+                continue;
+            }
+            for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
+            const uint8_t(*Wc)[I8_CALL] = (const uint8_t(*)[I8_CALL])W;
+            const float(*agc)[I8_CALL / I8_GROUP] = (const float(*)[I8_CALL / I8_GROUP])ag;
+            int H0 = 0;
+            for (int s = 0; s < x->n_seg; s++) {
+                for (int h = 0; h < g[s].nblk; h++) {
+                    float *Fp[4] = {F[0] + 128 * (H0 + h), F[1] + 128 * (H0 + h), F[2] + 128 * (H0 + h),
+                                    F[3] + 128 * (H0 + h)};
+                    switch (g[s].B) {
+                    case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4); break;
+                    case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3); break;
+                    default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2); break;
+                    }
+                }
+                H0 += g[s].nblk;
+            }
+            /* buffer order → lane layout */
+            for (int k = 0; k < m4; k++) {
+                float *A = acc + (size_t)(j + k) * as;
+                H0 = 0;
+                for (int s = 0; s < x->n_seg; s++)
+                    for (int h = 0; h < g[s].nblk; h++, H0++)
+                        for (int i = 0; i < 128; i++) A[128 * H0 + g[s].back[i]] += F[k][128 * H0 + i];
+            }
+            /* the last n % 4 tokens: the float kernel */
+            if (n > nfull)
+                ok &= fallback->accum_turbo_lanes(x, r0 + (size_t)nfull * rb, n - nfull,
+                                                  p + (size_t)j * ps + (size_t)(c0 + nfull), ps, m4,
+                                                  acc + (size_t)j * as, as);
+        }
+    }
+    return ok;
+}
+
+static tq_attn_kernels i8_table;
+static pthread_once_t i8_once = PTHREAD_ONCE_INIT;
+
+static void i8_init(void) {
+    for (int B = 2; B <= 4; B++)
+        for (int p = 0; p < 128; p++) {
+            i8_pos_tab[B][p] = (uint8_t)i8_pos(B, p);
+            i8_back_tab[B][p] = (uint8_t)i8_pos(B, i8_slot_byte(p / 8, p % 8));
+        }
+    i8_table = *tq_attn_kernels_avx2();
+    i8_table.name = "avx2-int8";
+    i8_table.score_turbo_lanes = i8_score_turbo_lanes;
+    i8_table.accum_turbo_lanes = i8_accum_turbo_lanes;
+}
+
+const tq_attn_kernels *tq_attn_kernels_avx2_int8(void) {
+    __builtin_cpu_init();
+    if (!tq_attn_kernels_avx2() || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return NULL;
+    pthread_once(&i8_once, i8_init);
+    return &i8_table;
+}
+
+#else
+
+const tq_attn_kernels *tq_attn_kernels_avx2_int8(void) { return NULL; }
+
+#endif
