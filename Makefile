@@ -5,7 +5,7 @@ FUZZ_SECONDS ?= 10
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 
-.PHONY: all build test test-fast test-san test-tsan fuzz bench install clean
+.PHONY: all build test test-fast test-san test-tsan test-arm fuzz bench install clean
 
 all: build
 
@@ -15,9 +15,9 @@ build:
 
 # Every test: optimized build, the same tests under ASan+UBSan, then the fuzz targets for a
 # bounded time each; at the end, what was skipped in each build.
-test: test-fast test-san test-tsan fuzz
+test: test-fast test-san test-tsan test-arm fuzz
 	@echo "== skipped in make test (tests/test_util.h: a skip is never a pass) =="
-	@for d in $(BUILD) $(SAN_BUILD) build-tsan; do (cd $$d && $(SKIP_SUMMARY)); done
+	@for d in $(BUILD) $(SAN_BUILD) build-tsan build-arm; do (cd $$d && $(SKIP_SUMMARY)); done
 
 # A test that cannot run (no model, no data, a CPU without a kernel's instructions) exits 77,
 # which ctest reports as "Skipped" (SKIP_RETURN_CODE in CMakeLists.txt); a test that runs but
@@ -43,6 +43,16 @@ test-tsan:
 	cmake --build build-tsan -j $(JOBS) --target test_attention test_kvcache_fork test_contexts test_context_fork test_threadpool test_batch tq
 	cd build-tsan && { ctest --output-on-failure -R 'test_attention_threads|test_kvcache_fork_threads|test_contexts|test_context_fork|test_threadpool|test_batch|tq_serve'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
+# The library and its kernel tests cross-built for aarch64 (gcc-aarch64-linux-gnu) and run under
+# qemu-aarch64-static: the NEON kernels against the scalar reference, bit for bit where the x86
+# ones are, and the library's own tests that stay short under emulation.
+ARM_TESTS = test_kernels|test_attention_kernels|test_golden|test_errors|test_abi|test_key_transform|test_kvcache|test_cachefile|test_sink
+test-arm:
+	cmake -S . -B build-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DTQ_LIB_ONLY=ON \
+		-DCMAKE_BUILD_TYPE=Release
+	cmake --build build-arm -j $(JOBS)
+	cd build-arm && { ctest --output-on-failure -j $(JOBS) -R '^($(ARM_TESTS))$$'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS)
 
@@ -53,4 +63,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) build-tsan build-fuzz
+	rm -rf $(BUILD) $(SAN_BUILD) build-tsan build-arm build-fuzz

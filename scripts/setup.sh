@@ -8,8 +8,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 need=()
+# gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user-static: the aarch64 build of the
+# library and its NEON kernel tests under emulation (make test-arm).
 for pkg in build-essential cmake clang-14 libclang-rt-14-dev python3 python3-venv pkg-config libpcre2-dev \
-  libmicrohttpd-dev libjansson-dev curl; do
+  libmicrohttpd-dev libjansson-dev curl gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -520,16 +520,17 @@ static int attn_table_usable(const char *set, const tq_attn_kernels *t, int supp
 
 static void test_attn_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
-    const tq_attn_kernels *tabs[2] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
-    int have[2];
+    const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(), tq_attn_kernels_neon()};
+    int have[3];
     have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
     have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
+    have[2] = attn_table_usable("neon", tabs[2], tq_kernels_supported(TQ_KERNELS_NEON));
     float q[8 * 300], k[300], a1[300], a2[300], rows[40 * 300], pw[40];
     fill(q, 8 * 300, 0);
     fill(k, 300, 0);
     fill(rows, 40 * 300, 0);
     for (int i = 0; i < 40; i++) pw[i] = (float)urand();
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < 3; ti++) {
         const tq_attn_kernels *t = tabs[ti];
         if (!t || !have[ti]) continue;
         for (int n = 1; n <= 300; n += 37) {
@@ -625,9 +626,9 @@ static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const fl
 
 /* The error bound of the integer value sums (attn_vnni.c) for query weights p over nk records:
  * bound[i] = Σ_t (γ_t/2 · |c_ti| + (w_t + γ_t/2) · α/2), w_t = p_t · scale_t, γ_t the largest w
- * of t's group of 32 / wlev (255 VNNI, 127 AVX2); the last nk mod 4 tokens take the float kernel (no term). */
+ * of t's group of 32 / 255; the last nk mod 4 tokens take the float kernel (no term). */
 static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
-                             double clev, double wlev, double *bound) {
+                             double clev, double *bound) {
     double cmax = 0, w[64], gam[64];
     for (int s = 0; s < x->n_seg; s++)
         for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
@@ -645,7 +646,7 @@ static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, 
     for (int g0 = 0; g0 < nfull; g0 += 32) {
         double m = 0;
         for (int t = g0; t < nfull && t < g0 + 32; t++) m = fmax(m, w[t]);
-        for (int t = g0; t < nfull && t < g0 + 32; t++) gam[t] = m / wlev;
+        for (int t = g0; t < nfull && t < g0 + 32; t++) gam[t] = m / 255.0;
     }
     for (int i = 0; i < x->dim; i++) bound[i] = 0;
     float row[1024];
@@ -670,20 +671,22 @@ static void test_fused_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     /* tabs[2], tabs[3]: the integer tables; fb: the float table each falls back to; clev: the
      * levels of their centroids (α = largest |centroid| / clev) */
-    const tq_attn_kernels *tabs[4] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
-                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_avx2_int8()};
-    const int fb[4] = {0, 1, 1, 0};
-    const double clev[4] = {0, 0, 127.0, 63.0}, wlev[4] = {0, 0, 255.0, 127.0}; /* weight levels */
-    int have[4];
+    const tq_attn_kernels *tabs[5] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_avx2_int8(),
+                                      tq_attn_kernels_neon()};
+    const int fb[5] = {0, 1, 1, 0, 4};
+    const double clev[5] = {0, 0, 127.0, 63.0, 0};
+    int have[5];
     have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
     have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
     have[2] = attn_table_usable("avx512-vnni", tabs[2], tq_kernels_supported(TQ_KERNELS_AVX512));
     have[3] = attn_table_usable("avx2-int8", tabs[3], tq_kernels_supported(TQ_KERNELS_AVX2));
+    have[4] = attn_table_usable("neon", tabs[4], tq_kernels_supported(TQ_KERNELS_NEON));
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
         {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}};
     enum { NK = 37, NQ = 9 };
-    double int8_worst[4] = {-1, -1, -1, -1}, int8_worst_v[4] = {-1, -1, -1, -1}; /* error / bound */
+    double int8_worst[5] = {-1, -1, -1, -1, -1}, int8_worst_v[5] = {-1, -1, -1, -1, -1}; /* error / bound */
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
         snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
@@ -705,10 +708,10 @@ static void test_fused_kernels(void) {
         float q[NQ * 256], p[NQ * NK], S1[NQ * NK], S2[NQ * NK], A1[NQ * 256], A2[NQ * 256];
         fill(q, sizeof q / sizeof *q, 0.0f);
         for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
-        for (int ti = 0; ti < 4; ti++) {
+        for (int ti = 0; ti < 5; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             if (!t || !have[ti]) continue;
-            int integer = ti >= 2;
+            int integer = ti == 2 || ti == 3;
             static const int nqs[] = {1, 3, 4, 6, 8, 9};
             for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++) {
                 int nq = nqs[ni];
@@ -797,7 +800,7 @@ static void test_fused_kernels(void) {
                     if (pass == 2 && integer) {
                         double bnd[256];
                         for (int j = 0; j < nq; j++) {
-                            int8_accum_bound(vx, rec, NK, p + j * NK, clev[ti], wlev[ti], bnd);
+                            int8_accum_bound(vx, rec, NK, p + j * NK, clev[ti], bnd);
                             for (int i = 0; i < d; i++) {
                                 double e = fabs(A1[j * d + i] - A2[j * d + i]);
                                 ea = fmax(ea, e / (bnd[i] + 1e-4 * (1.0 + fabs(A1[j * d + i]))) * 1e-4);
@@ -857,11 +860,13 @@ static void test_norm_rule(void) {
     CHECK(tq_attn_kernels_ref()->score_turbo(&x, rec, 2, q, D, 1, S, N) == 1);
     CHECK(tq_attn_kernels_ref()->score_turbo(&x, rec, N, q, D, 1, S, N) == 0 && S[2] == 0.0f);
     tq_record_to_lanes(&x, q, ql);
-    const tq_attn_kernels *tabs[3] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
-                                      tq_attn_kernels_avx512_vnni()};
-    const int usable[3] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512),
-                           tq_kernels_supported(TQ_KERNELS_AVX512)};
-    for (int t = 0; t < 3; t++) {
+    const tq_attn_kernels *tabs[5] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_avx2_int8(),
+                                      tq_attn_kernels_neon()};
+    const int usable[5] = {tq_kernels_supported(TQ_KERNELS_AVX2), tq_kernels_supported(TQ_KERNELS_AVX512),
+                           tq_kernels_supported(TQ_KERNELS_AVX512), tq_kernels_supported(TQ_KERNELS_AVX2),
+                           tq_kernels_supported(TQ_KERNELS_NEON)};
+    for (int t = 0; t < 5; t++) {
         if (!tabs[t] || !usable[t] || !tabs[t]->score_turbo_lanes) continue;
         CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, 2, ql, D, 1, S, N) == 1, "%s", tabs[t]->name);
         CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, N, ql, D, 1, S, N) == 0 && S[2] == 0.0f &&
@@ -1088,6 +1093,15 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
         RUN_TEST(test_threadpool_run);
         RUN_TEST(test_threads);
+        return test_report();
+    }
+    /* The kernel tables against the reference, then decode through the library (the aarch64
+     * suite under emulation: make test-arm). */
+    if (argc > 1 && strcmp(argv[1], "kernels") == 0) {
+        RUN_TEST(test_attn_kernels);
+        RUN_TEST(test_fused_kernels);
+        RUN_TEST(test_norm_rule);
+        RUN_TEST(test_decode_vs_ref);
         return test_report();
     }
     RUN_TEST(test_attn_kernels);

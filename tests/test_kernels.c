@@ -99,9 +99,11 @@ static void find_tables(void) {
     ref = tq_kernels_ref();
     /* A set the CPU lacks (or the environment excludes: test_util.h) is reported skipped. */
     static const struct { const char *name; tq_kernels_kind kind; } sets[] = {
-        {"avx2", TQ_KERNELS_AVX2}, {"avx512", TQ_KERNELS_AVX512}};
+        {"avx2", TQ_KERNELS_AVX2}, {"avx512", TQ_KERNELS_AVX512}, {"neon", TQ_KERNELS_NEON}};
     for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
-        const tq_kernel_table *t = sets[i].kind == TQ_KERNELS_AVX2 ? tq_kernels_avx2() : tq_kernels_avx512();
+        const tq_kernel_table *t = sets[i].kind == TQ_KERNELS_AVX2     ? tq_kernels_avx2()
+                                   : sets[i].kind == TQ_KERNELS_AVX512 ? tq_kernels_avx512()
+                                                                       : tq_kernels_neon();
         char why[256];
         if (test_kernel_skip_reason(sets[i].name, tq_kernels_supported(sets[i].kind) && t != NULL, why, sizeof why))
             test_skip("%s: every test below runs without it", why);
@@ -117,7 +119,7 @@ static void test_table_names(void) {
     CHECK(strcmp(ref->name, "ref") == 0);
     for (int t = 0; t < n_fast; t++) {
         const tq_kernel_table *k = fast_tables[t];
-        CHECK(strcmp(k->name, "avx2") == 0 || strcmp(k->name, "avx512") == 0);
+        CHECK(strcmp(k->name, "avx2") == 0 || strcmp(k->name, "avx512") == 0 || strcmp(k->name, "neon") == 0);
         CHECK(k->rht && k->sumsq && k->quantize_pack && k->unpack_lookup && k->dot_codes &&
               k->axpy_codes);
     }

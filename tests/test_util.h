@@ -173,10 +173,17 @@ static inline int test_report(void) {
 
 /* ---- kernel sets: why one is not tested here ------------------------------------------------ */
 
-/* The x86 features of `set` ("avx2", "avx512", "avx512-vnni": what src/kernels/dispatch.c and
- * attn_vnni.c ask cpuid for) that this CPU lacks, space-separated into buf; "" if none. */
+/* The features of `set` ("avx2", "avx512", "avx512-vnni": what src/kernels/dispatch.c and
+ * attn_vnni.c ask cpuid for; "neon": AArch64) that this CPU lacks, space-separated into buf; ""
+ * if none. */
 static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap) {
     buf[0] = '\0';
+    if (strcmp(set, "neon") == 0) { /* part of every AArch64 CPU */
+#if !(defined(__aarch64__) && defined(__ARM_NEON))
+        snprintf(buf, cap, "(not AArch64)");
+#endif
+        return buf;
+    }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TEST_NEED_(feat)                                                                  \
     do {                                                                                  \
@@ -208,10 +215,12 @@ static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap)
     return buf;
 }
 
-/* 0 ref, 1 avx2 (avx2-int8 included), 2 avx512 (avx512-vnni included), 3 for anything else. */
+/* 0 ref, 1 avx2 (avx2-int8 included) and neon, 2 avx512 (avx512-vnni included), 3 for anything
+ * else. */
 static inline int test_kernel_rank(const char *set) {
     if (strcmp(set, "ref") == 0) return 0;
-    if (strcmp(set, "avx2") == 0 || strcmp(set, "avx2-int8") == 0) return 1;
+    if (strcmp(set, "neon") == 0) return 1;
+    if (strncmp(set, "avx2", 4) == 0 && (set[4] == '\0' || strcmp(set + 4, "-int8") == 0)) return 1;
     if (strncmp(set, "avx512", 6) == 0) return 2;
     return 3;
 }
@@ -220,7 +229,7 @@ static inline int test_kernel_rank(const char *set) {
  * library provides it on this CPU (tq_kernels_supported, a non-NULL table); not available on a
  * CPU that has every instruction the set needs is also a failure of the running test. The environment
  * caps the sets the tests use as the library's dispatch does: TQ_FORCE_REF=1 leaves the
- * reference only, TQ_KERNELS=ref|avx2|avx512 the sets up to that one (so TQ_KERNELS=avx2 runs
+ * reference only, TQ_KERNELS=ref|avx2|avx512|neon the sets up to that one (so TQ_KERNELS=avx2 runs
  * the tests as on a CPU without AVX-512). */
 static inline const char *test_kernel_skip_reason(const char *set, int available, char *buf, size_t cap) {
     const char *force = getenv("TQ_FORCE_REF"), *want = getenv("TQ_KERNELS");

@@ -78,22 +78,24 @@ TQ_API const char *tq_error_message(tq_status status);
 /* ---- Kernels (doc/api.md, "Kernels") ----------------------------------------------------- */
 
 typedef enum tq_kernels_kind {
-    TQ_KERNELS_AUTO = 0,  /* the best the CPU supports (TQ_FORCE_REF=1 in the environment: REF) */
-    TQ_KERNELS_REF = 1,   /* portable scalar C */
-    TQ_KERNELS_AVX2 = 2,  /* AVX2 + FMA (x86-64) */
-    TQ_KERNELS_AVX512 = 3 /* AVX-512 F/BW/VL/DQ (x86-64) */
+    TQ_KERNELS_AUTO = 0,   /* the best the CPU supports (TQ_FORCE_REF=1 in the environment: REF) */
+    TQ_KERNELS_REF = 1,    /* portable scalar C */
+    TQ_KERNELS_AVX2 = 2,   /* AVX2 + FMA (x86-64) */
+    TQ_KERNELS_AVX512 = 3, /* AVX-512 F/BW/VL/DQ (x86-64) */
+    TQ_KERNELS_NEON = 4    /* Advanced SIMD (AArch64) */
 } tq_kernels_kind;
 
 /* Selects the kernel set of every later call; call before starting work (not thread-safe
  * against running calls). Errors: TQ_ERR_UNSUPPORTED (CPU or build lacks it), TQ_ERR_VARIANT. */
 TQ_API tq_status tq_set_kernels(tq_kernels_kind kind);
-/* The kernel set in use ("ref", "avx2", "avx512"). */
+/* The kernel set in use ("ref", "avx2", "avx512", "neon"). */
 TQ_API const char *tq_kernels_name(void);
 /* 1 if this CPU and build support the set, else 0. */
 TQ_API int tq_kernels_supported(tq_kernels_kind kind);
-/* Lets attention use the integer decode kernels (with the AVX-512 set, on CPUs with AVX-512
- * VBMI and VNNI) when on != 0 (the default unless TQ_INT8_SCORES=0), the float kernels when 0;
- * kept across tq_set_kernels. Select before starting work, as tq_set_kernels. */
+/* Lets attention use the integer decode kernels (with the AVX2 set: vpmaddubsw; with the
+ * AVX-512 set, on CPUs with AVX-512 VBMI and VNNI: vpdpbusd) when on != 0 (the default unless
+ * TQ_INT8_SCORES=0), the float kernels when 0; kept across tq_set_kernels. Select before
+ * starting work, as tq_set_kernels. */
 TQ_API void tq_set_int8_scores(int on);
 /* 1 if attention uses the integer kernels now, else 0. */
 TQ_API int tq_int8_scores(void);

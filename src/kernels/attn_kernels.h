@@ -1,7 +1,7 @@
 /*
  * The attention kernel table: the hot loops of attention on stored records (scores, softmax
  * pieces, value sums, decoding records to rows), as function pointers. attn_ref.c holds the
- * scalar reference, attn_avx2.c, attn_avx512.c, attn_vnni.c and attn_avx2_int8.c the fast tables; dispatch.c
+ * scalar reference, attn_avx2.c, attn_avx512.c, attn_vnni.c, attn_avx2_int8.c and attn_neon.c the fast tables; dispatch.c
  * chooses one together with the codec table (tq_kernel_set). Kernels take a record description
  * (record.h) and plain pointers.
  */
@@ -80,6 +80,8 @@ const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void);
  * (attn_avx2_int8.c: vpmaddubsw + vpmaddwd on int8 queries and 7-bit centroids, uint8
  * weights; error bounds there): NULL when not built or when the CPU lacks AVX2 / FMA. */
 const tq_attn_kernels *tq_attn_kernels_avx2_int8(void);
+/* The AArch64 table (attn_neon.c): NULL unless built for AArch64. */
+const tq_attn_kernels *tq_attn_kernels_neon(void);
 
 /* The kernels in use: the codec table and the attention table, chosen together, once
  * (dispatch.c; tq_set_kernels, tq_set_int8_scores and the environment switch both at once). */

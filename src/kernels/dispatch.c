@@ -15,7 +15,7 @@
 
 /* The prepared sets: one per codec kind, and the AVX2 and AVX-512 ones with the integer
  * attention kernels (the same as SET_AVX2 / SET_AVX512 where the CPU or build lacks them). */
-enum { SET_REF, SET_AVX2, SET_AVX2_INT8, SET_AVX512, SET_AVX512_INT8, N_SETS };
+enum { SET_REF, SET_AVX2, SET_AVX2_INT8, SET_AVX512, SET_AVX512_INT8, SET_NEON, N_SETS };
 static tq_kernel_set sets[N_SETS];
 static _Atomic(const tq_kernel_set *) current;
 static atomic_int cur_kind = TQ_KERNELS_REF; /* the codec kind in use: REF, AVX2 or AVX512 */
@@ -23,7 +23,9 @@ static atomic_int int8_on = 1;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int cpu_has(tq_kernels_kind kind) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__aarch64__) && defined(__ARM_NEON)
+    return kind == TQ_KERNELS_NEON; /* Advanced SIMD is part of every AArch64 CPU */
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     switch (kind) {
     case TQ_KERNELS_AVX2:
@@ -46,6 +48,7 @@ static const tq_kernel_table *table_for(tq_kernels_kind kind) {
     case TQ_KERNELS_REF: return tq_kernels_ref();
     case TQ_KERNELS_AVX2: return cpu_has(kind) ? tq_kernels_avx2() : NULL;
     case TQ_KERNELS_AVX512: return cpu_has(kind) ? tq_kernels_avx512() : NULL;
+    case TQ_KERNELS_NEON: return cpu_has(kind) ? tq_kernels_neon() : NULL;
     case TQ_KERNELS_AUTO: break;
     }
     return NULL;
@@ -56,11 +59,12 @@ static int resolve(tq_kernels_kind kind) {
     if (kind != TQ_KERNELS_AUTO) return table_for(kind) ? (int)kind : -1;
     if (table_for(TQ_KERNELS_AVX512)) return TQ_KERNELS_AVX512;
     if (table_for(TQ_KERNELS_AVX2)) return TQ_KERNELS_AVX2;
+    if (table_for(TQ_KERNELS_NEON)) return TQ_KERNELS_NEON;
     return TQ_KERNELS_REF;
 }
 
 /* Every environment variable the library reads, read here once: TQ_FORCE_REF=1 picks the
- * scalar reference; TQ_KERNELS=ref|avx2|avx512 picks a set (one the CPU lacks, or another
+ * scalar reference; TQ_KERNELS=ref|avx2|avx512|neon picks a set (one the CPU lacks, or another
  * value, leaves the automatic choice: tq_kernels_name() says which); TQ_INT8_SCORES=0 turns the
  * integer attention kernels off. */
 static void read_environment(tq_kernels_kind *kind, int *int8) {
@@ -72,6 +76,7 @@ static void read_environment(tq_kernels_kind *kind, int *int8) {
     else if (want && strcmp(want, "ref") == 0) *kind = TQ_KERNELS_REF;
     else if (want && strcmp(want, "avx2") == 0) *kind = TQ_KERNELS_AVX2;
     else if (want && strcmp(want, "avx512") == 0) *kind = TQ_KERNELS_AVX512;
+    else if (want && strcmp(want, "neon") == 0) *kind = TQ_KERNELS_NEON;
     *int8 = !(i8 && strcmp(i8, "0") == 0);
 }
 
@@ -80,6 +85,7 @@ static void select_set(void) {
     int i8 = atomic_load(&int8_on);
     int s = k == TQ_KERNELS_AVX512 ? (i8 ? SET_AVX512_INT8 : SET_AVX512)
             : k == TQ_KERNELS_AVX2 ? (i8 ? SET_AVX2_INT8 : SET_AVX2)
+            : k == TQ_KERNELS_NEON ? SET_NEON
                                    : SET_REF;
     atomic_store_explicit(&current, &sets[s], memory_order_release);
 }
@@ -94,6 +100,8 @@ static void init_once(void) {
         sets[SET_AVX2_INT8].attn = tq_attn_kernels_avx2_int8();
     sets[SET_AVX512] = (tq_kernel_set){tq_kernels_avx512(), a5 ? a5 : a2 ? a2 : ref};
     sets[SET_AVX512_INT8] = sets[SET_AVX512];
+    const tq_attn_kernels *an = tq_attn_kernels_neon();
+    sets[SET_NEON] = (tq_kernel_set){tq_kernels_neon(), an ? an : ref};
     if (cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
         sets[SET_AVX512_INT8].attn = tq_attn_kernels_avx512_vnni();
     tq_kernels_kind kind;
@@ -119,7 +127,7 @@ int tq_kernels_supported(tq_kernels_kind kind) {
 }
 
 tq_status tq_set_kernels(tq_kernels_kind kind) {
-    if (kind < TQ_KERNELS_AUTO || kind > TQ_KERNELS_AVX512) return TQ_ERR_VARIANT;
+    if (kind < TQ_KERNELS_AUTO || kind > TQ_KERNELS_NEON) return TQ_ERR_VARIANT;
     pthread_once(&once, init_once);
     int k = resolve(kind);
     if (k < 0) return TQ_ERR_UNSUPPORTED;

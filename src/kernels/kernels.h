@@ -2,7 +2,7 @@
  * The kernel table: every hot loop of the codecs, as function pointers filled once from cpuid.
  *
  * ref.c holds the scalar reference of each kernel, the ground truth; avx2.c and avx512.c hold
- * fast versions compiled with their own ISA flags. Contracts that every implementation keeps:
+ * fast versions compiled with their own ISA flags, neon.c the AArch64 one. Contracts that every implementation keeps:
  *
  *  - Packed codes: a group of n indices of `bits` bits (1..8) is a little-endian bit stream,
  *    index i at bits [i·bits, (i+1)·bits), LSB first, filling tq_group_bytes(n, bits) bytes
@@ -71,6 +71,7 @@ const tq_kernel_table *tq_kernels(void);
 const tq_kernel_table *tq_kernels_ref(void);
 const tq_kernel_table *tq_kernels_avx2(void);
 const tq_kernel_table *tq_kernels_avx512(void);
+const tq_kernel_table *tq_kernels_neon(void); /* NULL unless built for AArch64 */
 
 /* Reference helpers shared by the SIMD files for their tails. */
 uint32_t tq_ref_get_index(const uint8_t *in, size_t i, int bits);

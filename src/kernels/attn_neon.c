@@ -1,0 +1,201 @@
+/*
+ * ARM NEON (AArch64) attention kernels (attn_kernels.h); ground truth in attn_ref.c. The table
+ * starts from the reference one and replaces the float hot loops: dot products, row sums,
+ * scaling, fp16 → f32, and the TurboQuant lane kernels (record.h, tq_record_lanes: four lanes
+ * per vector, centroids looked up with one vqtbl4q per four coordinates, float multiply-adds).
+ * The softmax pieces (exp_sum, shift_scale_max) and the q8_0 / q4_0 decoders stay the
+ * reference's, which keeps their bit-exactness rules trivially. Integer (sdot) paths are not
+ * written yet (doc/kvcache.md §5).
+ */
+#include "attn_kernels.h"
+
+#if defined(__aarch64__) && defined(__ARM_NEON)
+
+#include <arm_neon.h>
+#include <pthread.h>
+#include <string.h>
+
+static void neon_dot_multi(const float *k, const float *q, size_t q_stride, int nq, int n, float *out) {
+    for (int j = 0; j < nq; j++) {
+        const float *qj = q + (size_t)j * q_stride;
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
+        int i = 0;
+        for (; i + 8 <= n; i += 8) {
+            a0 = vfmaq_f32(a0, vld1q_f32(k + i), vld1q_f32(qj + i));
+            a1 = vfmaq_f32(a1, vld1q_f32(k + i + 4), vld1q_f32(qj + i + 4));
+        }
+        float s = vaddvq_f32(vaddq_f32(a0, a1));
+        for (; i < n; i++) s += k[i] * qj[i];
+        out[j] = s;
+    }
+}
+
+static void neon_accum_rows(float *acc, const float *p, const float *rows, size_t stride, int nk, int n) {
+    for (int t = 0; t < nk; t++) {
+        const float *r = rows + (size_t)t * stride;
+        float w = p[t];
+        int i = 0;
+        for (; i + 4 <= n; i += 4) vst1q_f32(acc + i, vfmaq_n_f32(vld1q_f32(acc + i), vld1q_f32(r + i), w));
+        for (; i < n; i++) acc[i] += w * r[i];
+    }
+}
+
+static void neon_scale(float *y, float a, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vmulq_n_f32(vld1q_f32(y + i), a));
+    for (; i < n; i++) y[i] *= a;
+}
+
+static void neon_f16_to_f32(const uint16_t *in, float *out, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(in + i))));
+    for (; i < n; i++) out[i] = tq_f16_to_f32(in[i]);
+}
+
+/* ---- lane layout: 8 codes per 32-bit lane, four lanes per vector ---- */
+
+typedef struct nseg {
+    uint8x16x4_t tab; /* the 2^B centroids repeated over 16 entries, as bytes */
+    int B, nblk;
+    size_t off, bytes;
+} nseg;
+
+static void nseg_setup(const tq_record *x, nseg *g) {
+    for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits, m = (1 << B) - 1;
+        float rep[16];
+        for (int i = 0; i < 16; i++) rep[i] = x->seg[s].centroids[i & m];
+        for (int v = 0; v < 4; v++) g[s].tab.val[v] = vreinterpretq_u8_f32(vld1q_f32(rep + 4 * v));
+        g[s].B = B;
+        g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].off = x->seg[s].off;
+        g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+    }
+}
+
+/* Lanes 4m … 4m + 3 of the block at p (16·B bytes, zero past `have`): lane l holds bytes
+ * [Bl, Bl + B) in its low bits. */
+static inline uint32x4_t nlane_load(const uint8_t *p, int m, int B) {
+    const uint8_t *s = p + 4 * m * B;
+    switch (B) {
+    case 4: return vld1q_u32((const uint32_t *)(const void *)s);
+    case 2: return vmovl_u16(vld1_u16((const uint16_t *)(const void *)s));
+    case 1: {
+        uint32_t w;
+        memcpy(&w, s, 4);
+        return vmovl_u16(vget_low_u16(vmovl_u8(vcreate_u8(w))));
+    }
+    default: {
+        static const uint8_t spread[16] = {0, 1, 2, 255, 3, 4, 5, 255, 6, 7, 8, 255, 9, 10, 11, 255};
+        uint8_t b[16] = {0};
+        memcpy(b, s, 12);
+        return vreinterpretq_u32_u8(vqtbl1q_u8(vld1q_u8(b), vld1q_u8(spread)));
+    }
+    }
+}
+
+/* The block h of a segment at rec (record + segment offset) into blk (64 bytes, zero-padded
+ * when the block is partial); returns blk or the block itself. */
+static inline const uint8_t *nblock(const nseg *g, const uint8_t *rec, int h, uint8_t *blk) {
+    size_t at = (size_t)h * 16 * (size_t)g->B, n = g->bytes - at;
+    if (n >= 16 * (size_t)g->B) return rec + at;
+    memset(blk, 0, 64);
+    memcpy(blk, rec + at, n < 16 * (size_t)g->B ? n : 16 * (size_t)g->B);
+    return blk;
+}
+
+static inline float32x4_t nlookup(const nseg *g, uint32x4_t L, int k) {
+    uint32x4_t idx = vandq_u32(vshlq_u32(L, vdupq_n_s32(-g->B * k)), vdupq_n_u32(15));
+    uint32x4_t b = vaddq_u32(vmulq_n_u32(idx, 0x04040404u), vdupq_n_u32(0x03020100u));
+    return vreinterpretq_f32_u8(vqtbl4q_u8(g->tab, vreinterpretq_u8_u32(b)));
+}
+
+/* The scale of a record's row (norm · inv_sqrt_dim), 0 and *ok = 0 for a corrupt norm. */
+static inline float nscale(const tq_record *x, const uint8_t *r, int *ok) {
+    float n = tq_record_load_norm(x, r + x->norm_off);
+    if (!tq_record_norm_ok(n)) {
+        *ok = 0;
+        return 0.0f;
+    }
+    return n * x->inv_sqrt_dim;
+}
+
+/* A lane-layout row: TQ_MAX_DIM coordinates in at most two segments pad to 9 blocks. */
+#define NEON_MAX_LANES (TQ_MAX_DIM + 128)
+
+/* Record r → its row in the lane layout (kl floats, centroids unscaled). */
+static void nrow(const tq_record *x, const nseg *g, const uint8_t *r, float *row) {
+    uint8_t blk[64];
+    for (int s = 0; s < x->n_seg; s++) {
+        for (int h = 0; h < g[s].nblk; h++) {
+            const uint8_t *b = nblock(&g[s], r + g[s].off, h, blk);
+            for (int m = 0; m < 4; m++) {
+                uint32x4_t L = nlane_load(b, m, g[s].B);
+                for (int k = 0; k < 8; k++) vst1q_f32(row + 128 * h + 16 * k + 4 * m, nlookup(&g[s], L, k));
+            }
+        }
+        row += 128 * (size_t)g[s].nblk;
+    }
+}
+
+static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs,
+                                  int nq, float *S, size_t ss) {
+    nseg g[2];
+    nseg_setup(x, g);
+    int kl = tq_record_lanes(x), ok = 1;
+    float row[NEON_MAX_LANES];
+    for (int t = 0; t < nk; t++) {
+        const uint8_t *r = rec + (size_t)t * x->rec_bytes;
+        float sc = nscale(x, r, &ok);
+        nrow(x, g, r, row);
+        float o[1];
+        for (int j = 0; j < nq; j++) {
+            neon_dot_multi(row, q + (size_t)j * qs, 0, 1, kl, o);
+            S[(size_t)j * ss + (size_t)t] = sc * o[0];
+        }
+    }
+    return ok;
+}
+
+static int neon_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps,
+                                  int nq, float *acc, size_t as) {
+    nseg g[2];
+    nseg_setup(x, g);
+    int kl = tq_record_lanes(x), ok = 1;
+    float row[NEON_MAX_LANES];
+    for (int t = 0; t < nk; t++) {
+        const uint8_t *r = rec + (size_t)t * x->rec_bytes;
+        float sc = nscale(x, r, &ok);
+        nrow(x, g, r, row);
+        for (int j = 0; j < nq; j++) {
+            float w = p[(size_t)j * ps + (size_t)t] * sc;
+            neon_accum_rows(acc + (size_t)j * as, &w, row, 0, 1, kl);
+        }
+    }
+    return ok;
+}
+
+static tq_attn_kernels neon_table;
+static pthread_once_t neon_once = PTHREAD_ONCE_INIT;
+
+static void neon_init(void) {
+    neon_table = *tq_attn_kernels_ref();
+    neon_table.name = "neon";
+    neon_table.dot_multi = neon_dot_multi;
+    neon_table.accum_rows = neon_accum_rows;
+    neon_table.scale = neon_scale;
+    neon_table.f16_to_f32 = neon_f16_to_f32;
+    neon_table.score_turbo_lanes = neon_score_turbo_lanes;
+    neon_table.accum_turbo_lanes = neon_accum_turbo_lanes;
+}
+
+const tq_attn_kernels *tq_attn_kernels_neon(void) {
+    pthread_once(&neon_once, neon_init);
+    return &neon_table;
+}
+
+#else
+
+const tq_attn_kernels *tq_attn_kernels_neon(void) { return NULL; }
+
+#endif
