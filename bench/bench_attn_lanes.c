@@ -4,12 +4,12 @@
  * supports, for 4 query heads per KV head (GQA 4, as Gemma 3 and the d128 32q/8kv shape) over
  * NK records, in nanoseconds per record (best of several runs: the machine is shared). The
  * ratio columns are against the float table of the same width (avx2 for avx2-int8, avx512 for
- * avx512-vnni), measured in the same run.
+ * avx512-vnni), measured in the same run; neon (AArch64) stands alone.
  *
  *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]   (default 30 ms, nk 4096, every shape)
  *
- * Under `valgrind --tool=callgrind --toggle-collect='*turbo_lanes'` it gives instruction counts
- * per record (doc/bench.md): run it with a small nk and min_ms 0 (one timed call each).
+ * With min_ms 0 each kernel is called once: under `valgrind --tool=callgrind` (x86) or
+ * scripts/arm-instr-counts.sh (aarch64 under qemu) that gives instruction counts per record.
  */
 #include <math.h>
 #include <stdint.h>
@@ -74,10 +74,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]\n");
         return 2;
     }
-    const tq_attn_kernels *tabs[4] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
-                                      tq_attn_kernels_avx512(), tq_attn_kernels_avx512_vnni()};
-    const int need[4] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512, TQ_KERNELS_AVX512};
-    const int base[4] = {0, 0, 2, 2};
+    const tq_attn_kernels *tabs[5] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
+                                      tq_attn_kernels_avx512(), tq_attn_kernels_avx512_vnni(),
+                                      tq_attn_kernels_neon()};
+    const int need[5] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512, TQ_KERNELS_AVX512,
+                         TQ_KERNELS_NEON};
+    const int base[5] = {0, 0, 2, 2, 4};
     static const struct { int dim; float bits; } cfgs[] = {{128, 2}, {128, 3}, {128, 3.5f}, {128, 4},
                                                            {256, 3}, {256, 4}, {64, 3}, {64, 2.5f}};
     printf("%-12s %4s %5s %10s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
@@ -106,8 +108,8 @@ int main(int argc, char **argv) {
             tq_record_to_lanes(&kx, qn, q + (size_t)j * (size_t)kl);
         }
         for (size_t i = 0; i < (size_t)nk * NQ; i++) p[i] = (float)fabs(gauss()) / (float)nk;
-        double ns[4][2];
-        for (int ti = 0; ti < 4; ti++) {
+        double ns[5][2];
+        for (int ti = 0; ti < 5; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             ns[ti][0] = ns[ti][1] = 0;
             if (!t || !tq_kernels_supported(need[ti]) || !t->score_turbo_lanes) continue;
