@@ -3,8 +3,8 @@
  * score_turbo_lanes (keys) and accum_turbo_lanes (values) of every attention table the host
  * supports, for 4 query heads per KV head (GQA 4, as Gemma 3 and the d128 32q/8kv shape) over
  * NK records, in nanoseconds per record (best of several runs: the machine is shared). The
- * ratio columns are against the float table of the same width (avx2 for avx2-int8, avx512 for
- * avx512-vnni), measured in the same run; neon (AArch64) stands alone.
+ * ratio columns are against the float table of the same width (avx2 for avx2-int8 and
+ * avx2-vnni, avx512 for avx512-vnni), measured in the same run; neon (AArch64) stands alone.
  *
  *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]   (default 30 ms, nk 4096, every shape)
  *
@@ -74,12 +74,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]\n");
         return 2;
     }
-    const tq_attn_kernels *tabs[5] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
-                                      tq_attn_kernels_avx512(), tq_attn_kernels_avx512_vnni(),
-                                      tq_attn_kernels_neon()};
-    const int need[5] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512, TQ_KERNELS_AVX512,
-                         TQ_KERNELS_NEON};
-    const int base[5] = {0, 0, 2, 2, 4};
+    const tq_attn_kernels *tabs[6] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
+                                      tq_attn_kernels_avxvnni(), tq_attn_kernels_avx512(),
+                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_neon()};
+    const int need[6] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512,
+                         TQ_KERNELS_AVX512, TQ_KERNELS_NEON};
+    const int base[6] = {0, 0, 0, 3, 3, 5};
     static const struct { int dim; float bits; } cfgs[] = {{128, 2}, {128, 3}, {128, 3.5f}, {128, 4},
                                                            {256, 3}, {256, 4}, {64, 3}, {64, 2.5f}};
     printf("%-12s %4s %5s %10s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
@@ -108,8 +108,8 @@ int main(int argc, char **argv) {
             tq_record_to_lanes(&kx, qn, q + (size_t)j * (size_t)kl);
         }
         for (size_t i = 0; i < (size_t)nk * NQ; i++) p[i] = (float)fabs(gauss()) / (float)nk;
-        double ns[5][2];
-        for (int ti = 0; ti < 5; ti++) {
+        double ns[6][2];
+        for (int ti = 0; ti < 6; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             ns[ti][0] = ns[ti][1] = 0;
             if (!t || !tq_kernels_supported(need[ti]) || !t->score_turbo_lanes) continue;

@@ -671,22 +671,23 @@ static void test_fused_kernels(void) {
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     /* tabs[2], tabs[3]: the integer tables; fb: the float table each falls back to; clev: the
      * levels of their centroids (α = largest |centroid| / clev) */
-    const tq_attn_kernels *tabs[5] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
+    const tq_attn_kernels *tabs[6] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx512(),
                                       tq_attn_kernels_avx512_vnni(), tq_attn_kernels_avx2_int8(),
-                                      tq_attn_kernels_neon()};
-    const int fb[5] = {0, 1, 1, 0, 4};
-    const double clev[5] = {0, 0, 127.0, 63.0, 0};
-    int have[5];
+                                      tq_attn_kernels_neon(), tq_attn_kernels_avxvnni()};
+    const int fb[6] = {0, 1, 1, 0, 4, 0};
+    const double clev[6] = {0, 0, 127.0, 63.0, 0, 63.0};
+    int have[6];
     have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
     have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
     have[2] = attn_table_usable("avx512-vnni", tabs[2], tq_kernels_supported(TQ_KERNELS_AVX512));
     have[3] = attn_table_usable("avx2-int8", tabs[3], tq_kernels_supported(TQ_KERNELS_AVX2));
     have[4] = attn_table_usable("neon", tabs[4], tq_kernels_supported(TQ_KERNELS_NEON));
+    have[5] = attn_table_usable("avx2-vnni", tabs[5], tq_kernels_supported(TQ_KERNELS_AVX2));
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
         {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}};
     enum { NK = 37, NQ = 9 };
-    double int8_worst[5] = {-1, -1, -1, -1, -1}, int8_worst_v[5] = {-1, -1, -1, -1, -1}; /* error / bound */
+    double int8_worst[6] = {-1, -1, -1, -1, -1, -1}, int8_worst_v[6] = {-1, -1, -1, -1, -1, -1}; /* error / bound */
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
         snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
@@ -708,10 +709,10 @@ static void test_fused_kernels(void) {
         float q[NQ * 256], p[NQ * NK], S1[NQ * NK], S2[NQ * NK], A1[NQ * 256], A2[NQ * 256];
         fill(q, sizeof q / sizeof *q, 0.0f);
         for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
-        for (int ti = 0; ti < 5; ti++) {
+        for (int ti = 0; ti < 6; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             if (!t || !have[ti]) continue;
-            int integer = ti == 2 || ti == 3;
+            int integer = ti == 2 || ti == 3 || ti == 5;
             static const int nqs[] = {1, 3, 4, 6, 8, 9};
             for (size_t ni = 0; ni < sizeof nqs / sizeof *nqs; ni++) {
                 int nq = nqs[ni];
@@ -822,10 +823,64 @@ static void test_fused_kernels(void) {
         free(h);
         tq_kv_cache_free(c);
     }
-    for (int ti = 2; ti < 4; ti++)
+    for (int ti = 2; ti < 6; ti++)
         if (int8_worst[ti] >= 0)
             printf("     %s: largest error %.3f of the bound (scores), %.3f (values)\n", tabs[ti]->name,
                    int8_worst[ti], int8_worst_v[ti]);
+}
+
+/* avx2-vnni (attn_avxvnni.c: vpdpbusd) against avx2-int8 (vpmaddubsw + vpmaddwd): the same
+ * int32 sums, so the same scores and value sums bit for bit, on every width with a lane
+ * layout, one to nine queries, lengths that leave partial quads and groups. */
+static void test_avxvnni_equal(void) {
+    char why[256];
+    const tq_attn_kernels *a = tq_attn_kernels_avx2_int8(), *b = tq_attn_kernels_avxvnni();
+    if (test_kernel_skip_reason("avx2-vnni", b != NULL && tq_kernels_supported(TQ_KERNELS_AVX2), why, sizeof why))
+        SKIP_TEST("%s", why);
+    CHECK(a != NULL);
+    if (!a) return;
+    static const struct { int dim; float bits; } cfgs[] = {{128, 3}, {128, 4}, {128, 2}, {128, 3.5f}, {64, 3},
+                                                           {64, 2.5f}, {256, 4}, {80, 3.5f}};
+    enum { NK = 301, NQ = 9 };
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        char sch[64];
+        snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
+        int d = cfgs[ci].dim;
+        tq_kv_cache *c = make_cache(sch, 0, 1, d, d);
+        CHECK(c != NULL);
+        if (!c) continue;
+        const tq_kv_tensor *kx = &c->layers[0].k, *vx = &c->layers[0].v;
+        int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
+        size_t rb = kx->rec_bytes;
+        uint8_t *rec = malloc(rb * NK);
+        float *x = malloc(sizeof(float) * (size_t)d * NK), *p = malloc(sizeof(float) * NQ * NK);
+        float *q = calloc((size_t)NQ * (size_t)(kl > vl ? kl : vl), sizeof(float));
+        float *S1 = malloc(sizeof(float) * NQ * NK), *S2 = malloc(sizeof(float) * NQ * NK);
+        float *A1 = calloc((size_t)NQ * (size_t)vl, sizeof(float)), *A2 = calloc((size_t)NQ * (size_t)vl, sizeof(float));
+        CHECK(rec && x && p && q && S1 && S2 && A1 && A2 && kl && vl);
+        if (rec && x && p && q && S1 && S2 && A1 && A2 && kl && vl) {
+            fill(x, (size_t)d * NK, 0.5f);
+            CHECK(tq_codec_encode(kx->codec, x, NK, rec, rb * NK) == TQ_OK);
+            for (int j = 0; j < NQ; j++) {
+                float qn[256];
+                fill(qn, (size_t)d, 0.0f);
+                tq_record_to_lanes(kx, qn, q + (size_t)j * (size_t)kl);
+            }
+            for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
+            for (int nq = 1; nq <= NQ; nq += 4) {
+                CHECK(a->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S1, NK) ==
+                      b->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S2, NK));
+                CHECK_MSG(memcmp(S1, S2, sizeof(float) * (size_t)nq * NK) == 0, "%s d %d nq %d: scores", sch, d, nq);
+                memset(A1, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
+                memset(A2, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
+                CHECK(a->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A1, (size_t)vl) ==
+                      b->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A2, (size_t)vl));
+                CHECK_MSG(memcmp(A1, A2, sizeof(float) * (size_t)nq * (size_t)vl) == 0, "%s d %d nq %d: values", sch, d, nq);
+            }
+        }
+        free(rec), free(x), free(p), free(q), free(S1), free(S2), free(A1), free(A2);
+        tq_kv_cache_free(c);
+    }
 }
 
 /* One validity rule for stored norms (tq_record_norm_ok: 0 ≤ n ≤ 2^66) and γ (0 ≤ γ ≤ 8),
@@ -888,7 +943,7 @@ static void test_norm_rule(void) {
 }
 
 /* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
- * moves the one kernel selection (tq_kernel_set_get), applies under the AVX2 set (avx2-int8)
+ * moves the one kernel selection (tq_kernel_set_get), applies under the AVX2 set (avx2-int8, or avx2-vnni with AVX-VNNI)
  * and the AVX-512 set (avx512-vnni, where the CPU has VBMI / VNNI), and survives
  * tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
 static void test_int8_switch(void) {
@@ -898,20 +953,21 @@ static void test_int8_switch(void) {
                                                        : TQ_KERNELS_REF;
     int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
     int avx2i = tq_attn_kernels_avx2_int8() != NULL && tq_kernels_supported(TQ_KERNELS_AVX2);
-    const char *int_name = kind == TQ_KERNELS_AVX512 ? "avx512-vnni" : "avx2-int8";
+    const char *avx2_name = tq_attn_kernels_avxvnni() ? "avx2-vnni" : "avx2-int8"; /* AVX-VNNI or not */
+    const char *int_name = kind == TQ_KERNELS_AVX512 ? "avx512-vnni" : avx2_name;
     int int_here = kind == TQ_KERNELS_AVX512 ? vnni : kind == TQ_KERNELS_AVX2 ? avx2i : 0;
     const tq_kernel_set *ks = tq_kernel_set_get();
     CHECK(ks->codec == tq_kernels() && ks->attn == tq_attn_kernels_get());
     tq_set_int8_scores(0);
     CHECK(tq_int8_scores() == 0);
-    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") != 0 && strcmp(tq_attn_kernels_name(), "avx2-int8") != 0);
+    CHECK(strcmp(tq_attn_kernels_name(), "avx512-vnni") != 0 && strcmp(tq_attn_kernels_name(), avx2_name) != 0);
     tq_set_int8_scores(1);
     CHECK(tq_int8_scores() == int_here);
     CHECK((strcmp(tq_attn_kernels_name(), int_name) == 0) == tq_int8_scores());
     CHECK(tq_kernel_set_get()->codec == tq_kernels() && tq_kernel_set_get()->attn == tq_attn_kernels_get());
     if (avx2i) {
         CHECK(tq_set_kernels(TQ_KERNELS_AVX2) == TQ_OK);
-        CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_name(), "avx2-int8") == 0);
+        CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_name(), avx2_name) == 0);
         CHECK(strcmp(tq_kernels_name(), "avx2") == 0);
         tq_set_int8_scores(0);
         CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "avx2") == 0);
@@ -941,7 +997,7 @@ static void test_int8_scores(void) {
     if (!avx512 && strcmp(tq_kernels_name(), "avx2") != 0)
         SKIP_TEST("kernel set in use is %s: no integer kernels (TQ_KERNELS=%s)", tq_kernels_name(),
                   getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
-    const char *int_name = avx512 ? "avx512-vnni" : "avx2-int8";
+    const char *int_name = avx512 ? "avx512-vnni" : tq_attn_kernels_avxvnni() ? "avx2-vnni" : "avx2-int8";
     const tq_attn_kernels *it = avx512 ? tq_attn_kernels_avx512_vnni() : tq_attn_kernels_avx2_int8();
     if (test_kernel_skip_reason(int_name, it != NULL, why, sizeof why)) SKIP_TEST("%s", why);
     CHECK(strcmp(tq_attn_kernels_name(), tq_kernels_name()) == 0); /* main() turned them off */
@@ -1100,12 +1156,14 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "kernels") == 0) {
         RUN_TEST(test_attn_kernels);
         RUN_TEST(test_fused_kernels);
+        RUN_TEST(test_avxvnni_equal);
         RUN_TEST(test_norm_rule);
         RUN_TEST(test_decode_vs_ref);
         return test_report();
     }
     RUN_TEST(test_attn_kernels);
     RUN_TEST(test_fused_kernels);
+    RUN_TEST(test_avxvnni_equal);
     RUN_TEST(test_int8_scores);
     RUN_TEST(test_int8_switch);
     RUN_TEST(test_norm_rule);

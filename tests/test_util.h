@@ -21,6 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 /* SANITIZED: 1 in an AddressSanitizer build, whose tests may run shorter (and say so). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -196,6 +199,13 @@ static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap)
     if (strncmp(set, "avx2", 4) == 0) {
         TEST_NEED_("avx2");
         TEST_NEED_("fma");
+        if (strcmp(set, "avx2-vnni") == 0) { /* CPUID leaf 7 subleaf 1, EAX bit 4 */
+            unsigned a_, b_, c_, d_;
+            if (!__get_cpuid_count(7, 1, &a_, &b_, &c_, &d_) || !((a_ >> 4) & 1u)) {
+                size_t used_ = strlen(buf);
+                snprintf(buf + used_, cap - used_, "%savxvnni", used_ ? " " : "");
+            }
+        }
     } else if (strncmp(set, "avx512", 6) == 0) {
         TEST_NEED_("avx512f");
         TEST_NEED_("avx512bw");
@@ -220,7 +230,8 @@ static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap)
 static inline int test_kernel_rank(const char *set) {
     if (strcmp(set, "ref") == 0) return 0;
     if (strcmp(set, "neon") == 0) return 1;
-    if (strncmp(set, "avx2", 4) == 0 && (set[4] == '\0' || strcmp(set + 4, "-int8") == 0)) return 1;
+    if (strncmp(set, "avx2", 4) == 0 && (set[4] == '\0' || strcmp(set + 4, "-int8") == 0 || strcmp(set + 4, "-vnni") == 0))
+        return 1;
     if (strncmp(set, "avx512", 6) == 0) return 2;
     return 3;
 }

@@ -30,13 +30,30 @@
  */
 #include "attn_kernels.h"
 
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* attn_avxvnni.c compiles this file again with I8_AVXVNNI 1 (and -mavxvnni): the one byte dot
+ * product is then vpdpbusd on 256-bit vectors (AVX-VNNI), everything else the same. */
+#ifndef I8_AVXVNNI
+#define I8_AVXVNNI 0
+#endif
 
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && \
+    (!I8_AVXVNNI || defined(__AVXVNNI__))
+
+#include <cpuid.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "attn_simd.h"
+
+/* acc (8 × int32) += Σ of four adjacent u8 × s8 products: vpmaddubsw + vpmaddwd by ones (pairs
+ * ≤ 2^15 by the ranges above: no saturation), or one vpdpbusd with AVX-VNNI. */
+#if I8_AVXVNNI
+#define I8_DPBUSD(acc, u, s) ((acc) = _mm256_dpbusd_avx_epi32((acc), (u), (s)))
+#else
+#define I8_DPBUSD(acc, u, s) \
+    ((acc) = _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1))))
+#endif
 
 #define I8_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 #define I8_GROUP 32     /* tokens whose value weights share one γ */
@@ -225,7 +242,6 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
                                                                int n, const int8_t *const qb[4],
                                                                __m128i vbias, __m128 vab, float (*P)[4],
                                                                int first, int B, int NB) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const int nblk = NB ? NB : g->nblk; /* NB: the block count when known at compile time */
     for (int t = 0; t < n; t++) {
         const uint8_t *r = rec + (size_t)t * rb + g->off;
@@ -236,10 +252,7 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
             i8_decode(g, r, h, g->tab_u, d, B);
             for (int c = 0; c < 4; c++) {
                 size_t at = 128 * (size_t)h + 32 * (size_t)c;
-#define I8_DOT(acc, j)                                                                                  \
-    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(d[c], _mm256_loadu_si256(         \
-                                                      (const __m256i *)(const void *)(qb[j] + at))), \
-                                                  ones))
+#define I8_DOT(acc, j) I8_DPBUSD(acc, d[c], _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at)))
                 I8_DOT(a0, 0);
                 I8_DOT(a1, 1);
                 I8_DOT(a2, 2);
@@ -329,7 +342,6 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                                                                  const uint8_t (*W)[I8_CALL],
                                                                  const float (*ag)[I8_CALL / I8_GROUP],
                                                                  float *const F[4], int B) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const float al = g->alpha;
     _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
     for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
@@ -361,7 +373,7 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                 __m256i y = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl]);
                 __m256i z = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl + 1]);
                 const float *wp = (const float *)(const void *)&W[0][t0 + 4 * u];
-#define I8_ACC(acc, wv, v) acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(wv, v), ones))
+#define I8_ACC(acc, wv, v) I8_DPBUSD(acc, wv, v)
                 __m256i w = _mm256_castps_si256(_mm256_broadcast_ss(wp));
                 I8_ACC(a0, w, y);
                 I8_ACC(b0, w, z);
@@ -487,11 +499,23 @@ static void i8_init(void) {
             i8_back_tab[B][p] = (uint8_t)i8_pos(B, i8_slot_byte(p / 8, p % 8));
         }
     i8_table = *tq_attn_kernels_avx2();
-    i8_table.name = "avx2-int8";
+    i8_table.name = I8_AVXVNNI ? "avx2-vnni" : "avx2-int8";
     i8_table.score_turbo_lanes = i8_score_turbo_lanes;
     i8_table.accum_turbo_lanes = i8_accum_turbo_lanes;
 }
 
+#if I8_AVXVNNI
+const tq_attn_kernels *tq_attn_kernels_avxvnni(void) {
+    /* AVX-VNNI: CPUID leaf 7, subleaf 1, EAX bit 4 (clang 14 has no __builtin_cpu_supports name) */
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!tq_attn_kernels_avx2() || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 4) & 1u))
+        return NULL;
+    pthread_once(&i8_once, i8_init);
+    return &i8_table;
+}
+#else
 const tq_attn_kernels *tq_attn_kernels_avx2_int8(void) {
     __builtin_cpu_init();
     if (!tq_attn_kernels_avx2() || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
@@ -499,9 +523,14 @@ const tq_attn_kernels *tq_attn_kernels_avx2_int8(void) {
     pthread_once(&i8_once, i8_init);
     return &i8_table;
 }
+#endif
 
 #else
 
+#if I8_AVXVNNI
+const tq_attn_kernels *tq_attn_kernels_avxvnni(void) { return NULL; }
+#else
 const tq_attn_kernels *tq_attn_kernels_avx2_int8(void) { return NULL; }
+#endif
 
 #endif

@@ -80,6 +80,9 @@ const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void);
  * (attn_avx2_int8.c: vpmaddubsw + vpmaddwd on int8 queries and 7-bit centroids, uint8
  * weights; error bounds there): NULL when not built or when the CPU lacks AVX2 / FMA. */
 const tq_attn_kernels *tq_attn_kernels_avx2_int8(void);
+/* The same kernels with vpdpbusd on 256-bit vectors (attn_avxvnni.c, "avx2-vnni"): NULL when
+ * not built or when the CPU lacks AVX2 / FMA / AVX-VNNI. Results equal avx2-int8's. */
+const tq_attn_kernels *tq_attn_kernels_avxvnni(void);
 /* The AArch64 table (attn_neon.c): NULL unless built for AArch64. */
 const tq_attn_kernels *tq_attn_kernels_neon(void);
 

@@ -66,11 +66,14 @@ static int resolve(tq_kernels_kind kind) {
 /* Every environment variable the library reads, read here once: TQ_FORCE_REF=1 picks the
  * scalar reference; TQ_KERNELS=ref|avx2|avx512|neon picks a set (one the CPU lacks, or another
  * value, leaves the automatic choice: tq_kernels_name() says which); TQ_INT8_SCORES=0 turns the
- * integer attention kernels off. */
-static void read_environment(tq_kernels_kind *kind, int *int8) {
+ * integer attention kernels off;
+ * TQ_AVXVNNI=0 keeps the AVX2 integer kernels on vpmaddubsw where the CPU has AVX-VNNI (what a
+ * CPU without it runs; the results are the same bit for bit). */
+static void read_environment(tq_kernels_kind *kind, int *int8, int *avxvnni) {
     const char *force = getenv("TQ_FORCE_REF");
     const char *want = getenv("TQ_KERNELS");
     const char *i8 = getenv("TQ_INT8_SCORES");
+    const char *vn = getenv("TQ_AVXVNNI");
     *kind = TQ_KERNELS_AUTO;
     if (force && *force && strcmp(force, "0") != 0) *kind = TQ_KERNELS_REF;
     else if (want && strcmp(want, "ref") == 0) *kind = TQ_KERNELS_REF;
@@ -78,6 +81,7 @@ static void read_environment(tq_kernels_kind *kind, int *int8) {
     else if (want && strcmp(want, "avx512") == 0) *kind = TQ_KERNELS_AVX512;
     else if (want && strcmp(want, "neon") == 0) *kind = TQ_KERNELS_NEON;
     *int8 = !(i8 && strcmp(i8, "0") == 0);
+    *avxvnni = !(vn && strcmp(vn, "0") == 0);
 }
 
 static void select_set(void) {
@@ -93,10 +97,15 @@ static void select_set(void) {
 static void init_once(void) {
     const tq_attn_kernels *a2 = tq_attn_kernels_avx2(), *a5 = tq_attn_kernels_avx512();
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
+    tq_kernels_kind kind;
+    int int8, avxvnni;
+    read_environment(&kind, &int8, &avxvnni);
     sets[SET_REF] = (tq_kernel_set){tq_kernels_ref(), ref};
     sets[SET_AVX2] = (tq_kernel_set){tq_kernels_avx2(), a2 ? a2 : ref};
     sets[SET_AVX2_INT8] = sets[SET_AVX2];
-    if (cpu_has(TQ_KERNELS_AVX2) && tq_attn_kernels_avx2_int8())
+    if (avxvnni && cpu_has(TQ_KERNELS_AVX2) && tq_attn_kernels_avxvnni())
+        sets[SET_AVX2_INT8].attn = tq_attn_kernels_avxvnni();
+    else if (cpu_has(TQ_KERNELS_AVX2) && tq_attn_kernels_avx2_int8())
         sets[SET_AVX2_INT8].attn = tq_attn_kernels_avx2_int8();
     sets[SET_AVX512] = (tq_kernel_set){tq_kernels_avx512(), a5 ? a5 : a2 ? a2 : ref};
     sets[SET_AVX512_INT8] = sets[SET_AVX512];
@@ -104,9 +113,6 @@ static void init_once(void) {
     sets[SET_NEON] = (tq_kernel_set){tq_kernels_neon(), an ? an : ref};
     if (cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
         sets[SET_AVX512_INT8].attn = tq_attn_kernels_avx512_vnni();
-    tq_kernels_kind kind;
-    int int8;
-    read_environment(&kind, &int8);
     int k = resolve(kind);
     atomic_store(&cur_kind, k >= 0 ? k : resolve(TQ_KERNELS_AUTO));
     atomic_store(&int8_on, int8);
