@@ -16,7 +16,23 @@
 #include <string.h>
 
 static void neon_dot_multi(const float *k, const float *q, size_t q_stride, int nq, int n, float *out) {
-    for (int j = 0; j < nq; j++) {
+    int j = 0;
+    for (; j + 4 <= nq; j += 4) { /* four queries share each load of k */
+        const float *q0 = q + (size_t)j * q_stride, *q1 = q0 + q_stride, *q2 = q1 + q_stride, *q3 = q2 + q_stride;
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            float32x4_t kv = vld1q_f32(k + i);
+            a0 = vfmaq_f32(a0, kv, vld1q_f32(q0 + i));
+            a1 = vfmaq_f32(a1, kv, vld1q_f32(q1 + i));
+            a2 = vfmaq_f32(a2, kv, vld1q_f32(q2 + i));
+            a3 = vfmaq_f32(a3, kv, vld1q_f32(q3 + i));
+        }
+        float s0 = vaddvq_f32(a0), s1 = vaddvq_f32(a1), s2 = vaddvq_f32(a2), s3 = vaddvq_f32(a3);
+        for (; i < n; i++) s0 += k[i] * q0[i], s1 += k[i] * q1[i], s2 += k[i] * q2[i], s3 += k[i] * q3[i];
+        out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
+    }
+    for (; j < nq; j++) {
         const float *qj = q + (size_t)j * q_stride;
         float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0;
         int i = 0;
@@ -148,10 +164,11 @@ static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
         const uint8_t *r = rec + (size_t)t * x->rec_bytes;
         float sc = nscale(x, r, &ok);
         nrow(x, g, r, row);
-        float o[1];
-        for (int j = 0; j < nq; j++) {
-            neon_dot_multi(row, q + (size_t)j * qs, 0, 1, kl, o);
-            S[(size_t)j * ss + (size_t)t] = sc * o[0];
+        float o[16];
+        for (int j0 = 0; j0 < nq; j0 += 16) {
+            int m = nq - j0 < 16 ? nq - j0 : 16;
+            neon_dot_multi(row, q + (size_t)j0 * qs, qs, m, kl, o); /* ⟨q_j, row⟩ */
+            for (int j = 0; j < m; j++) S[(size_t)(j0 + j) * ss + (size_t)t] = sc * o[j];
         }
     }
     return ok;
@@ -167,9 +184,19 @@ static int neon_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
         const uint8_t *r = rec + (size_t)t * x->rec_bytes;
         float sc = nscale(x, r, &ok);
         nrow(x, g, r, row);
-        for (int j = 0; j < nq; j++) {
-            float w = p[(size_t)j * ps + (size_t)t] * sc;
-            neon_accum_rows(acc + (size_t)j * as, &w, row, 0, 1, kl);
+        for (int j0 = 0; j0 < nq; j0 += 4) { /* four heads per pass over the row */
+            int m4 = nq - j0 < 4 ? nq - j0 : 4;
+            float w[4] = {0, 0, 0, 0};
+            float *A[4];
+            for (int j = 0; j < 4; j++) {
+                int jj = j0 + (j < m4 ? j : 0);
+                if (j < m4) w[j] = p[(size_t)jj * ps + (size_t)t] * sc;
+                A[j] = acc + (size_t)jj * as;
+            }
+            for (int i = 0; i < kl; i += 4) {
+                float32x4_t v = vld1q_f32(row + i);
+                for (int j = 0; j < m4; j++) vst1q_f32(A[j] + i, vfmaq_n_f32(vld1q_f32(A[j] + i), v, w[j]));
+            }
         }
     }
     return ok;
