@@ -950,6 +950,7 @@ static void test_int8_switch(void) {
     const char *name = tq_kernels_name();
     tq_kernels_kind kind = strcmp(name, "avx512") == 0 ? TQ_KERNELS_AVX512
                            : strcmp(name, "avx2") == 0 ? TQ_KERNELS_AVX2
+                           : strcmp(name, "neon") == 0 ? TQ_KERNELS_NEON
                                                        : TQ_KERNELS_REF;
     int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
     int avx2i = tq_attn_kernels_avx2_int8() != NULL && tq_kernels_supported(TQ_KERNELS_AVX2);
