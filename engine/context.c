@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activation.h"
 #include "context_internal.h"
 #include "model_internal.h"
 #include "quants.h"
@@ -272,7 +273,8 @@ static void rope_head(float *x, const float *cs, int n_rot, model_rope_layout la
     }
 }
 
-/* 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), in ggml's operation order */
+/* 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), in ggml's operation order with libm's tanhf:
+ * the fp16 table of the ggml-rounding numerics only (the plain path: activation.h) */
 static float gelu_tanh(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(k * x * (1.0f + 0.044715f * x * x)));
@@ -285,7 +287,6 @@ static float gelu_ggml(const float *table, float x) {
     return table[tq_f32_to_f16(x)];
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 
@@ -421,9 +422,9 @@ static model_status forward_layer(const fwd *f, int il) {
     if (c->ffn_act == MODEL_FFN_GELU_TANH && s->gelu_f16 != NULL)
         for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_ggml(s->gelu_f16, s->hb[i]) * s->hb2[i];
     else if (c->ffn_act == MODEL_FFN_GELU_TANH)
-        for (size_t i = 0; i < nf; i++) s->hb[i] = gelu_tanh(s->hb[i]) * s->hb2[i];
+        for (size_t i = 0; i < nf; i++) s->hb[i] = act_gelu_tanh(s->hb[i]) * s->hb2[i];
     else
-        for (size_t i = 0; i < nf; i++) s->hb[i] = silu(s->hb[i]) * s->hb2[i];
+        for (size_t i = 0; i < nf; i++) s->hb[i] = act_silu(s->hb[i]) * s->hb2[i];
     TRY(mm(f, &L->w_down, s->hb, s->xb2, n, "ffn_down"));
     for (int t = 0; t < n; t++) {
         float *fo = s->xb2 + (size_t)t * E, *x = s->x + (size_t)t * E;
