@@ -3,6 +3,7 @@
  * QUANT_DOT_MAX_NX while it sits in L1, so a batch of n costs about one pass over W. */
 #include "matmul.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #define WORK_ALIGN 64
@@ -10,6 +11,9 @@
 /* The fp32 path dequantizes F32_ROWS weight rows at a time (they stay in L1 while every group of
  * QUANT_F32_TILE activation rows passes over them: two of the kernel's tiles). */
 #define F32_ROWS (2 * QUANT_F32_TILE)
+/* Batches of at least this many activation rows take the set's gemm kernel where it has one
+ * (same values as dot, bit for bit: only the speed depends on it; doc/quants.md). */
+#define GEMM_MIN_N 4
 
 typedef struct {
     const quant_kernels *k;
@@ -23,6 +27,10 @@ typedef struct {
     size_t xq_stride;    /* bytes between activation rows */
     void *xq_out;        /* quantization target */
     float *row_scratch;  /* (n_threads, F32_ROWS, cols) dequantized weight rows, fp32 path */
+    quant_gemm_fn gemm;  /* batched kernel, or NULL */
+    uint8_t *xu;         /* gemm: the activations' values + 128, cols bytes per row */
+    uint8_t *gemm_scratch; /* gemm: per thread, gemm_scratch_stride bytes each */
+    size_t gemm_scratch_stride;
     int64_t rows_per_task;
 } mm_job;
 
@@ -39,6 +47,23 @@ static quant_act act_for(const matmul_weight *w, matmul_mode mode) {
     return mode == MATMUL_F32_ACT && act != QUANT_ACT_F32 ? QUANT_ACT_NONE : act;
 }
 
+/* Whether a batch of n rows of w may take a gemm kernel (some set has one for the type): the
+ * work buffer then holds the unsigned activations and one decode scratch per thread. */
+static int gemm_type(const matmul_weight *w, int n, matmul_mode mode) {
+    return mode == MATMUL_Q8_ACT && n >= GEMM_MIN_N &&
+           (w->type == QUANT_Q4_0 || w->type == QUANT_Q5_0 || w->type == QUANT_Q4_1 || w->type == QUANT_Q8_0 ||
+            w->type == QUANT_Q4_K || w->type == QUANT_Q6_K);
+}
+
+/* The 32-element types' gemm takes the activations as unsigned bytes too (their weights are
+ * the signed side of the products); the k-quants' values are unsigned, their activations stay
+ * signed. */
+static int gemm_wants_xu(const matmul_weight *w) { return w->type != QUANT_Q4_K && w->type != QUANT_Q6_K; }
+
+static size_t gemm_scratch_stride(const matmul_weight *w) {
+    return round_up(quant_gemm_scratch_bytes(w->cols), WORK_ALIGN);
+}
+
 size_t matmul_work_size_mode(const matmul_weight *w, int n, int n_threads, matmul_mode mode) {
     if (w == NULL || n < 1 || quant_row_bytes(w->type, w->cols) == 0 || w->cols < 1) return 0;
     if (mode != MATMUL_Q8_ACT && mode != MATMUL_F32_ACT) return 0;
@@ -47,6 +72,9 @@ size_t matmul_work_size_mode(const matmul_weight *w, int n, int n_threads, matmu
     size_t s = WORK_ALIGN;
     if (act == QUANT_ACT_Q8_A || act == QUANT_ACT_Q8_A1 || act == QUANT_ACT_Q8_K) s += act_bytes(w, n, act);
     if (act == QUANT_ACT_NONE) s += (size_t)n_threads * round_up((size_t)F32_ROWS * (size_t)w->cols * sizeof(float), WORK_ALIGN);
+    if (gemm_type(w, n, mode))
+        s += (gemm_wants_xu(w) ? round_up((size_t)n * (size_t)w->cols, WORK_ALIGN) : 0) +
+             (size_t)n_threads * gemm_scratch_stride(w);
     return s;
 }
 
@@ -65,6 +93,15 @@ static void quantize_task(void *ctx, size_t task, int thread) {
         j->k->quantize_q8_a1(src, dst, j->w->cols);
     else
         j->k->quantize_q8_K(src, dst, j->w->cols);
+    if (j->xu != NULL) {
+        /* The values again as unsigned bytes (+ 128) for the gemm kernel's u8 x s8 products. */
+        const size_t blk = quant_act_row_bytes(j->act, QUANT_QK), off = j->act == QUANT_ACT_Q8_A1 ? offsetof(quant_block_q8_a1, qs) : offsetof(quant_block_q8_a, qs);
+        uint8_t *u = j->xu + task * (size_t)j->w->cols;
+        for (int64_t b = 0; b < j->w->cols / QUANT_QK; b++) {
+            const uint8_t *q = (const uint8_t *)dst + (size_t)b * blk + off;
+            for (int e = 0; e < QUANT_QK; e++) u[b * QUANT_QK + e] = (uint8_t)(q[e] ^ 0x80u);
+        }
+    }
 }
 
 static void rows_task(void *ctx, size_t task, int thread) {
@@ -86,6 +123,15 @@ static void rows_task(void *ctx, size_t task, int thread) {
                                        j->x + (size_t)i * (size_t)cols, nx, cols,
                                        j->y + (size_t)i * (size_t)rows + (size_t)(r + q), (size_t)rows);
             }
+        }
+        return;
+    }
+    if (j->gemm != NULL) {
+        uint8_t *scratch = j->gemm_scratch + (size_t)thread * j->gemm_scratch_stride;
+        for (int64_t r = r0; r < r1; r += QUANT_GEMM_ROWS, wrow += QUANT_GEMM_ROWS * j->w_row_bytes) {
+            const int nw = r1 - r < QUANT_GEMM_ROWS ? (int)(r1 - r) : QUANT_GEMM_ROWS;
+            j->gemm(cols, wrow, j->w_row_bytes, nw, j->xq, j->xq_stride, j->xu, (size_t)cols, j->n, j->y + r,
+                    (size_t)rows, scratch);
         }
         return;
     }
@@ -138,6 +184,16 @@ static int run(const quant_kernels *k, const matmul_weight *w, const float *x, f
         j.xq_out = base;
         j.xq = base;
         j.xq_stride = quant_act_row_bytes(j.act, w->cols);
+        if (gemm_type(w, n, mode) && k->gemm[w->type] != NULL) {
+            j.gemm = k->gemm[w->type];
+            uint8_t *after = (uint8_t *)base + act_bytes(w, n, j.act);
+            if (gemm_wants_xu(w)) {
+                j.xu = after;
+                after += round_up((size_t)n * (size_t)w->cols, WORK_ALIGN);
+            }
+            j.gemm_scratch = after;
+            j.gemm_scratch_stride = gemm_scratch_stride(w);
+        }
         /* Quantizing a row costs about what one weight row's dot does; only spread it
          * when there are rows enough to keep every thread busy. */
         if (n >= 2 * n_threads)
@@ -149,6 +205,7 @@ static int run(const quant_kernels *k, const matmul_weight *w, const float *x, f
      * small that the shared counter dominates. */
     int64_t per = (w->rows + (int64_t)n_threads * 8 - 1) / ((int64_t)n_threads * 8);
     if (per < 4) per = 4;
+    if (j.gemm != NULL) per = (int64_t)round_up((size_t)per, QUANT_GEMM_ROWS);
     j.rows_per_task = per;
     int64_t n_tasks = (w->rows + per - 1) / per;
     tq_threadpool_run(pool, rows_task, &j, (size_t)n_tasks);

@@ -486,6 +486,14 @@ DEFINE_DOT_REF(q4_K, quant_block_q4_K, quant_block_q8_K)
 DEFINE_DOT_REF(q5_K, quant_block_q5_K, quant_block_q8_K)
 DEFINE_DOT_REF(q6_K, quant_block_q6_K, quant_block_q8_K)
 
+size_t quant_gemm_scratch_bytes(int64_t n) {
+    if (n <= 0 || n % QUANT_QK != 0) return 0;
+    /* per 32 elements: 8 vectors of interleaved bytes and room for 4 vectors of per-row
+     * numbers (the 32-element types use 3: 128 * sum(q), scale, offset; the k-quants their
+     * sub-block scales and mins per super-block) */
+    return (size_t)(n / QUANT_QK) * (8 * 64 + 4 * QUANT_GEMM_ROWS * 4);
+}
+
 void quant_fill_ref(quant_kernels *k) {
     memset(k, 0, sizeof *k);
     k->name = "ref";

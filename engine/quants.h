@@ -228,6 +228,24 @@ typedef void (*quant_dot_fn)(int64_t n, const void *w, const void *x, size_t x_s
 /* The largest tile dot_f32_tile takes: QUANT_F32_TILE weight rows by as many activation rows. */
 #define QUANT_F32_TILE 4
 
+/* Weight rows per call of a gemm kernel (one 512-bit vector of int32 lanes, one per row). */
+#define QUANT_GEMM_ROWS 16
+
+/* The batched form of dot, for prefill: y[i * y_stride + r] for r < nw (1 <= nw <=
+ * QUANT_GEMM_ROWS weight rows, w_row_bytes apart) and i < nx (any nx >= 1) activation rows,
+ * each value bit for bit what the set's dot gives for that pair. The weight rows are decoded
+ * once into `scratch` (quant_gemm_scratch_bytes(n) bytes, 64-aligned, the caller's per
+ * thread), interleaved so that one vector holds four bytes of every row; each activation is
+ * then one broadcast per four bytes. x holds the activation rows in quant_act_format(type)
+ * as for dot; xu the same rows' 8-bit values plus 128 as unsigned bytes (n per row,
+ * xu_stride apart), the form the u8 x s8 products take where the weights are the signed side
+ * (Q4_0, Q5_0, Q4_1, Q8_0; Q4_K and Q6_K ignore xu: their unsigned values meet the signed
+ * activations). */
+typedef void (*quant_gemm_fn)(int64_t n, const void *w, size_t w_row_bytes, int nw, const void *x, size_t x_stride,
+                              const uint8_t *xu, size_t xu_stride, int nx, float *y, size_t y_stride, void *scratch);
+/* Bytes of a gemm kernel's scratch for rows of n elements (n a multiple of 32). */
+size_t quant_gemm_scratch_bytes(int64_t n);
+
 typedef struct quant_kernels {
     const char *name; /* "ref", "avx2", "avx512", "avx512-vnni" */
     void (*quantize_q8_a)(const float *x, void *dst, int64_t n);
@@ -242,6 +260,8 @@ typedef struct quant_kernels {
     /* quant_dequantize_row, bit for bit (the fp32 matmul's weight rows). */
     int (*dequantize_row)(int type, const void *src, float *dst, int64_t n);
     quant_dot_fn dot[QUANT_TYPE_COUNT]; /* NULL where quant_act_format() is NONE */
+    /* NULL where the set has no batched kernel for the type (then dot serves every n). */
+    quant_gemm_fn gemm[QUANT_TYPE_COUNT];
 } quant_kernels;
 
 /* Best set for this CPU, or the reference when forced. Never NULL. */

@@ -15,6 +15,8 @@
  * does not saturate; the sums are the same since maddubs never saturates here (|w| <= 128,
  * |y| <= 127: a pair is at most 32512). The k-quants weight pairs by their sub-block scales
  * (madd by scales, not ones), so they keep maddubs in both builds. */
+#include <math.h>
+
 #include "quants_simd.h"
 
 #ifdef QUANT_VNNI
@@ -212,6 +214,8 @@ ALWAYS_INLINE void dot_k4_nx(int64_t n, const uint8_t *w, const char *x, size_t 
  * 64-byte load of ql feeds two 512-bit vectors; the qh bits for the upper 256 bits sit two
  * places higher, hence per-half shift counts. Scales: one int16 per 8 lanes, picked from
  * the 16 block scales by a permute. */
+/* Q6_K (the block rule as Q4_K's: S_b = the exact int sum of the super-block, then
+ * P = fma((float)S_b, dw_b * dx_b, P) into four partials by b mod 4, (P0 + P1) + (P2 + P3)). */
 ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char *x, size_t xs,
                                const int nx, float *out) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
@@ -219,8 +223,8 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
     const __m512i shr23 = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
     const __m512i lane8 = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2,
                                            1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m512 acc[QUANT_DOT_MAX_NX];
-    for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
+    float part[QUANT_DOT_MAX_NX][4];
+    for (int r = 0; r < nx; r++) part[r][0] = part[r][1] = part[r][2] = part[r][3] = 0.0f;
     for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
         const quant_block_q6_K *b = &w[i];
         float dw = f16_load(b->d);
@@ -246,13 +250,512 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
         }
         for (int r = 0; r < nx; r++) {
             const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
-            __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(load256(xb->bsums), sc16), 5);
-            __m512i s = _mm512_sub_epi32(isum[r], _mm512_zextsi256_si512(bias));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dw * xb->d), acc[r]);
+            const __m256i bias = _mm256_slli_epi32(_mm256_madd_epi16(load256(xb->bsums), sc16), 5);
+            const __m256i a = _mm256_sub_epi32(
+                _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1)), bias);
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+            float *p = &part[r][i & 3];
+            *p = fmaf((float)_mm_cvtsi128_si32(h), dw * xb->d, *p);
         }
     }
-    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < nx; r++) out[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
 }
+
+/* ---- Q4_0, Q5_0, Q4_1, Q8_0: one arithmetic for dot and gemm ------------------------------
+ *
+ * Per block b: isum_b, the exact int sum of the 32 products (Q4_0/Q5_0 weights signed, Q4_1's
+ * unsigned nibbles); c_b = dw_b * dx_b in float; four partial sums by b mod 4, taken in block
+ * order: P = fma((float)isum_b, c_b, P), then for Q4_1 P = fma(m_b, s_b, P); the value is
+ * (P0 + P1) + (P2 + P3). The row-wise kernel (dot, any nx) and the interleaved one (gemm)
+ * both compute exactly that, so a value does not depend on how many activation rows a call
+ * takes or which kernel took it (tested bit for bit). */
+enum { B_Q4_0 = W_Q4_0, B_Q5_0 = W_Q5_0, B_Q8_0 = W_Q8_0, B_Q4_1 = 3 };
+_Static_assert(W_Q4_0 != 3 && W_Q5_0 != 3, "B_Q4_1 distinct");
+
+/* Block i of a row as bytes (signed for Q4_0/Q5_0, Q4_1's nibbles), its scale and offset. */
+ALWAYS_INLINE __m256i blk_decode(const uint8_t *w, int64_t i, const int kind, float *d, float *m) {
+    if (kind == B_Q4_1) {
+        const quant_block_q4_1 *b = (const quant_block_q4_1 *)(const void *)w + i;
+        *d = f16_load(b->d);
+        *m = f16_load(b->m);
+        return nibbles_32(b->qs);
+    }
+    *m = 0.0f;
+    return decode_32(w, i, kind, d);
+}
+
+/* nibbles_32 of two blocks side by side: each 16-byte half loaded twice, the second copy
+ * shifted by 4. */
+ALWAYS_INLINE __m512i nibbles_64(const uint8_t *qa, const uint8_t *qb) {
+    const __m512i shift = _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
+                                            0x0004000400040004LL, 0x0004000400040004LL);
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qa));
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qb));
+    return _mm512_and_si512(_mm512_srlv_epi16(join256(a, b), shift), _mm512_set1_epi8(0x0F));
+}
+
+/* The int32 sums of lanes 0-7 and 8-15 of p01, then of p23, as four lanes. */
+ALWAYS_INLINE __m128i blk_sums4(__m512i p01, __m512i p23) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512i t = _mm512_add_epi32(_mm512_permutex2var_epi32(p01, even, p23), _mm512_permutex2var_epi32(p01, odd, p23));
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC)); /* four lanes per block now */
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_CDAB));
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, t));
+}
+
+/* Bytes of the activation block the type takes (q8_a, or q8_a1 for Q4_1); d is its first
+ * float, q8_a1's s the second, and the 32 values follow. */
+#define BLK_XBYTES(kind) ((kind) == B_Q4_1 ? sizeof(quant_block_q8_a1) : sizeof(quant_block_q8_a))
+#define BLK_XQS(kind) ((kind) == B_Q4_1 ? offsetof(quant_block_q8_a1, qs) : offsetof(quant_block_q8_a, qs))
+
+/* q8_a1's (d, s) of blocks k and k+1 (or k alone) as [d s d' s']: adjacent, one 8-byte load each. */
+ALWAYS_INLINE __m128 ds_pair(const char *xr, size_t xb, int k, const int both) {
+    int64_t lo, hi = 0;
+    memcpy(&lo, xr + (size_t)k * xb, 8);
+    if (both) memcpy(&hi, xr + (size_t)(k + 1) * xb, 8);
+    return _mm_castsi128_ps(_mm_set_epi64x(hi, lo));
+}
+
+/* Blocks i .. i+nb-1 (nb = 1..4, a constant) of the row against nx activation rows, into each
+ * row's partials (lane k: block i+k; lanes past nb untouched). */
+ALWAYS_INLINE void dot_blk_group(const uint8_t *w, int64_t i, const int nb, const char *x, size_t xs, const int nx,
+                                 __m128 *acc, const int kind) {
+    const size_t xb = BLK_XBYTES(kind), xq = BLK_XQS(kind);
+    const __m256i zero = _mm256_setzero_si256();
+    __m512i z01, z23;
+    __m128 dw, mw = _mm_setzero_ps();
+    if (kind == B_Q4_1) {
+        const quant_block_q4_1 *b = (const quant_block_q4_1 *)(const void *)w + i;
+        z01 = nb >= 2 ? nibbles_64(b[0].qs, b[1].qs) : join256(nibbles_32(b[0].qs), zero);
+        z23 = nb == 4 ? nibbles_64(b[2].qs, b[3].qs) : nb == 3 ? join256(nibbles_32(b[2].qs), zero) : _mm512_setzero_si512();
+        /* d and m of the blocks in one conversion: [d0 m0 d1 m1 | d2 m2 d3 m3] */
+        int32_t h[4] = {0, 0, 0, 0};
+        for (int k = 0; k < nb; k++) memcpy(&h[k], b[k].d, 4);
+        const __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3]));
+        const __m128 lo = _mm256_castps256_ps128(dm), hi = _mm256_extractf128_ps(dm, 1);
+        dw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+        mw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+    } else {
+        __m256i q[4];
+        float d;
+        for (int k = 0; k < 4; k++) q[k] = k < nb ? decode_32(w, i + k, kind, &d) : zero;
+        z01 = join256(q[0], q[1]);
+        z23 = join256(q[2], q[3]);
+        /* the fp16 scales (each block's first two bytes) in one conversion */
+        const size_t bb = kind == B_Q4_0 ? sizeof(quant_block_q4_0)
+                        : kind == B_Q5_0 ? sizeof(quant_block_q5_0) : sizeof(quant_block_q8_0);
+        const uint8_t *b = w + (size_t)i * bb;
+        int16_t h[4] = {0, 0, 0, 0};
+        for (int k = 0; k < nb; k++) memcpy(&h[k], b + k * bb, 2);
+        dw = _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0));
+    }
+    const __m512i a01 = kind == B_Q4_1 ? z01 : _mm512_abs_epi8(z01), a23 = kind == B_Q4_1 ? z23 : _mm512_abs_epi8(z23);
+    const __mmask64 n01 = _mm512_movepi8_mask(z01), n23 = _mm512_movepi8_mask(z23);
+    const __mmask8 live = (__mmask8)((1u << nb) - 1);
+    for (int r = 0; r < nx; r++) {
+        const char *xr = x + (size_t)r * xs + (size_t)i * xb;
+        __m256i y[4];
+        for (int k = 0; k < 4; k++) y[k] = k < nb ? load256(xr + k * xb + xq) : zero;
+        __m512i y01 = join256(y[0], y[1]), y23 = join256(y[2], y[3]);
+        if (kind != B_Q4_1) {
+            y01 = _mm512_mask_sub_epi8(y01, n01, _mm512_setzero_si512(), y01);
+            y23 = _mm512_mask_sub_epi8(y23, n23, _mm512_setzero_si512(), y23);
+        }
+        const __m128i isum = blk_sums4(dot4_u8s8(a01, y01), dot4_u8s8(a23, y23));
+        __m128 dx4, sx4 = _mm_setzero_ps();
+        if (kind == B_Q4_1) {
+            const __m128 a = ds_pair(xr, xb, 0, nb >= 2), e = nb >= 3 ? ds_pair(xr, xb, 2, nb == 4) : _mm_setzero_ps();
+            dx4 = _mm_shuffle_ps(a, e, _MM_SHUFFLE(2, 0, 2, 0));
+            sx4 = _mm_shuffle_ps(a, e, _MM_SHUFFLE(3, 1, 3, 1));
+        } else {
+            float dx[4] = {0, 0, 0, 0};
+            for (int k = 0; k < nb; k++) memcpy(&dx[k], xr + k * xb, 4);
+            dx4 = _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]);
+        }
+        const __m128 c = _mm_mul_ps(dw, dx4);
+        acc[r] = _mm_mask3_fmadd_ps(_mm_cvtepi32_ps(isum), c, acc[r], live);
+        if (kind == B_Q4_1) acc[r] = _mm_mask3_fmadd_ps(mw, sx4, acc[r], live);
+    }
+}
+
+ALWAYS_INLINE float blk_finish(__m128 p) {
+    float v[4];
+    _mm_storeu_ps(v, p);
+    return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+ALWAYS_INLINE void dot_blk_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx, float *out,
+                              const int kind) {
+    __m128 acc[QUANT_DOT_MAX_NX];
+    for (int r = 0; r < nx; r++) acc[r] = _mm_setzero_ps();
+    const int64_t nb = n / QUANT_QK;
+    int64_t i = 0;
+    for (; i + 4 <= nb; i += 4) dot_blk_group(w, i, 4, x, xs, nx, acc, kind);
+    switch (nb - i) { /* the tail, each size its own constant */
+    case 3: dot_blk_group(w, i, 3, x, xs, nx, acc, kind); break;
+    case 2: dot_blk_group(w, i, 2, x, xs, nx, acc, kind); break;
+    case 1: dot_blk_group(w, i, 1, x, xs, nx, acc, kind); break;
+    default: break;
+    }
+    for (int r = 0; r < nx; r++) out[r] = blk_finish(acc[r]);
+}
+
+/* gemm scratch, per block: 8 vectors (vector g: bytes 4g .. 4g+3 of rows 0..15, row j at
+ * byte 4j), then per row 128 * sum(q) (int32), the scale and the offset (float). */
+#define GEMM_BLK_BYTES (8 * 64 + 3 * 64)
+_Static_assert(QUANT_GEMM_ROWS == 16, "one int32 lane per row");
+
+ALWAYS_INLINE void gemm_blk_decode(int64_t nb, const uint8_t *w, size_t wrb, int nw, uint8_t *scr, const int kind) {
+    const __m256i idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = scr + (size_t)b * GEMM_BLK_BYTES;
+        int32_t ws[QUANT_GEMM_ROWS];
+        float dw[QUANT_GEMM_ROWS], mw[QUANT_GEMM_ROWS];
+        for (int j = 0; j < QUANT_GEMM_ROWS; j++) {
+            __m256i q = _mm256_setzero_si256();
+            dw[j] = mw[j] = 0.0f;
+            if (j < nw) q = blk_decode(w + (size_t)j * wrb, b, kind, &dw[j], &mw[j]);
+            _mm256_i32scatter_epi32((int *)(void *)blk + j, idx, q, 4);
+            /* sum of q: sum of (q + 128) by sad, less 32 * 128 */
+            __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(q, bias), _mm256_setzero_si256());
+            __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+            int64_t sum = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1) - 32 * 128;
+            ws[j] = (int32_t)(128 * sum);
+        }
+        memcpy(blk + 512, ws, sizeof ws);
+        memcpy(blk + 576, dw, sizeof dw);
+        memcpy(blk + 640, mw, sizeof mw);
+    }
+}
+
+/* u8 x s8 sums of four into s: vpdpbusd, or maddubs + madd by ones (the products' pairs stay
+ * within int16 for |q| <= 16, u <= 255: not for Q8_0, whose gemm is the VNNI set's only). */
+ALWAYS_INLINE __m512i dot4_acc(__m512i s, __m512i u, __m512i q) {
+#ifdef QUANT_VNNI
+    return _mm512_dpbusd_epi32(s, u, q);
+#else
+    return _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(u, q), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* Block b against NY activation rows into partial p of each. */
+ALWAYS_INLINE void gemm_blk_step(const uint8_t *blk, int64_t b, const int p, const char *x, size_t xs,
+                                 const uint8_t *xu, size_t xus, const int NY, __m512 acc[4][4], const int kind) {
+    const __m512i ws = load512(blk + 512);
+    const __m512 dw = _mm512_loadu_ps((const float *)(const void *)(blk + 576));
+    for (int yy = 0; yy < NY; yy++) {
+        const uint8_t *xp = xu + (size_t)yy * xus + (size_t)b * QUANT_QK;
+        __m512i s = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g++) {
+            int32_t v;
+            memcpy(&v, xp + 4 * g, 4);
+            s = dot4_acc(s, _mm512_set1_epi32(v), load512(blk + 64 * g));
+        }
+        const char *xb = x + (size_t)yy * xs + (size_t)b * BLK_XBYTES(kind);
+        float dx;
+        memcpy(&dx, xb, 4);
+        const __m512 c = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+        acc[yy][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, ws)), c, acc[yy][p]);
+        if (kind == B_Q4_1) {
+            float sx;
+            memcpy(&sx, xb + 4, 4);
+            acc[yy][p] = _mm512_fmadd_ps(_mm512_loadu_ps((const float *)(const void *)(blk + 640)), _mm512_set1_ps(sx),
+                                         acc[yy][p]);
+        }
+    }
+}
+
+ALWAYS_INLINE void gemm_blk_rows(int64_t nb, const uint8_t *scr, const char *x, size_t xs, const uint8_t *xu,
+                                 size_t xus, const int NY, float *y, size_t ys, __mmask16 keep, const int kind) {
+    __m512 acc[4][4];
+    for (int yy = 0; yy < NY; yy++)
+        for (int p = 0; p < 4; p++) acc[yy][p] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4)
+        for (int p = 0; p < 4; p++)
+            gemm_blk_step(scr + (size_t)(b + p) * GEMM_BLK_BYTES, b + p, p, x, xs, xu, xus, NY, acc, kind);
+    for (int p = 0; p < 3; p++)
+        if (b + p < nb) gemm_blk_step(scr + (size_t)(b + p) * GEMM_BLK_BYTES, b + p, p, x, xs, xu, xus, NY, acc, kind);
+    for (int yy = 0; yy < NY; yy++) {
+        const __m512 r = _mm512_add_ps(_mm512_add_ps(acc[yy][0], acc[yy][1]), _mm512_add_ps(acc[yy][2], acc[yy][3]));
+        _mm512_mask_storeu_ps(y + (size_t)yy * ys, keep, r);
+    }
+}
+
+ALWAYS_INLINE void gemm_blk(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu,
+                            size_t xus, int nx, float *y, size_t ys, void *scratch, const int kind) {
+    const int64_t nb = n / QUANT_QK;
+    uint8_t *scr = scratch;
+    gemm_blk_decode(nb, w, wrb, nw, scr, kind);
+    const __mmask16 keep = (__mmask16)((1u << nw) - 1);
+    const char *xc = x;
+    int i = 0;
+    for (; i + 4 <= nx; i += 4)
+        gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 4, y + (size_t)i * ys, ys, keep, kind);
+    switch (nx - i) {
+    case 3: gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 3, y + (size_t)i * ys, ys, keep, kind); break;
+    case 2: gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 2, y + (size_t)i * ys, ys, keep, kind); break;
+    case 1: gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 1, y + (size_t)i * ys, ys, keep, kind); break;
+    default: break;
+    }
+}
+
+/* ---- Q4_K: the same rule per 256-element super-block ------------------------------------
+ *
+ * Per super-block b: S_b = sum_j sc_j * isum_j and M_b = sum_j mn_j * (sum of the activation's
+ * 32 values of sub-block j), both exact ints; P = fma((float)S_b, dw_b * dx_b, P), then
+ * P = fma(-(float)M_b, dmin_b * dx_b, P), four partials by b mod 4, (P0 + P1) + (P2 + P3). */
+ALWAYS_INLINE void dot_k4c_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx, float *out) {
+    float part[QUANT_DOT_MAX_NX][4];
+    for (int r = 0; r < nx; r++) part[r][0] = part[r][1] = part[r][2] = part[r][3] = 0.0f;
+    for (int64_t i = 0; i < n / QUANT_QK_K; i++) {
+        const quant_block_q4_K *b = (const quant_block_q4_K *)(const void *)w + i;
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(b->scales, sc, mn);
+        const float dw = f16_load(b->d), dmw = f16_load(b->dmin);
+        __m256i hb = _mm256_setzero_si256();
+        __m512i isum[QUANT_DOT_MAX_NX];
+        for (int r = 0; r < nx; r++) isum[r] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            __m256i lo, hi;
+            k4_chunk(b->qs + 32 * c, 0, &hb, &lo, &hi);
+            const __m512i q = join256(lo, hi);
+            const __m512i sv = join256(_mm256_set1_epi16(sc[2 * c]), _mm256_set1_epi16(sc[2 * c + 1]));
+            for (int r = 0; r < nx; r++) {
+                const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_madd_epi16(_mm512_maddubs_epi16(q, load512(xb->qs + 64 * c)), sv));
+            }
+        }
+        const __m256i mins = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2], mn[3], mn[3], mn[4], mn[4],
+                                               mn[5], mn[5], mn[6], mn[6], mn[7], mn[7]);
+        for (int r = 0; r < nx; r++) {
+            const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + r * xs) + i;
+            /* S and M reduced together: lane 0 and lane 1 */
+            const __m256i a = _mm256_add_epi32(_mm512_castsi512_si256(isum[r]), _mm512_extracti64x4_epi64(isum[r], 1));
+            __m256i h = _mm256_hadd_epi32(a, _mm256_madd_epi16(load256(xb->bsums), mins));
+            h = _mm256_hadd_epi32(h, h);
+            const __m128 sm = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+            float *p = &part[r][i & 3];
+            *p = fmaf(_mm_cvtss_f32(sm), dw * xb->d, *p);
+            *p = fmaf(-_mm_cvtss_f32(_mm_movehdup_ps(sm)), dmw * xb->d, *p);
+        }
+    }
+    for (int r = 0; r < nx; r++) out[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
+}
+
+/* gemm scratch of Q4_K, per super-block: 64 vectors of nibbles (vector 8j + g: elements
+ * 32j + 4g .. +3 of rows 0..15), the sub-block scales (8 vectors of int32, one per j), the
+ * mins as int16 pairs (8 vectors, pair k = (mn_k, mn_k)), then d and dmin (16 floats each). */
+#define GEMM_K4_BYTES (64 * 64 + 8 * 64 + 8 * 64 + 2 * 64)
+_Static_assert(GEMM_K4_BYTES <= 8 * (8 * 64 + 4 * 64), "quant_gemm_scratch_bytes covers a Q4_K super-block");
+
+ALWAYS_INLINE void gemm_k4_decode(int64_t nb, const uint8_t *w, size_t wrb, int nw, uint8_t *scr) {
+    const __m256i idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *blk = scr + (size_t)i * GEMM_K4_BYTES;
+        int32_t scv[8][QUANT_GEMM_ROWS], mnv[8][QUANT_GEMM_ROWS];
+        float dv[2][QUANT_GEMM_ROWS];
+        for (int j = 0; j < QUANT_GEMM_ROWS; j++) {
+            uint8_t sc[8] = {0}, mn[8] = {0};
+            __m256i hb = _mm256_setzero_si256(), lo[4], hi[4];
+            dv[0][j] = dv[1][j] = 0.0f;
+            if (j < nw) {
+                const quant_block_q4_K *b = (const quant_block_q4_K *)(const void *)(w + (size_t)j * wrb) + i;
+                quant_k4_scales(b->scales, sc, mn);
+                dv[0][j] = f16_load(b->d);
+                dv[1][j] = f16_load(b->dmin);
+                for (int c = 0; c < 4; c++) k4_chunk(b->qs + 32 * c, 0, &hb, &lo[c], &hi[c]);
+            } else
+                for (int c = 0; c < 4; c++) lo[c] = hi[c] = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                /* sub-block 2c is lo[c], 2c+1 is hi[c]: 8 vectors each */
+                _mm256_i32scatter_epi32((int *)(void *)(blk + (size_t)(2 * c) * 8 * 64) + j, idx, lo[c], 4);
+                _mm256_i32scatter_epi32((int *)(void *)(blk + (size_t)(2 * c + 1) * 8 * 64) + j, idx, hi[c], 4);
+            }
+            for (int k = 0; k < 8; k++) {
+                scv[k][j] = sc[k];
+                mnv[k][j] = (int32_t)((uint32_t)mn[k] | ((uint32_t)mn[k] << 16));
+            }
+        }
+        memcpy(blk + 4096, scv, sizeof scv);
+        memcpy(blk + 4096 + 512, mnv, sizeof mnv);
+        memcpy(blk + 4096 + 1024, dv, sizeof dv);
+    }
+}
+
+/* A k-quant super-block's sum_k sc_k * (the sub-block's exact dot) for 16 rows: nsub sub-blocks
+ * of 4 * per values, the values' vectors first in the scratch, the scales' int32 vectors at
+ * 4096. */
+ALWAYS_INLINE __m512i gemm_k_scaled(const uint8_t *blk, const int8_t *qs, const int nsub, const int per) {
+    __m512i S = _mm512_setzero_si512();
+    for (int k = 0; k < nsub; k++) {
+        __m512i t = _mm512_setzero_si512();
+        for (int g = 0; g < per; g++) {
+            int32_t v;
+            memcpy(&v, qs + 4 * (per * k + g), 4);
+            t = dot4_acc(t, load512(blk + (size_t)(per * k + g) * 64), _mm512_set1_epi32(v));
+        }
+        S = _mm512_add_epi32(S, _mm512_mullo_epi32(t, load512(blk + 4096 + 64 * k)));
+    }
+    return S;
+}
+
+ALWAYS_INLINE void gemm_k4_step(const uint8_t *blk, int64_t i, const int p, const char *x, size_t xs, const int NY,
+                                __m512 acc[4][4]) {
+    const __m512 dw = _mm512_loadu_ps((const float *)(const void *)(blk + 4096 + 1024));
+    const __m512 dmw = _mm512_loadu_ps((const float *)(const void *)(blk + 4096 + 1024 + 64));
+    for (int yy = 0; yy < NY; yy++) {
+        const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + (size_t)yy * xs) + i;
+        const __m512i S = gemm_k_scaled(blk, xb->qs, 8, 8);
+        __m512i M = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            int32_t bs;
+            memcpy(&bs, &xb->bsums[2 * j], 4);
+            M = _mm512_add_epi32(M, _mm512_madd_epi16(load512(blk + 4096 + 512 + 64 * j), _mm512_set1_epi32(bs)));
+        }
+        const __m512 dx = _mm512_set1_ps(xb->d);
+        acc[yy][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, dx), acc[yy][p]);
+        acc[yy][p] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmw, dx), acc[yy][p]);
+    }
+}
+
+/* gemm scratch of Q6_K, per super-block: 64 vectors of the 6-bit values as bytes (vector G:
+ * elements 4G .. 4G+3 of rows 0..15), the 16 sub-block scales (int32 vectors), the scales
+ * again as int16 pairs (vector k: (sc_2k, sc_2k+1)) for the -32 offset, then d. */
+#define GEMM_Q6_BYTES (64 * 64 + 16 * 64 + 8 * 64 + 64)
+_Static_assert(GEMM_Q6_BYTES <= 8 * (8 * 64 + 4 * 64), "quant_gemm_scratch_bytes covers a Q6_K super-block");
+
+ALWAYS_INLINE void gemm_q6_decode(int64_t nb, const uint8_t *w, size_t wrb, int nw, uint8_t *scr) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i shl01 = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
+    const __m512i shr23 = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *blk = scr + (size_t)i * GEMM_Q6_BYTES;
+        int32_t scv[16][QUANT_GEMM_ROWS], scp[8][QUANT_GEMM_ROWS];
+        float dv[QUANT_GEMM_ROWS];
+        for (int j = 0; j < QUANT_GEMM_ROWS; j++) {
+            __m512i v[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+            int8_t sc[16] = {0};
+            dv[j] = 0.0f;
+            if (j < nw) {
+                const quant_block_q6_K *b = (const quant_block_q6_K *)(const void *)(w + (size_t)j * wrb) + i;
+                dv[j] = f16_load(b->d);
+                memcpy(sc, b->scales, 16);
+                for (int h = 0; h < 2; h++) { /* as dot_q6_K_nx: elements 128h + 0..63, then + 64..127 */
+                    const __m512i ql = load512(b->ql + 64 * h);
+                    const __m256i hb = load256(b->qh + 32 * h);
+                    const __m512i hh = join256(hb, hb);
+                    v[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(hh, shl01), m2));
+                    v[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                   _mm512_and_si512(_mm512_srlv_epi16(hh, shr23), m2));
+                }
+            }
+            for (int k = 0; k < 4; k++) _mm512_i32scatter_epi32((int *)(void *)(blk + (size_t)k * 16 * 64) + j, idx, v[k], 4);
+            for (int k = 0; k < 16; k++) scv[k][j] = sc[k];
+            for (int k = 0; k < 8; k++)
+                scp[k][j] = (int32_t)((uint32_t)(uint16_t)(int16_t)sc[2 * k] | ((uint32_t)(uint16_t)(int16_t)sc[2 * k + 1] << 16));
+        }
+        memcpy(blk + 4096, scv, sizeof scv);
+        memcpy(blk + 4096 + 1024, scp, sizeof scp);
+        memcpy(blk + 4096 + 1536, dv, sizeof dv);
+    }
+}
+
+ALWAYS_INLINE void gemm_q6_step(const uint8_t *blk, int64_t i, const int p, const char *x, size_t xs, const int NY,
+                                __m512 acc[4][4]) {
+    const __m512 dw = _mm512_loadu_ps((const float *)(const void *)(blk + 4096 + 1536));
+    for (int yy = 0; yy < NY; yy++) {
+        const quant_block_q8_K *xb = (const quant_block_q8_K *)(const void *)(x + (size_t)yy * xs) + i;
+        __m512i S = gemm_k_scaled(blk, xb->qs, 16, 4), M = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++) {
+            int32_t bs;
+            memcpy(&bs, &xb->bsums[2 * k], 4);
+            M = _mm512_add_epi32(M, _mm512_madd_epi16(load512(blk + 4096 + 1024 + 64 * k), _mm512_set1_epi32(bs)));
+        }
+        S = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 5)); /* the values are q - 32 */
+        acc[yy][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), acc[yy][p]);
+    }
+}
+
+/* The k-quants' gemm: decode 16 rows, then activation rows in fours (q6: Q6_K, else Q4_K). */
+ALWAYS_INLINE void gemm_k_rows(int64_t nb, const uint8_t *scr, const char *x, size_t xs, const int NY, float *y,
+                               size_t ys, __mmask16 keep, const int q6) {
+    const size_t bytes = q6 ? GEMM_Q6_BYTES : GEMM_K4_BYTES;
+    __m512 acc[4][4];
+    for (int yy = 0; yy < NY; yy++)
+        for (int p = 0; p < 4; p++) acc[yy][p] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 4)
+        for (int p = 0; p < 4 && i + p < nb; p++) {
+            if (q6)
+                gemm_q6_step(scr + (size_t)(i + p) * bytes, i + p, p, x, xs, NY, acc);
+            else
+                gemm_k4_step(scr + (size_t)(i + p) * bytes, i + p, p, x, xs, NY, acc);
+        }
+    for (int yy = 0; yy < NY; yy++) {
+        const __m512 r = _mm512_add_ps(_mm512_add_ps(acc[yy][0], acc[yy][1]), _mm512_add_ps(acc[yy][2], acc[yy][3]));
+        _mm512_mask_storeu_ps(y + (size_t)yy * ys, keep, r);
+    }
+}
+
+ALWAYS_INLINE void gemm_k(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, int nx, float *y,
+                          size_t ys, void *scratch, const int q6) {
+    const int64_t nb = n / QUANT_QK_K;
+    if (q6)
+        gemm_q6_decode(nb, w, wrb, nw, scratch);
+    else
+        gemm_k4_decode(nb, w, wrb, nw, scratch);
+    const __mmask16 keep = (__mmask16)((1u << nw) - 1);
+    const char *xc = x;
+    int i = 0;
+    for (; i + 4 <= nx; i += 4) gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 4, y + (size_t)i * ys, ys, keep, q6);
+    switch (nx - i) {
+    case 3: gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 3, y + (size_t)i * ys, ys, keep, q6); break;
+    case 2: gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 2, y + (size_t)i * ys, ys, keep, q6); break;
+    case 1: gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 1, y + (size_t)i * ys, ys, keep, q6); break;
+    default: break;
+    }
+}
+
+/* xu unused: the k-quants' unsigned values meet the signed activations. */
+static void gemm_q4_K_512(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu,
+                          size_t xus, int nx, float *y, size_t ys, void *scratch) {
+    (void)xu, (void)xus;
+    gemm_k(n, w, wrb, nw, x, xs, nx, y, ys, scratch, 0);
+}
+static void gemm_q6_K_512(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu,
+                          size_t xus, int nx, float *y, size_t ys, void *scratch) {
+    (void)xu, (void)xus;
+    gemm_k(n, w, wrb, nw, x, xs, nx, y, ys, scratch, 1);
+}
+
+#define CALL_K4C(k) dot_k4c_nx(n, w, x, xs, k, out)
+DEFINE_QUANT(dot_k4c_q4_K_512, CALL_K4C)
+
+#define DEFINE_GEMM(name, kind)                                                                              \
+    static void name(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu, \
+                     size_t xus, int nx, float *y, size_t ys, void *scratch) {                              \
+        gemm_blk(n, w, wrb, nw, x, xs, xu, xus, nx, y, ys, scratch, kind);                                   \
+    }
+DEFINE_GEMM(gemm_q4_0_512, B_Q4_0)
+DEFINE_GEMM(gemm_q5_0_512, B_Q5_0)
+DEFINE_GEMM(gemm_q4_1_512, B_Q4_1)
+#ifdef QUANT_VNNI
+DEFINE_GEMM(gemm_q8_0_512, B_Q8_0)
+#endif
+#define CALL_BLK_Q4_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_0)
+#define CALL_BLK_Q5_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q5_0)
+#define CALL_BLK_Q4_1(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_1)
+#define CALL_BLK_Q8_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q8_0)
+DEFINE_QUANT(dot_blk_q4_0_512, CALL_BLK_Q4_0)
+DEFINE_QUANT(dot_blk_q5_0_512, CALL_BLK_Q5_0)
+DEFINE_QUANT(dot_blk_q4_1_512, CALL_BLK_Q4_1)
+DEFINE_QUANT(dot_blk_q8_0_512, CALL_BLK_Q8_0)
 
 DEFINE_QUANT_ENTRIES(avx512)
 
@@ -261,4 +764,18 @@ void FILL_FN(quant_kernels *k) {
     k->dot_f32 = dot_f32_avx512;
     k->dot_f32_tile = dot_f32_tile_avx512;
     FILL_QUANT_ENTRIES(k, avx512);
+    /* Q4_0, Q5_0, Q4_1, Q8_0: the block-exact arithmetic, row-wise and batched (above). */
+    k->dot[QUANT_Q4_0] = dot_blk_q4_0_512;
+    k->dot[QUANT_Q5_0] = dot_blk_q5_0_512;
+    k->dot[QUANT_Q4_1] = dot_blk_q4_1_512;
+    k->dot[QUANT_Q8_0] = dot_blk_q8_0_512;
+    k->dot[QUANT_Q4_K] = dot_k4c_q4_K_512;
+    k->gemm[QUANT_Q4_K] = gemm_q4_K_512;
+    k->gemm[QUANT_Q6_K] = gemm_q6_K_512;
+    k->gemm[QUANT_Q4_0] = gemm_q4_0_512;
+    k->gemm[QUANT_Q5_0] = gemm_q5_0_512;
+    k->gemm[QUANT_Q4_1] = gemm_q4_1_512;
+#ifdef QUANT_VNNI
+    k->gemm[QUANT_Q8_0] = gemm_q8_0_512;
+#endif
 }

@@ -342,6 +342,97 @@ static void test_vnni_equals_avx512(void) {
     }
 }
 
+/* A set's gemm (the batched kernel prefill takes) gives what its dot gives for every pair, bit
+ * for bit: called directly for 1, 7 and 16 weight rows against 1..6 activation rows, and through
+ * the matmul at batch sizes on both sides of its switch to gemm, on 37 rows (a partial tile),
+ * one and two threads. Rows of 1, 3 and 20 blocks (the partials' groups of four and their
+ * tails; Q4_K and Q6_K 1, 3 and 8 super-blocks). */
+static void test_gemm_equals_dot(void) {
+    const quant_kernels *sets[8];
+    int ns = quant_kernels_list(sets, 8), tested = 0;
+    tq_threadpool *pool2 = NULL;
+    CHECK(tq_threadpool_create(&pool2, 2) == TQ_OK);
+    static const int types[] = {QUANT_Q4_0, QUANT_Q4_1, QUANT_Q5_0, QUANT_Q8_0, QUANT_Q4_K, QUANT_Q6_K};
+    for (int s = 0; s < ns; s++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const quant_kernels *k = sets[s];
+            int type = types[t];
+            if (k->gemm[type] == NULL) continue;
+            tested++;
+            quant_act act = quant_act_format(type);
+            static const int64_t ncols[] = {32, 96, 640}, ncolsK[] = {256, 768, 2048};
+            const int ksb = act == QUANT_ACT_Q8_K; /* super-blocks of 256: 1, 3, 8 of them */
+            for (int c = 0; c < 3; c++) {
+                const int64_t cols = ksb ? ncolsK[c] : ncols[c], rows = 37;
+                const int nmax = 17;
+                size_t rb = quant_row_bytes(type, cols), xs = quant_act_row_bytes(act, cols);
+                uint8_t *wd = malloc((size_t)rows * rb);
+                for (int64_t r = 0; r < rows; r++) random_row(type, wd + (size_t)r * rb, cols);
+                float *x = malloc((size_t)nmax * (size_t)cols * sizeof *x), *xhat = malloc((size_t)cols * sizeof *xhat);
+                for (size_t i = 0; i < (size_t)nmax * (size_t)cols; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+                uint8_t *xq = aligned_alloc(64, ((size_t)nmax * xs + 63) / 64 * 64);
+                uint8_t *xu = malloc((size_t)nmax * (size_t)cols);
+                for (int i = 0; i < nmax; i++) {
+                    make_act(act, x + (size_t)i * (size_t)cols, cols, xq + (size_t)i * xs, xhat);
+                    if (ksb) continue; /* the k-quants' gemm takes no unsigned copy */
+                    const size_t off = act == QUANT_ACT_Q8_A1 ? offsetof(quant_block_q8_a1, qs) : offsetof(quant_block_q8_a, qs);
+                    for (int64_t e = 0; e < cols; e++)
+                        xu[(size_t)i * (size_t)cols + (size_t)e] =
+                            (uint8_t)(xq[(size_t)i * xs + (size_t)(e / 32) * (xs / (size_t)(cols / 32)) + off + (size_t)(e % 32)] ^ 0x80u);
+                }
+                /* the dot's values, one pair per call */
+                float *want = malloc((size_t)nmax * (size_t)rows * sizeof *want);
+                for (int64_t r = 0; r < rows; r++)
+                    for (int i = 0; i < nmax; i++)
+                        k->dot[type](cols, wd + (size_t)r * rb, xq + (size_t)i * xs, xs, 1, &want[(size_t)i * (size_t)rows + (size_t)r]);
+                float *got = malloc((size_t)nmax * (size_t)rows * sizeof *got);
+                void *scratch = aligned_alloc(64, (quant_gemm_scratch_bytes(cols) + 63) / 64 * 64);
+                static const int nws[] = {1, 7, 16};
+                for (int a = 0; a < 3; a++)
+                    for (int nx = 1; nx <= 6; nx++) {
+                        memset(got, 0xFF, (size_t)nmax * (size_t)rows * sizeof *got);
+                        k->gemm[type](cols, wd + rb, rb, nws[a], xq, xs, xu, (size_t)cols, nx, got + 1, (size_t)rows, scratch);
+                        int bad = 0;
+                        for (int i = 0; i < nx; i++) {
+                            for (int r = 0; r < nws[a]; r++)
+                                bad += memcmp(&got[(size_t)i * (size_t)rows + 1 + (size_t)r], &want[(size_t)i * (size_t)rows + 1 + (size_t)r], sizeof *got) != 0;
+                            /* nothing written past the nw rows */
+                            if (1 + nws[a] < rows) {
+                                uint32_t u;
+                                memcpy(&u, &got[(size_t)i * (size_t)rows + 1 + (size_t)nws[a]], 4);
+                                bad += u != 0xFFFFFFFFu;
+                            }
+                        }
+                        CHECK_MSG(bad == 0, "%s %s gemm cols=%lld nw=%d nx=%d: %d values differ from dot", k->name,
+                                  quant_type_name(type), (long long)cols, nws[a], nx, bad);
+                    }
+                matmul_weight w = {type, rows, cols, wd};
+                static const int ns_rows[] = {1, 3, 4, 5, 9, 17};
+                for (int m = 0; m < 6; m++)
+                    for (int p = 0; p < 2; p++) {
+                        int n = ns_rows[m];
+                        size_t wsz = matmul_work_size(&w, n, p ? 2 : 1);
+                        void *work = malloc(wsz);
+                        CHECK(matmul_with(k, &w, x, got, n, p ? pool2 : NULL, work, wsz) == QUANT_OK);
+                        CHECK_MSG(memcmp(got, want, (size_t)n * (size_t)rows * sizeof *got) == 0,
+                                  "%s %s matmul cols=%lld n=%d threads=%d differs from dot", k->name, quant_type_name(type),
+                                  (long long)cols, n, p ? 2 : 1);
+                        free(work);
+                    }
+                free(wd);
+                free(x);
+                free(xhat);
+                free(xq);
+                free(xu);
+                free(want);
+                free(got);
+                free(scratch);
+            }
+        }
+    tq_threadpool_free(pool2);
+    if (tested == 0) test_skip("gemm kernels: no set on this CPU has one (the AVX-512 sets do)");
+}
+
 static void test_matmul_errors(void) {
     uint8_t wd[64] = {0};
     float x[32] = {0}, y[4];
@@ -569,6 +660,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_dot_kernels_vs_ref);
     RUN_TEST(test_matmul_all_sets);
     RUN_TEST(test_vnni_equals_avx512);
+    RUN_TEST(test_gemm_equals_dot);
     RUN_TEST(test_matmul_errors);
     RUN_TEST(test_matmul_threaded);
     RUN_TEST(test_matmul_f32_act);
