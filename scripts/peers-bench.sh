@@ -21,8 +21,8 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: LLAMA_BENCH=PATH IK_BENCH=PATH scripts/peers-bench.sh OUT_DIR}
-LB=${LLAMA_BENCH:?set LLAMA_BENCH to llama.cpp's llama-bench}
-IK=${IK_BENCH:?set IK_BENCH to ik_llama.cpp's llama-bench}
+LB=${LLAMA_BENCH:?set LLAMA_BENCH to the llama-bench of llama.cpp}
+IK=${IK_BENCH:?set IK_BENCH to the llama-bench of ik_llama.cpp}
 mkdir -p "$OUT"
 lscpu > "$OUT/lscpu.txt"
 run() { echo "== $(date +%T) load $(cut -d' ' -f1 /proc/loadavg): $*" >> "$OUT/log.txt"; "$@"; }
