@@ -1,14 +1,13 @@
 /* AVX-512 (F, BW, VL, DQ) + FMA + F16C kernels; compile alone with
  * -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c.
  *
- * Same integer scheme as quants_avx2.c (maddubs + madd, exact per-block sums) on 512-bit
- * registers: two 32-element blocks per step for Q4_0/Q5_0/Q8_0, 64 elements per step for
- * the k-quants. Q4_1 uses quants_simd.h's 256-bit kernel (vpdpbusd in the VNNI build): two
- * blocks per 512-bit step measured 1.5x slower at SmolLM2's shapes (doc/quants.md), the joins
- * of two blocks' weights, activations and scales costing more than the width gains. AVX-512
- * has no sign_epi8, so the sign trick uses a mask from the weight's sign bits:
- * |w| x (w < 0 ? -y : y). Entries left unset here (activation quantization) keep
- * the AVX2 version.
+ * Exact per-block integer sums (maddubs + madd, or vpdpbusd) on 512-bit registers: four
+ * 32-element blocks per step for Q4_0/Q5_0/Q8_0/Q4_1, 64 elements per step for the k-quants;
+ * the 32-element types, Q4_K and Q6_K follow one per-block rule in their row-wise (dot) and
+ * batched (gemm, prefill) kernels, so both give the same bits (doc/quants.md, "Batched
+ * kernels for prefill"). AVX-512 has no sign_epi8, so the sign trick uses a mask from the
+ * weight's sign bits: |w| x (w < 0 ? -y : y). Entries left unset here (activation
+ * quantization) keep the AVX2 version.
  *
  * quants_vnni.c compiles this file again with QUANT_VNNI defined (and -mavx512vnni): the
  * u8 x s8 products summed in fours (maddubs, then madd by ones) become one vpdpbusd, which
@@ -35,9 +34,6 @@ ALWAYS_INLINE __m512i dot4_u8s8(__m512i u, __m512i s) {
 ALWAYS_INLINE __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
 ALWAYS_INLINE __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-ALWAYS_INLINE __m512 join_ps(float lo, float hi) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
 }
 
 /* ---- float weights ---------------------------------------------------------------------- */
@@ -131,43 +127,6 @@ ALWAYS_INLINE void dot_float_nx(int64_t n, const uint8_t *w, const char *x, size
     for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
-/* ---- 32-element blocks against q8_a -------------------------------------------------------- */
-
-ALWAYS_INLINE void dot_32_nx(int64_t n, const uint8_t *w, const char *x, size_t xs, const int nx,
-                             float *out, int kind) {
-    const __m512i zero = _mm512_setzero_si512();
-    __m512 acc[QUANT_DOT_MAX_NX];
-    for (int r = 0; r < nx; r++) acc[r] = _mm512_setzero_ps();
-    int64_t nb = n / QUANT_QK, i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        float d0, d1;
-        __m256i qa = decode_32(w, i, kind, &d0);
-        __m256i qb = decode_32(w, i + 1, kind, &d1);
-        __m512i q = join256(qa, qb);
-        __m512i aq = _mm512_abs_epi8(q);
-        __mmask64 neg = _mm512_movepi8_mask(q);
-        for (int r = 0; r < nx; r++) {
-            const quant_block_q8_a *xb = (const quant_block_q8_a *)(const void *)(x + r * xs) + i;
-            __m512i y = join256(load256(xb[0].qs), load256(xb[1].qs));
-            __m512 s = _mm512_cvtepi32_ps(dot4_u8s8(aq, _mm512_mask_sub_epi8(y, neg, zero, y)));
-            acc[r] = _mm512_fmadd_ps(s, join_ps(d0 * xb[0].d, d1 * xb[1].d), acc[r]);
-        }
-    }
-    if (i < nb) {
-        /* Odd block count: the last block in the lower half only. */
-        float d0;
-        __m512i q = _mm512_zextsi256_si512(decode_32(w, i, kind, &d0));
-        __m512i aq = _mm512_abs_epi8(q);
-        __mmask64 neg = _mm512_movepi8_mask(q);
-        for (int r = 0; r < nx; r++) {
-            const quant_block_q8_a *xb = (const quant_block_q8_a *)(const void *)(x + r * xs) + i;
-            __m512i y = _mm512_zextsi256_si512(load256(xb[0].qs));
-            __m512 s = _mm512_cvtepi32_ps(dot4_u8s8(aq, _mm512_mask_sub_epi8(y, neg, zero, y)));
-            acc[r] = _mm512_fmadd_ps(s, _mm512_set1_ps(d0 * xb[0].d), acc[r]);
-        }
-    }
-    for (int r = 0; r < nx; r++) out[r] = _mm512_reduce_add_ps(acc[r]);
-}
 
 /* ---- k-quants against q8_K ---------------------------------------------------------------- */
 
@@ -734,8 +693,6 @@ static void gemm_q6_K_512(int64_t n, const void *w, size_t wrb, int nw, const vo
     gemm_k(n, w, wrb, nw, x, xs, nx, y, ys, scratch, 1);
 }
 
-#define CALL_K4C(k) dot_k4c_nx(n, w, x, xs, k, out)
-DEFINE_QUANT(dot_k4c_q4_K_512, CALL_K4C)
 
 #define DEFINE_GEMM(name, kind)                                                                              \
     static void name(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu, \
@@ -748,14 +705,18 @@ DEFINE_GEMM(gemm_q4_1_512, B_Q4_1)
 #ifdef QUANT_VNNI
 DEFINE_GEMM(gemm_q8_0_512, B_Q8_0)
 #endif
-#define CALL_BLK_Q4_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_0)
-#define CALL_BLK_Q5_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q5_0)
-#define CALL_BLK_Q4_1(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_1)
-#define CALL_BLK_Q8_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q8_0)
-DEFINE_QUANT(dot_blk_q4_0_512, CALL_BLK_Q4_0)
-DEFINE_QUANT(dot_blk_q5_0_512, CALL_BLK_Q5_0)
-DEFINE_QUANT(dot_blk_q4_1_512, CALL_BLK_Q4_1)
-DEFINE_QUANT(dot_blk_q8_0_512, CALL_BLK_Q8_0)
+/* This file's entry points for the block-rule types (quants_simd.h's CALL_* name the other
+ * files' kernels): the shared entry/fill macros below then instantiate these. */
+#undef CALL_Q4_0
+#undef CALL_Q5_0
+#undef CALL_Q8_0
+#undef CALL_Q4_1
+#undef CALL_Q4_K
+#define CALL_Q4_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_0)
+#define CALL_Q5_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q5_0)
+#define CALL_Q8_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q8_0)
+#define CALL_Q4_1(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_1)
+#define CALL_Q4_K(k) dot_k4c_nx(n, w, x, xs, k, out)
 
 DEFINE_QUANT_ENTRIES(avx512)
 
@@ -764,12 +725,7 @@ void FILL_FN(quant_kernels *k) {
     k->dot_f32 = dot_f32_avx512;
     k->dot_f32_tile = dot_f32_tile_avx512;
     FILL_QUANT_ENTRIES(k, avx512);
-    /* Q4_0, Q5_0, Q4_1, Q8_0: the block-exact arithmetic, row-wise and batched (above). */
-    k->dot[QUANT_Q4_0] = dot_blk_q4_0_512;
-    k->dot[QUANT_Q5_0] = dot_blk_q5_0_512;
-    k->dot[QUANT_Q4_1] = dot_blk_q4_1_512;
-    k->dot[QUANT_Q8_0] = dot_blk_q8_0_512;
-    k->dot[QUANT_Q4_K] = dot_k4c_q4_K_512;
+    /* the batched kernels (their dot entries above follow the same per-block rule) */
     k->gemm[QUANT_Q4_K] = gemm_q4_K_512;
     k->gemm[QUANT_Q6_K] = gemm_q6_K_512;
     k->gemm[QUANT_Q4_0] = gemm_q4_0_512;
