@@ -9,9 +9,9 @@
  * Type ids are ggml's `enum ggml_type` values, so a GGUF tensor's type field maps directly.
  *
  * Dot kernels come in sets (quant_kernels): a scalar reference set and, on x86-64, AVX2,
- * AVX-512 and AVX-512 VNNI sets (doc/quants.md). quant_kernels_get() returns the best set the
- * CPU supports, chosen once; TQ_FORCE_REF=1 in the environment or quant_force_reference(1)
- * selects the reference.
+ * AVX-512 and AVX-512 VNNI sets, on AArch64 NEON (Advanced SIMD) and NEON dot-product sets
+ * (doc/quants.md). quant_kernels_get() returns the best set the CPU supports, chosen once;
+ * TQ_FORCE_REF=1 in the environment or quant_force_reference(1) selects the reference.
  *
  * Thread-safety: every function here is safe to call from any number of threads at once;
  * the kernel sets are immutable after the first quant_kernels_* call. */
@@ -247,7 +247,7 @@ typedef void (*quant_gemm_fn)(int64_t n, const void *w, size_t w_row_bytes, int 
 size_t quant_gemm_scratch_bytes(int64_t n);
 
 typedef struct quant_kernels {
-    const char *name; /* "ref", "avx2", "avx512", "avx512-vnni" */
+    const char *name; /* "ref", "avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod" */
     void (*quantize_q8_a)(const float *x, void *dst, int64_t n);
     void (*quantize_q8_K)(const float *x, void *dst, int64_t n);
     void (*quantize_q8_a1)(const float *x, void *dst, int64_t n);
@@ -280,5 +280,7 @@ void quant_fill_ref(quant_kernels *k);
 void quant_fill_avx2(quant_kernels *k);
 void quant_fill_avx512(quant_kernels *k);
 void quant_fill_avx512_vnni(quant_kernels *k);
+void quant_fill_neon(quant_kernels *k);         /* AArch64 Advanced SIMD (quants_neon.c) */
+void quant_fill_neon_dotprod(quant_kernels *k); /* the same with ARMv8.2-A vdotq_s32 */
 
 #endif

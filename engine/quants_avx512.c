@@ -222,28 +222,7 @@ ALWAYS_INLINE void dot_q6_K_nx(int64_t n, const quant_block_q6_K *w, const char 
     for (int r = 0; r < nx; r++) out[r] = (part[r][0] + part[r][1]) + (part[r][2] + part[r][3]);
 }
 
-/* ---- Q4_0, Q5_0, Q4_1, Q8_0: one arithmetic for dot and gemm ------------------------------
- *
- * Per block b: isum_b, the exact int sum of the 32 products (Q4_0/Q5_0 weights signed, Q4_1's
- * unsigned nibbles); c_b = dw_b * dx_b in float; four partial sums by b mod 4, taken in block
- * order: P = fma((float)isum_b, c_b, P), then for Q4_1 P = fma(m_b, s_b, P); the value is
- * (P0 + P1) + (P2 + P3). The row-wise kernel (dot, any nx) and the interleaved one (gemm)
- * both compute exactly that, so a value does not depend on how many activation rows a call
- * takes or which kernel took it (tested bit for bit). */
-enum { B_Q4_0 = W_Q4_0, B_Q5_0 = W_Q5_0, B_Q8_0 = W_Q8_0, B_Q4_1 = 3 };
-_Static_assert(W_Q4_0 != 3 && W_Q5_0 != 3, "B_Q4_1 distinct");
-
-/* Block i of a row as bytes (signed for Q4_0/Q5_0, Q4_1's nibbles), its scale and offset. */
-ALWAYS_INLINE __m256i blk_decode(const uint8_t *w, int64_t i, const int kind, float *d, float *m) {
-    if (kind == B_Q4_1) {
-        const quant_block_q4_1 *b = (const quant_block_q4_1 *)(const void *)w + i;
-        *d = f16_load(b->d);
-        *m = f16_load(b->m);
-        return nibbles_32(b->qs);
-    }
-    *m = 0.0f;
-    return decode_32(w, i, kind, d);
-}
+/* ---- Q4_0, Q5_0, Q4_1, Q8_0: the block rule of quants_simd.h, four blocks per step -------- */
 
 /* nibbles_32 of two blocks side by side: each 16-byte half loaded twice, the second copy
  * shifted by 4. */
@@ -266,19 +245,6 @@ ALWAYS_INLINE __m128i blk_sums4(__m512i p01, __m512i p23) {
     return _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, t));
 }
 
-/* Bytes of the activation block the type takes (q8_a, or q8_a1 for Q4_1); d is its first
- * float, q8_a1's s the second, and the 32 values follow. */
-#define BLK_XBYTES(kind) ((kind) == B_Q4_1 ? sizeof(quant_block_q8_a1) : sizeof(quant_block_q8_a))
-#define BLK_XQS(kind) ((kind) == B_Q4_1 ? offsetof(quant_block_q8_a1, qs) : offsetof(quant_block_q8_a, qs))
-
-/* q8_a1's (d, s) of blocks k and k+1 (or k alone) as [d s d' s']: adjacent, one 8-byte load each. */
-ALWAYS_INLINE __m128 ds_pair(const char *xr, size_t xb, int k, const int both) {
-    int64_t lo, hi = 0;
-    memcpy(&lo, xr + (size_t)k * xb, 8);
-    if (both) memcpy(&hi, xr + (size_t)(k + 1) * xb, 8);
-    return _mm_castsi128_ps(_mm_set_epi64x(hi, lo));
-}
-
 /* Blocks i .. i+nb-1 (nb = 1..4, a constant) of the row against nx activation rows, into each
  * row's partials (lane k: block i+k; lanes past nb untouched). */
 ALWAYS_INLINE void dot_blk_group(const uint8_t *w, int64_t i, const int nb, const char *x, size_t xs, const int nx,
@@ -286,31 +252,18 @@ ALWAYS_INLINE void dot_blk_group(const uint8_t *w, int64_t i, const int nb, cons
     const size_t xb = BLK_XBYTES(kind), xq = BLK_XQS(kind);
     const __m256i zero = _mm256_setzero_si256();
     __m512i z01, z23;
-    __m128 dw, mw = _mm_setzero_ps();
+    __m128 dw, mw;
+    blk_scales4(w, i, nb, kind, &dw, &mw);
     if (kind == B_Q4_1) {
         const quant_block_q4_1 *b = (const quant_block_q4_1 *)(const void *)w + i;
         z01 = nb >= 2 ? nibbles_64(b[0].qs, b[1].qs) : join256(nibbles_32(b[0].qs), zero);
         z23 = nb == 4 ? nibbles_64(b[2].qs, b[3].qs) : nb == 3 ? join256(nibbles_32(b[2].qs), zero) : _mm512_setzero_si512();
-        /* d and m of the blocks in one conversion: [d0 m0 d1 m1 | d2 m2 d3 m3] */
-        int32_t h[4] = {0, 0, 0, 0};
-        for (int k = 0; k < nb; k++) memcpy(&h[k], b[k].d, 4);
-        const __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3]));
-        const __m128 lo = _mm256_castps256_ps128(dm), hi = _mm256_extractf128_ps(dm, 1);
-        dw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-        mw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
     } else {
         __m256i q[4];
         float d;
         for (int k = 0; k < 4; k++) q[k] = k < nb ? decode_32(w, i + k, kind, &d) : zero;
         z01 = join256(q[0], q[1]);
         z23 = join256(q[2], q[3]);
-        /* the fp16 scales (each block's first two bytes) in one conversion */
-        const size_t bb = kind == B_Q4_0 ? sizeof(quant_block_q4_0)
-                        : kind == B_Q5_0 ? sizeof(quant_block_q5_0) : sizeof(quant_block_q8_0);
-        const uint8_t *b = w + (size_t)i * bb;
-        int16_t h[4] = {0, 0, 0, 0};
-        for (int k = 0; k < nb; k++) memcpy(&h[k], b + k * bb, 2);
-        dw = _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0));
     }
     const __m512i a01 = kind == B_Q4_1 ? z01 : _mm512_abs_epi8(z01), a23 = kind == B_Q4_1 ? z23 : _mm512_abs_epi8(z23);
     const __mmask64 n01 = _mm512_movepi8_mask(z01), n23 = _mm512_movepi8_mask(z23);
@@ -325,16 +278,8 @@ ALWAYS_INLINE void dot_blk_group(const uint8_t *w, int64_t i, const int nb, cons
             y23 = _mm512_mask_sub_epi8(y23, n23, _mm512_setzero_si512(), y23);
         }
         const __m128i isum = blk_sums4(dot4_u8s8(a01, y01), dot4_u8s8(a23, y23));
-        __m128 dx4, sx4 = _mm_setzero_ps();
-        if (kind == B_Q4_1) {
-            const __m128 a = ds_pair(xr, xb, 0, nb >= 2), e = nb >= 3 ? ds_pair(xr, xb, 2, nb == 4) : _mm_setzero_ps();
-            dx4 = _mm_shuffle_ps(a, e, _MM_SHUFFLE(2, 0, 2, 0));
-            sx4 = _mm_shuffle_ps(a, e, _MM_SHUFFLE(3, 1, 3, 1));
-        } else {
-            float dx[4] = {0, 0, 0, 0};
-            for (int k = 0; k < nb; k++) memcpy(&dx[k], xr + k * xb, 4);
-            dx4 = _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]);
-        }
+        __m128 dx4, sx4;
+        blk_act4(xr, nb, kind, &dx4, &sx4);
         const __m128 c = _mm_mul_ps(dw, dx4);
         acc[r] = _mm_mask3_fmadd_ps(_mm_cvtepi32_ps(isum), c, acc[r], live);
         if (kind == B_Q4_1) acc[r] = _mm_mask3_fmadd_ps(mw, sx4, acc[r], live);
@@ -351,15 +296,9 @@ ALWAYS_INLINE void dot_blk_nx(int64_t n, const uint8_t *w, const char *x, size_t
                               const int kind) {
     __m128 acc[QUANT_DOT_MAX_NX];
     for (int r = 0; r < nx; r++) acc[r] = _mm_setzero_ps();
-    const int64_t nb = n / QUANT_QK;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) dot_blk_group(w, i, 4, x, xs, nx, acc, kind);
-    switch (nb - i) { /* the tail, each size its own constant */
-    case 3: dot_blk_group(w, i, 3, x, xs, nx, acc, kind); break;
-    case 2: dot_blk_group(w, i, 2, x, xs, nx, acc, kind); break;
-    case 1: dot_blk_group(w, i, 1, x, xs, nx, acc, kind); break;
-    default: break;
-    }
+#define BLK_STEP(i, nbk) dot_blk_group(w, i, nbk, x, xs, nx, acc, kind)
+    IN_FOURS(n / QUANT_QK, BLK_STEP);
+#undef BLK_STEP
     for (int r = 0; r < nx; r++) out[r] = blk_finish(acc[r]);
 }
 
@@ -453,15 +392,9 @@ ALWAYS_INLINE void gemm_blk(int64_t n, const void *w, size_t wrb, int nw, const 
     gemm_blk_decode(nb, w, wrb, nw, scr, kind);
     const __mmask16 keep = (__mmask16)((1u << nw) - 1);
     const char *xc = x;
-    int i = 0;
-    for (; i + 4 <= nx; i += 4)
-        gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 4, y + (size_t)i * ys, ys, keep, kind);
-    switch (nx - i) {
-    case 3: gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 3, y + (size_t)i * ys, ys, keep, kind); break;
-    case 2: gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 2, y + (size_t)i * ys, ys, keep, kind); break;
-    case 1: gemm_blk_rows(nb, scr, xc + (size_t)i * xs, xs, xu + (size_t)i * xus, xus, 1, y + (size_t)i * ys, ys, keep, kind); break;
-    default: break;
-    }
+#define ROWS(i, ny) gemm_blk_rows(nb, scr, xc + (size_t)(i) * xs, xs, xu + (size_t)(i) * xus, xus, ny, y + (size_t)(i) * ys, ys, keep, kind)
+    IN_FOURS(nx, ROWS);
+#undef ROWS
 }
 
 /* ---- Q4_K: the same rule per 256-element super-block ------------------------------------
@@ -671,53 +604,21 @@ ALWAYS_INLINE void gemm_k(int64_t n, const void *w, size_t wrb, int nw, const vo
         gemm_k4_decode(nb, w, wrb, nw, scratch);
     const __mmask16 keep = (__mmask16)((1u << nw) - 1);
     const char *xc = x;
-    int i = 0;
-    for (; i + 4 <= nx; i += 4) gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 4, y + (size_t)i * ys, ys, keep, q6);
-    switch (nx - i) {
-    case 3: gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 3, y + (size_t)i * ys, ys, keep, q6); break;
-    case 2: gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 2, y + (size_t)i * ys, ys, keep, q6); break;
-    case 1: gemm_k_rows(nb, scratch, xc + (size_t)i * xs, xs, 1, y + (size_t)i * ys, ys, keep, q6); break;
-    default: break;
-    }
+#define ROWS(i, ny) gemm_k_rows(nb, scratch, xc + (size_t)(i) * xs, xs, ny, y + (size_t)(i) * ys, ys, keep, q6)
+    IN_FOURS(nx, ROWS);
+#undef ROWS
 }
 
-/* xu unused: the k-quants' unsigned values meet the signed activations. */
-static void gemm_q4_K_512(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu,
-                          size_t xus, int nx, float *y, size_t ys, void *scratch) {
-    (void)xu, (void)xus;
-    gemm_k(n, w, wrb, nw, x, xs, nx, y, ys, scratch, 0);
-}
-static void gemm_q6_K_512(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu,
-                          size_t xus, int nx, float *y, size_t ys, void *scratch) {
-    (void)xu, (void)xus;
-    gemm_k(n, w, wrb, nw, x, xs, nx, y, ys, scratch, 1);
-}
+DEFINE_GEMM_K(gemm_q4_K_512, 0)
+DEFINE_GEMM_K(gemm_q6_K_512, 1)
 
 
-#define DEFINE_GEMM(name, kind)                                                                              \
-    static void name(int64_t n, const void *w, size_t wrb, int nw, const void *x, size_t xs, const uint8_t *xu, \
-                     size_t xus, int nx, float *y, size_t ys, void *scratch) {                              \
-        gemm_blk(n, w, wrb, nw, x, xs, xu, xus, nx, y, ys, scratch, kind);                                   \
-    }
 DEFINE_GEMM(gemm_q4_0_512, B_Q4_0)
 DEFINE_GEMM(gemm_q5_0_512, B_Q5_0)
 DEFINE_GEMM(gemm_q4_1_512, B_Q4_1)
 #ifdef QUANT_VNNI
 DEFINE_GEMM(gemm_q8_0_512, B_Q8_0)
 #endif
-/* This file's entry points for the block-rule types (quants_simd.h's CALL_* name the other
- * files' kernels): the shared entry/fill macros below then instantiate these. */
-#undef CALL_Q4_0
-#undef CALL_Q5_0
-#undef CALL_Q8_0
-#undef CALL_Q4_1
-#undef CALL_Q4_K
-#define CALL_Q4_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_0)
-#define CALL_Q5_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q5_0)
-#define CALL_Q8_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q8_0)
-#define CALL_Q4_1(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_1)
-#define CALL_Q4_K(k) dot_k4c_nx(n, w, x, xs, k, out)
-
 DEFINE_QUANT_ENTRIES(avx512)
 
 void FILL_FN(quant_kernels *k) {

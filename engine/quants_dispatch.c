@@ -1,6 +1,7 @@
 /* Runtime choice of the kernel set, made once (libsodium-style): the reference table is
- * always there; on x86-64 the AVX2, AVX-512 and AVX-512 VNNI tables start as copies of the
- * one before and override what they accelerate, so every entry of every table is callable. */
+ * always there; on x86-64 the AVX2, AVX-512 and AVX-512 VNNI tables, on AArch64 the NEON and
+ * NEON dot-product tables, start as copies of the one before and override what they accelerate,
+ * so every entry of every table is callable. */
 #include "quants.h"
 
 #include <pthread.h>
@@ -15,7 +16,23 @@
 #define QUANT_HAVE_X86 0
 #endif
 
-static quant_kernels table_ref, table_avx2, table_avx512, table_vnni;
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define QUANT_HAVE_NEON 1
+#include <sys/auxv.h>
+#else
+#define QUANT_HAVE_NEON 0
+#endif
+
+static quant_kernels table_ref;
+#if QUANT_HAVE_X86
+static quant_kernels table_avx2, table_avx512, table_vnni;
+#endif
+#if QUANT_HAVE_NEON
+static quant_kernels table_neon;
+#if defined(HWCAP_ASIMDDP)
+static quant_kernels table_neon_dp;
+#endif
+#endif
 static const quant_kernels *sets[4];
 static int n_sets;
 static const quant_kernels *best;
@@ -60,8 +77,36 @@ static void init_tables(void) {
         best = &table_vnni;
     }
 #endif
+#if QUANT_HAVE_NEON
+    /* Advanced SIMD is part of every AArch64 CPU; the dot products (ARMv8.2-A, optional there
+     * and from v8.4 on mandatory) are asked of the kernel. */
+    table_neon = table_ref;
+    quant_fill_neon(&table_neon);
+    sets[n_sets++] = &table_neon;
+    best = &table_neon;
+#if defined(HWCAP_ASIMDDP)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) {
+        table_neon_dp = table_neon;
+        quant_fill_neon_dotprod(&table_neon_dp); /* a no-op where the compiler could not build it */
+        if (strcmp(table_neon_dp.name, "neon-dotprod") == 0) {
+            sets[n_sets++] = &table_neon_dp;
+            best = &table_neon_dp;
+        }
+    }
+#endif
+#endif
     const char *env = getenv("TQ_FORCE_REF");
     force_env = env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
+    /* TQ_KERNELS=ref|avx2|avx512|neon, as the library reads it (README): the best set of that
+     * family this CPU runs (avx2 on an AVX-512 CPU: what an AVX2-only CPU gets); a family the
+     * CPU lacks, or another value, leaves the choice as it is. */
+    const char *want = getenv("TQ_KERNELS");
+    if (want != NULL && strcmp(want, "ref") == 0) force_env = 1;
+    else if (want != NULL && want[0] != '\0')
+        for (int i = 1; i < n_sets; i++)
+            if (strncmp(sets[i]->name, want, strlen(want)) == 0 &&
+                (sets[i]->name[strlen(want)] == '\0' || sets[i]->name[strlen(want)] == '-'))
+                best = sets[i];
 }
 
 const quant_kernels *quant_kernels_get(void) {

@@ -1,8 +1,9 @@
 /* What the x86 weight kernels (quants_avx2.c, quants_avx512.c) share: fp16 and 256-bit
  * loads, the decode of a 32-element block to signed bytes (AVX2 width in both files), and the
- * entry points, one instance per constant nx over the kernels each file defines
- * (dot_float_nx, dot_32_nx, dot_k4_nx, dot_q6_K_nx; Q4_1's dot_q4_1_256 is here). Included only from files compiled with
- * at least -mavx2 -mfma -mf16c; everything is inlined, so each file keeps its own ISA. */
+ * block rule of the 32-element types (quants_entries.h has the entry points: one instance per
+ * constant nx over the kernels each file defines: dot_float_nx, dot_blk_nx, dot_k4c_nx, dot_k4_nx for Q5_K,
+ * dot_q6_K_nx). Included only from files compiled with at least -mavx2 -mfma -mf16c;
+ * everything is inlined, so each file keeps its own ISA. */
 #ifndef TQ_ENGINE_QUANTS_SIMD_H
 #define TQ_ENGINE_QUANTS_SIMD_H
 
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "quants.h"
+#include "quants_entries.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -84,6 +86,79 @@ ALWAYS_INLINE __m256i decode_32(const uint8_t *w, int64_t i, int kind, float *d)
     return _mm256_or_si256(nibbles_32(b->qs), _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8((char)0xF0)));
 }
 
+/* ---- Q4_0, Q5_0, Q4_1, Q8_0: the block rule (doc/quants.md) --------------------------------
+ *
+ * Per block b: isum_b, the exact int sum of the 32 products (Q4_0/Q5_0/Q8_0 weights signed, Q4_1's
+ * unsigned nibbles); c_b = dw_b * dx_b in float; four partial sums by b mod 4, taken in block
+ * order: P = fma((float)isum_b, c_b, P), then for Q4_1 P = fma(m_b, s_b, P); the value is
+ * (P0 + P1) + (P2 + P3). Every x86 set's row-wise kernel (dot, any nx) and batched kernel
+ * (gemm) computes exactly that, so a value does not depend on the set, on how many activation
+ * rows a call takes or on which kernel took it (tested bit for bit). */
+enum { B_Q4_0 = W_Q4_0, B_Q5_0 = W_Q5_0, B_Q8_0 = W_Q8_0, B_Q4_1 = 3 };
+_Static_assert(W_Q4_0 != 3 && W_Q5_0 != 3, "B_Q4_1 distinct");
+
+/* Block i of a row as bytes (signed for Q4_0/Q5_0, Q4_1's nibbles), its scale and offset. */
+ALWAYS_INLINE __m256i blk_decode(const uint8_t *w, int64_t i, const int kind, float *d, float *m) {
+    if (kind == B_Q4_1) {
+        const quant_block_q4_1 *b = (const quant_block_q4_1 *)(const void *)w + i;
+        *d = f16_load(b->d);
+        *m = f16_load(b->m);
+        return nibbles_32(b->qs);
+    }
+    *m = 0.0f;
+    return decode_32(w, i, kind, d);
+}
+
+/* Bytes of the activation block the type takes (q8_a, or q8_a1 for Q4_1); d is its first
+ * float, q8_a1's s the second, and the 32 values follow. */
+#define BLK_XBYTES(kind) ((kind) == B_Q4_1 ? sizeof(quant_block_q8_a1) : sizeof(quant_block_q8_a))
+#define BLK_XQS(kind) ((kind) == B_Q4_1 ? offsetof(quant_block_q8_a1, qs) : offsetof(quant_block_q8_a, qs))
+
+/* q8_a1's (d, s) of blocks k and k+1 (or k alone) as [d s d' s']: adjacent, one 8-byte load each. */
+ALWAYS_INLINE __m128 ds_pair(const char *xr, size_t xb, int k, const int both) {
+    int64_t lo, hi = 0;
+    memcpy(&lo, xr + (size_t)k * xb, 8);
+    if (both) memcpy(&hi, xr + (size_t)(k + 1) * xb, 8);
+    return _mm_castsi128_ps(_mm_set_epi64x(hi, lo));
+}
+
+/* The fp16 scales (and Q4_1's offsets) of blocks i .. i+nb-1 (nb = 1..4) as four lanes, in one
+ * conversion; lanes past nb are 0. */
+ALWAYS_INLINE void blk_scales4(const uint8_t *w, int64_t i, const int nb, const int kind, __m128 *dw, __m128 *mw) {
+    if (kind == B_Q4_1) {
+        const quant_block_q4_1 *b = (const quant_block_q4_1 *)(const void *)w + i;
+        int32_t h[4] = {0, 0, 0, 0}; /* [d0 m0 d1 m1 | d2 m2 d3 m3] after the conversion */
+        for (int k = 0; k < nb; k++) memcpy(&h[k], b[k].d, 4);
+        const __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3]));
+        const __m128 lo = _mm256_castps256_ps128(dm), hi = _mm256_extractf128_ps(dm, 1);
+        *dw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+        *mw = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+        return;
+    }
+    const size_t bb = kind == B_Q4_0 ? sizeof(quant_block_q4_0)
+                    : kind == B_Q5_0 ? sizeof(quant_block_q5_0) : sizeof(quant_block_q8_0);
+    const uint8_t *b = w + (size_t)i * bb; /* each block's first two bytes */
+    int16_t h[4] = {0, 0, 0, 0};
+    for (int k = 0; k < nb; k++) memcpy(&h[k], b + k * bb, 2);
+    *dw = _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], 0, 0, 0, 0));
+    *mw = _mm_setzero_ps();
+}
+
+/* The activation blocks' d (and q8_a1's s) of blocks 0 .. nb-1 from xr, as four lanes (0 past nb). */
+ALWAYS_INLINE void blk_act4(const char *xr, const int nb, const int kind, __m128 *dx, __m128 *sx) {
+    const size_t xb = BLK_XBYTES(kind);
+    if (kind == B_Q4_1) {
+        const __m128 a = ds_pair(xr, xb, 0, nb >= 2), e = nb >= 3 ? ds_pair(xr, xb, 2, nb == 4) : _mm_setzero_ps();
+        *dx = _mm_shuffle_ps(a, e, _MM_SHUFFLE(2, 0, 2, 0));
+        *sx = _mm_shuffle_ps(a, e, _MM_SHUFFLE(3, 1, 3, 1));
+        return;
+    }
+    float d[4] = {0, 0, 0, 0};
+    for (int k = 0; k < nb; k++) memcpy(&d[k], xr + k * xb, 4);
+    *dx = _mm_setr_ps(d[0], d[1], d[2], d[3]);
+    *sx = _mm_setzero_ps();
+}
+
 ALWAYS_INLINE float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -91,65 +166,18 @@ ALWAYS_INLINE float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Sums of 4 adjacent u8 x s8 products as int32: one vpdpbusd where the file is compiled with
- * AVX512-VNNI (quants_vnni.c), else maddubs then madd by ones (equal: a maddubs pair is at
- * most 2 * 128 * 127 here, no saturation). */
-ALWAYS_INLINE __m256i dot4_u8s8_256(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
-/* Q4_1 against q8_a1 at 256-bit width, one block per step (the AVX2 kernel, and the VNNI
- * set's: measured faster than two blocks per 512-bit step, doc/quants.md). The nibbles are
- * unsigned, so they need no sign trick; the offset m meets the activation block's s. */
-ALWAYS_INLINE void dot_q4_1_256(int64_t n, const quant_block_q4_1 *w, const char *x, size_t xs, const int nx,
-                                float *out) {
-    __m256 acc[QUANT_DOT_MAX_NX];
-    float macc[QUANT_DOT_MAX_NX];
-    for (int r = 0; r < nx; r++) acc[r] = _mm256_setzero_ps(), macc[r] = 0.0f;
-    for (int64_t i = 0; i < n / QUANT_QK; i++) {
-        __m256i q = nibbles_32(w[i].qs);
-        float dw = f16_load(w[i].d), mw = f16_load(w[i].m);
-        for (int r = 0; r < nx; r++) {
-            const quant_block_q8_a1 *xb = (const quant_block_q8_a1 *)(const void *)(x + r * xs) + i;
-            __m256i p = dot4_u8s8_256(q, load256(xb->qs));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb->d), acc[r]);
-            macc[r] += mw * xb->s;
-        }
-    }
-    for (int r = 0; r < nx; r++) out[r] = hsum_ps(acc[r]) + macc[r];
-}
-
 /* ---- entry points: one instance per constant nx ----------------------------------------- */
 
-#define NX_SWITCH(call)                                                                           \
-    switch (nx) {                                                                                 \
-    case 1: call(1); break;                                                                       \
-    case 2: call(2); break;                                                                       \
-    case 3: call(3); break;                                                                       \
-    case 4: call(4); break;                                                                       \
-    case 5: call(5); break;                                                                       \
-    case 6: call(6); break;                                                                       \
-    case 7: call(7); break;                                                                       \
-    default: call(8); break;                                                                      \
-    }
-#define DEFINE_QUANT(name, call)                                                                  \
-    static void name(int64_t n, const void *w, const void *x, size_t xs, int nx, float *out) {    \
-        NX_SWITCH(call)                                                                           \
-    }
-_Static_assert(QUANT_DOT_MAX_NX == 8, "NX_SWITCH covers nx = 1..8");
+/* NX_SWITCH and DEFINE_QUANT: quants_entries.h */
 
 #define CALL_F32(k) dot_float_nx(n, w, x, xs, k, out, W_F32)
 #define CALL_F16(k) dot_float_nx(n, w, x, xs, k, out, W_F16)
 #define CALL_BF16(k) dot_float_nx(n, w, x, xs, k, out, W_BF16)
-#define CALL_Q4_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q4_0)
-#define CALL_Q5_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q5_0)
-#define CALL_Q8_0(k) dot_32_nx(n, w, x, xs, k, out, W_Q8_0)
-#define CALL_Q4_1(k) dot_q4_1_256(n, w, x, xs, k, out)
-#define CALL_Q4_K(k) dot_k4_nx(n, w, x, xs, k, out, W_Q4_K)
+#define CALL_Q4_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_0)
+#define CALL_Q5_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q5_0)
+#define CALL_Q8_0(k) dot_blk_nx(n, w, x, xs, k, out, B_Q8_0)
+#define CALL_Q4_1(k) dot_blk_nx(n, w, x, xs, k, out, B_Q4_1)
+#define CALL_Q4_K(k) dot_k4c_nx(n, w, x, xs, k, out)
 #define CALL_Q5_K(k) dot_k4_nx(n, w, x, xs, k, out, W_Q5_K)
 #define CALL_Q6_K(k) dot_q6_K_nx(n, w, x, xs, k, out)
 

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 #include "../engine/matmul.h"
 #include "../engine/quants.h"
 #include "quant_rows.h"
@@ -305,18 +309,28 @@ static void test_matmul_all_sets(void) {
 }
 
 /* The VNNI set differs from the AVX-512 one only in how exact integer block sums are formed,
- * so every type's dot must agree bit for bit (what keeps results unchanged where it is picked). */
-static void test_vnni_equals_avx512(void) {
-    const quant_kernels *sets[8], *a = NULL, *v = NULL;
+ * so every type's dot must agree bit for bit (what keeps results unchanged where it is picked);
+ * the AVX2 set follows the same block rule for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K (the
+ * models' types), so there it must agree with them too: a model gives the same bits on an
+ * AVX2-only CPU as on an AVX-512 one. */
+static int block_rule_type(int type) {
+    return type == QUANT_Q4_0 || type == QUANT_Q4_1 || type == QUANT_Q5_0 || type == QUANT_Q8_0 ||
+           type == QUANT_Q4_K || type == QUANT_Q6_K;
+}
+
+static void test_x86_sets_agree(void) {
+    const quant_kernels *sets[8], *a = NULL, *v = NULL, *a2 = NULL;
     int ns = quant_kernels_list(sets, 8);
     for (int s = 0; s < ns; s++) {
         if (strcmp(sets[s]->name, "avx512") == 0) a = sets[s];
         if (strcmp(sets[s]->name, "avx512-vnni") == 0) v = sets[s];
+        if (strcmp(sets[s]->name, "avx2") == 0) a2 = sets[s];
     }
-    if (a == NULL || v == NULL) {
-        test_skip("avx512-vnni vs avx512: a set is not on this host");
+    if (a == NULL) {
+        test_skip("x86 sets agree: no avx512 set on this host");
         return;
     }
+    if (v == NULL) test_skip("avx512-vnni vs avx512: no avx512-vnni set on this host");
     for (int t = 0; t < N_TYPES; t++) {
         int type = all_types[t];
         quant_act act = quant_act_format(type);
@@ -333,8 +347,59 @@ static void test_vnni_equals_avx512(void) {
         }
         float ya[QUANT_DOT_MAX_NX], yv[QUANT_DOT_MAX_NX];
         a->dot[type](n, w, xq, stride, QUANT_DOT_MAX_NX, ya);
-        v->dot[type](n, w, xq, stride, QUANT_DOT_MAX_NX, yv);
-        CHECK_MSG(memcmp(ya, yv, sizeof ya) == 0, "%s: avx512-vnni differs from avx512", quant_type_name(type));
+        if (v != NULL) {
+            v->dot[type](n, w, xq, stride, QUANT_DOT_MAX_NX, yv);
+            CHECK_MSG(memcmp(ya, yv, sizeof ya) == 0, "%s: avx512-vnni differs from avx512", quant_type_name(type));
+        }
+        if (a2 != NULL && block_rule_type(type)) {
+            for (int nx = 1; nx <= QUANT_DOT_MAX_NX; nx += 7) { /* 1 and 8 rows per call */
+                float y2[QUANT_DOT_MAX_NX];
+                for (int r = 0; r < QUANT_DOT_MAX_NX; r += nx) a2->dot[type](n, w, xq + r * stride, stride, nx, y2 + r);
+                CHECK_MSG(memcmp(ya, y2, sizeof ya) == 0, "%s: avx2 (nx %d) differs from avx512", quant_type_name(type), nx);
+            }
+        }
+        free(w);
+        free(x);
+        free(xhat);
+        free(xq);
+    }
+}
+
+/* The NEON dot-product set differs from the NEON one only in how exact integer block sums are
+ * formed (vdotq_s32 for widening multiplies), so every type's dot agrees bit for bit, at every nx
+ * (what keeps a model's results unchanged where the dot products are there). */
+static void test_neon_sets_agree(void) {
+    const quant_kernels *sets[8], *a = NULL, *d = NULL;
+    int ns = quant_kernels_list(sets, 8);
+    for (int s = 0; s < ns; s++) {
+        if (strcmp(sets[s]->name, "neon") == 0) a = sets[s];
+        if (strcmp(sets[s]->name, "neon-dotprod") == 0) d = sets[s];
+    }
+    if (a == NULL || d == NULL) {
+        test_skip("neon-dotprod vs neon: %s", a == NULL ? "not AArch64" : "no neon-dotprod set on this CPU");
+        return;
+    }
+    for (int t = 0; t < N_TYPES; t++) {
+        int type = all_types[t];
+        quant_act act = quant_act_format(type);
+        if (act == QUANT_ACT_NONE) continue;
+        int64_t n = quant_block_elems(type) == QUANT_QK_K ? 3 * QUANT_QK_K : quant_block_elems(type) == 1 ? 21 * QUANT_QK + 5 : 21 * QUANT_QK;
+        uint8_t *w = malloc(quant_row_bytes(type, n));
+        float *x = malloc((size_t)n * sizeof *x), *xhat = malloc((size_t)n * sizeof *xhat);
+        size_t stride = ((size_t)n * 4 + 64) / 4 * 4;
+        uint8_t *xq = aligned_alloc(64, (QUANT_DOT_MAX_NX * stride + 63) / 64 * 64);
+        random_row(type, w, n);
+        for (int r = 0; r < QUANT_DOT_MAX_NX; r++) {
+            for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(-1.0f, 1.0f);
+            make_act(act, x, n, xq + r * stride, xhat);
+        }
+        for (int nx = 1; nx <= QUANT_DOT_MAX_NX; nx++) {
+            float ya[QUANT_DOT_MAX_NX], yd[QUANT_DOT_MAX_NX];
+            a->dot[type](n, w, xq, stride, nx, ya);
+            d->dot[type](n, w, xq, stride, nx, yd);
+            CHECK_MSG(memcmp(ya, yd, (size_t)nx * sizeof *ya) == 0, "%s nx %d: neon-dotprod differs from neon",
+                      quant_type_name(type), nx);
+        }
         free(w);
         free(x);
         free(xhat);
@@ -387,8 +452,8 @@ static void test_gemm_equals_dot(void) {
                         k->dot[type](cols, wd + (size_t)r * rb, xq + (size_t)i * xs, xs, 1, &want[(size_t)i * (size_t)rows + (size_t)r]);
                 float *got = malloc((size_t)nmax * (size_t)rows * sizeof *got);
                 void *scratch = aligned_alloc(64, (quant_gemm_scratch_bytes(cols) + 63) / 64 * 64);
-                static const int nws[] = {1, 7, 16};
-                for (int a = 0; a < 3; a++)
+                static const int nws[] = {1, 7, 12, 16};
+                for (int a = 0; a < 4; a++)
                     for (int nx = 1; nx <= 6; nx++) {
                         memset(got, 0xFF, (size_t)nmax * (size_t)rows * sizeof *got);
                         k->gemm[type](cols, wd + rb, rb, nws[a], xq, xs, xu, (size_t)cols, nx, got + 1, (size_t)rows, scratch);
@@ -615,7 +680,14 @@ static void test_dispatch(void) {
     quant_force_reference(1);
     CHECK(strcmp(quant_kernels_name(), "ref") == 0);
     quant_force_reference(0);
-    CHECK(quant_kernels_get() == sets[ns - 1]);
+    /* the CPU's best, or with TQ_KERNELS=FAMILY (avx2, avx512, neon) the best of that family */
+    const char *want = getenv("TQ_KERNELS");
+    const quant_kernels *fam = NULL;
+    for (int s = 1; s < ns && want != NULL && want[0] != '\0'; s++)
+        if (strncmp(sets[s]->name, want, strlen(want)) == 0 &&
+            (sets[s]->name[strlen(want)] == '\0' || sets[s]->name[strlen(want)] == '-'))
+            fam = sets[s];
+    CHECK(quant_kernels_get() == (fam != NULL ? fam : sets[ns - 1]));
     for (int s = 0; s < ns; s++) {
         CHECK(sets[s]->quantize_q8_a && sets[s]->quantize_q8_K && sets[s]->quantize_q8_a1 && sets[s]->dot_f32 &&
               sets[s]->dot_f32_tile && sets[s]->dequantize_row);
@@ -655,11 +727,35 @@ int main(int argc, char **argv) {
             fprintf(stderr, "engine kernel set avx512-vnni missing although this CPU has AVX512_VNNI\n");
             test_failed_count++;
         }
+        /* AArch64: neon always (quants_neon.c), neon-dotprod where the kernel reports ASIMDDP */
+        int have_neon = 0, have_neon_dp = 0;
+        for (int s = 0; s < ns; s++) {
+            have_neon |= strcmp(sets[s]->name, "neon") == 0;
+            have_neon_dp |= strcmp(sets[s]->name, "neon-dotprod") == 0;
+        }
+        if (!have_neon && test_cpu_lacks("neon", lacks, sizeof lacks)[0])
+            test_skip("engine kernel set neon: this CPU lacks %s", lacks);
+        else if (!have_neon) {
+            fprintf(stderr, "engine kernel set neon missing on AArch64 (quants_dispatch.c)\n");
+            test_failed_count++;
+        }
+#if defined(__aarch64__) && defined(HWCAP_ASIMDDP)
+        const int cpu_dp = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+        const int cpu_dp = 0;
+#endif
+        if (!have_neon_dp && !cpu_dp && have_neon)
+            test_skip("engine kernel set neon-dotprod: this CPU lacks asimddp");
+        else if (!have_neon_dp && cpu_dp) {
+            fprintf(stderr, "engine kernel set neon-dotprod missing although this CPU has ASIMDDP\n");
+            test_failed_count++;
+        }
     }
     RUN_TEST(test_quantize_matches_ref);
     RUN_TEST(test_dot_kernels_vs_ref);
     RUN_TEST(test_matmul_all_sets);
-    RUN_TEST(test_vnni_equals_avx512);
+    RUN_TEST(test_x86_sets_agree);
+    RUN_TEST(test_neon_sets_agree);
     RUN_TEST(test_gemm_equals_dot);
     RUN_TEST(test_matmul_errors);
     RUN_TEST(test_matmul_threaded);
