@@ -144,8 +144,10 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
     pl->s_floats = pl->rows * KB;
     if ((size_t)pl->G * FUSED_QUERIES * KB_FUSED > pl->s_floats)
         pl->s_floats = (size_t)pl->G * FUSED_QUERIES * KB_FUSED;
+    /* ktile, vtile, S, tmp (G floats), merge_fn's two rows, then the key panels of the tile
+     * path (score_panels) */
     pl->scratch_floats = KB * (size_t)pl->kt + KB * (size_t)pl->vt + pl->s_floats +
-                         round16((size_t)pl->G) + 2 * round16((size_t)pl->vt);
+                         round16((size_t)pl->G) + 2 * round16((size_t)pl->vt) + KB * (size_t)pl->kt;
 }
 
 static size_t work_floats(const plan *pl, size_t n_queries, int n_threads) {
@@ -245,6 +247,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     float *sc = x->scratch + (size_t)thread * pl->scratch_floats;
     float *ktile = sc, *vtile = ktile + KB * (size_t)pl->kt, *S = vtile + KB * (size_t)pl->vt;
     float *tmp = S + pl->s_floats;
+    float *panels = tmp + round16((size_t)G) + 2 * round16((size_t)pl->vt);
 
     size_t nrows = (i1 - i0) * (size_t)G;
     for (size_t r = 0; r < nrows; r++) {
@@ -277,6 +280,9 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     int fk_c = few ? fused_kind(ak, &l->k, 1) : FUSED_NONE, fv_c = few ? fused_kind(ak, &l->v, 0) : FUSED_NONE;
     int fk_r = few ? fused_kind(ak, NULL, 1) : FUSED_NONE, fv_r = few ? fused_kind(ak, NULL, 0) : FUSED_NONE;
     int big = fk_c == FUSED_TURBO && fv_c == FUSED_TURBO;
+    /* Prefill scores a block's keys against all rows at once (score_panels): S rows are then
+     * indexed from the block's first key, b0, not from each row's first visible key. */
+    const int tile_scores = !few && ak->score_panels != NULL;
     /* Attention sinks: keys below ns are read exact from the sink store, as the raw part is
      * (fp16 rows, the raw kernels and accumulator); a block is sink, compressed or raw. */
     const size_t ns = tq_kv_sink_len(c, l);
@@ -310,6 +316,13 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         } else {
             tq_record_f16_rows(x->ks, tq_kv_kexact(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
         }
+        if (tile_scores) {
+            tq_attn_key_panels(ktile, (size_t)pl->kt, (int)nb, kw, panels);
+            const size_t qrow0 = i0 * (size_t)pl->nqh + (size_t)h * (size_t)G;
+            const float *q0 = comp ? x->qprep + qrow0 * (size_t)pl->kw : x->q + qrow0 * (size_t)pl->dk;
+            const size_t qw = comp ? (size_t)pl->kw : (size_t)pl->dk;
+            ak->score_panels(panels, (int)nb, kw, q0, (size_t)pl->nqh * qw, G, qw, (int)(i1 - i0), S, sb);
+        }
         /* Scores and online-softmax updates of every row. */
         for (size_t i = i0; i < i1; i++) {
             size_t lo, hi;
@@ -318,8 +331,9 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             if (v0 >= v1) continue;
             size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
             const float *qv = comp ? x->qprep + qrow * (size_t)pl->kw : x->q + qrow * (size_t)pl->dk;
-            float *Si = S + (i - i0) * (size_t)G * sb;
-            if (fk == FUSED_TURBO && x->lanes_k) {
+            float *Si = S + (i - i0) * (size_t)G * sb + (tile_scores ? v0 - b0 : 0);
+            if (tile_scores) {
+            } else if (fk == FUSED_TURBO && x->lanes_k) {
                 if (!ak->score_turbo_lanes(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0),
                                            x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, sb))
                     atomic_store(&x->corrupt, 1);
@@ -370,10 +384,11 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         } else {
             tq_record_f16_rows(x->ks, tq_kv_vexact(c, l, b0, h), nb, pl->dv, vtile, (size_t)pl->vt);
         }
-        for (size_t i = i0; i < i1; i++) {
+        for (size_t i = i0, inext; i < i1; i = inext) {
             size_t lo, hi;
             row_range(x, qpos(x, i), &lo, &hi);
             size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
+            inext = i + 1;
             if (v0 >= v1) continue;
             if (fv) {
                 float *acc0 = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->va);
@@ -394,12 +409,22 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                 }
                 continue;
             }
-            for (int g = 0; g < G; g++) {
-                float *pr = part + ((i - i0) * (size_t)G + (size_t)g) * pl->row_floats;
-                float *acc = comp ? pr + 2 : pr + 2 + pl->va;
-                ak->accum_rows(acc, S + ((i - i0) * (size_t)G + (size_t)g) * sb,
-                               vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt, (int)(v1 - v0), vw);
+            /* The rows of the positions after i that see the same keys of the block (all of
+             * them but at the causal diagonal and a window's edge) in one call. */
+            for (size_t lo2, hi2; inext < i1; inext++) {
+                row_range(x, qpos(x, inext), &lo2, &hi2);
+                if ((lo2 > b0 ? lo2 : b0) != v0 || (hi2 < b1 ? hi2 : b1) != v1) break;
             }
+            float *acc = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->va);
+            const float *p0 = S + (i - i0) * (size_t)G * sb + (tile_scores ? v0 - b0 : 0);
+            const int nr = (int)(inext - i) * G;
+            if (ak->accum_multi)
+                ak->accum_multi(acc, pl->row_floats, p0, sb, nr, vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt,
+                                (int)(v1 - v0), vw);
+            else
+                for (int r = 0; r < nr; r++)
+                    ak->accum_rows(acc + (size_t)r * pl->row_floats, p0 + (size_t)r * sb,
+                                   vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt, (int)(v1 - v0), vw);
         }
         b0 = b1;
     }

@@ -548,6 +548,37 @@ static void test_attn_kernels(void) {
                 for (int j = 0; j < n; j++) CHECK_NEAR(a1[j], a2[j], 1e-4);
                 for (int j = n; j < 300; j++) CHECK(a2[j] == 0.0f);
             }
+            /* The prefill tile: score_panels bit for bit the reference's fmaf chains (and within
+             * float rounding of a double dot), accum_multi bit for bit the table's accum_rows. */
+            static float qq[15 * 300], kp[48 * 300], S1[15 * 48], S2[15 * 48], am1[9 * 300], am2[9 * 300];
+            fill(qq, 15 * 300, 1);
+            static const int gs[][2] = {{1, 7}, {3, 3}, {4, 2}, {2, 1}};
+            for (int c = 0; c < 4 && t->score_panels != NULL; c++)
+                for (int nk = 1; nk <= 40; nk += 13) {
+                    const int G = gs[c][0], ni = gs[c][1];
+                    tq_attn_key_panels(rows, 300, nk, n, kp);
+                    memset(S1, 0, sizeof S1);
+                    memset(S2, 0, sizeof S2);
+                    ref->score_panels(kp, nk, n, qq, (size_t)G * 300, G, 300, ni, S1, 48);
+                    t->score_panels(kp, nk, n, qq, (size_t)G * 300, G, 300, ni, S2, 48);
+                    CHECK_MSG(memcmp(S1, S2, sizeof S1) == 0, "%s score_panels n %d nk %d G %d", t->name, n, nk, G);
+                    for (int r = 0; r < ni * G; r++)
+                        for (int j = 0; j < nk; j++) {
+                            float o;
+                            ref->dot_multi(rows + (size_t)j * 300, qq + (size_t)r * 300, 300, 1, n, &o);
+                            CHECK_NEAR(S1[r * 48 + j], o, 1e-5 * n);
+                        }
+                }
+            for (int nr = 1; nr <= 9 && t->accum_multi != NULL; nr += 4)
+                for (int nk = 0; nk <= 40; nk += 13) {
+                    fill(am1, 9 * 300, 2);
+                    memcpy(am2, am1, sizeof am1);
+                    float pp[9 * 40];
+                    fill(pp, 9 * 40, 3);
+                    t->accum_multi(am1, 300, pp, 40, nr, rows, 300, nk, n);
+                    for (int r = 0; r < nr; r++) t->accum_rows(am2 + r * 300, pp + r * 40, rows, 300, nk, n);
+                    CHECK_MSG(memcmp(am1, am2, sizeof am1) == 0, "%s accum_multi n %d nk %d nr %d", t->name, n, nk, nr);
+                }
             float s1[300], s2[300];
             for (int i = 0; i < n; i++) s1[i] = s2[i] = -40.0f * (float)urand();
             float r1 = ref->exp_sum(s1, n, 0.5f), r2 = t->exp_sum(s2, n, 0.5f);

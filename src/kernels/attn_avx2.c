@@ -96,6 +96,80 @@ static void avx2_accum_rows(float *acc, const float *p, const float *rows, size_
     }
 }
 
+/* score_panels: R (≤ 6) query rows against a panel of 16 keys (two vectors): 12 accumulators;
+ * each lane a chain of fmas over d in order, as attn_avx512.c's and the reference's. */
+static inline __attribute__((always_inline)) void panel_rows256(const float *k0, int n, const float *const *q,
+                                                                const int R, float *S, size_t ss) {
+    __m256 a[6], b[6];
+    for (int r = 0; r < R; r++) a[r] = b[r] = _mm256_setzero_ps();
+    for (int d = 0; d < n; d++) {
+        const __m256 ka = _mm256_loadu_ps(k0 + 16 * (size_t)d), kb = _mm256_loadu_ps(k0 + 16 * (size_t)d + 8);
+        for (int r = 0; r < R; r++) {
+            const __m256 qv = _mm256_broadcast_ss(q[r] + d);
+            a[r] = _mm256_fmadd_ps(qv, ka, a[r]);
+            b[r] = _mm256_fmadd_ps(qv, kb, b[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(S + (size_t)r * ss, a[r]);
+        _mm256_storeu_ps(S + (size_t)r * ss + 8, b[r]);
+    }
+}
+
+static void avx2_score_panels(const float *kp, int nk, int n, const float *q, size_t qsi, int G, size_t qsg,
+                              int ni, float *S, size_t ss) {
+    const int np = (nk + 15) / 16, nr = ni * G;
+    for (int p = 0; p < np; p++) {
+        const float *k0 = kp + (size_t)p * 16 * (size_t)n;
+        for (int r0 = 0; r0 < nr; r0 += 6) {
+            const int R = nr - r0 < 6 ? nr - r0 : 6;
+            const float *qr[6];
+            for (int r = 0; r < R; r++) qr[r] = q + (size_t)((r0 + r) / G) * qsi + (size_t)((r0 + r) % G) * qsg;
+            float *Sr = S + (size_t)r0 * ss + (size_t)p * 16;
+            switch (R) {
+            case 1: panel_rows256(k0, n, qr, 1, Sr, ss); break;
+            case 2: panel_rows256(k0, n, qr, 2, Sr, ss); break;
+            case 3: panel_rows256(k0, n, qr, 3, Sr, ss); break;
+            case 4: panel_rows256(k0, n, qr, 4, Sr, ss); break;
+            case 5: panel_rows256(k0, n, qr, 5, Sr, ss); break;
+            default: panel_rows256(k0, n, qr, 6, Sr, ss); break;
+            }
+        }
+    }
+}
+
+/* accum_multi: four rows by 16 columns per pass (8 accumulators), each element the fma chain
+ * over t of avx2_accum_rows; the columns past the last full 16 by accum_rows itself. */
+static void avx2_accum_multi(float *acc, size_t as, const float *p, size_t ps, int nr, const float *rows, size_t stride,
+                             int nk, int n) {
+    const int n16 = n / 16 * 16;
+    int r0 = 0;
+    for (; r0 + 4 <= nr; r0 += 4) {
+        float *a0p = acc + (size_t)r0 * as;
+        const float *p0 = p + (size_t)r0 * ps;
+        for (int i = 0; i < n16; i += 16) {
+            __m256 a[4][2];
+            for (int r = 0; r < 4; r++)
+                a[r][0] = _mm256_loadu_ps(a0p + (size_t)r * as + i), a[r][1] = _mm256_loadu_ps(a0p + (size_t)r * as + i + 8);
+            const float *rr = rows + i;
+            for (int t = 0; t < nk; t++, rr += stride) {
+                const __m256 v0 = _mm256_loadu_ps(rr), v1 = _mm256_loadu_ps(rr + 8);
+                for (int r = 0; r < 4; r++) {
+                    const __m256 w = _mm256_broadcast_ss(p0 + (size_t)r * ps + (size_t)t);
+                    a[r][0] = _mm256_fmadd_ps(w, v0, a[r][0]);
+                    a[r][1] = _mm256_fmadd_ps(w, v1, a[r][1]);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                _mm256_storeu_ps(a0p + (size_t)r * as + i, a[r][0]), _mm256_storeu_ps(a0p + (size_t)r * as + i + 8, a[r][1]);
+        }
+        if (n16 < n)
+            for (int r = 0; r < 4; r++)
+                avx2_accum_rows(a0p + (size_t)r * as + n16, p0 + (size_t)r * ps, rows + n16, stride, nk, n - n16);
+    }
+    for (; r0 < nr; r0++) avx2_accum_rows(acc + (size_t)r0 * as, p + (size_t)r0 * ps, rows, stride, nk, n);
+}
+
 /* exp(x) for x ≤ 0, as in attn_avx512.c; 2^k built in the exponent bits. */
 static inline __m256 exp256(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
@@ -374,6 +448,8 @@ static const tq_attn_kernels avx2_table = {
     .name = "avx2",
     .dot_multi = avx2_dot_multi,
     .accum_rows = avx2_accum_rows,
+    .score_panels = avx2_score_panels,
+    .accum_multi = avx2_accum_multi,
     .exp_sum = avx2_exp_sum,
     .scale = avx2_scale,
     .shift_scale_max = avx2_shift_scale_max,

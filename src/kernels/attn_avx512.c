@@ -92,6 +92,88 @@ static void avx512_accum_rows(float *acc, const float *p, const float *rows, siz
     }
 }
 
+/* score_panels: R (≤ 8) query rows against one or two panels of 16 keys: 16 accumulators, per
+ * element d two panel loads, R broadcasts and 2R multiply-adds; each lane a chain of fmas over
+ * d in order (as the reference's fmaf). */
+static inline __attribute__((always_inline)) void panels_rows512(const float *k0, const int two, int n,
+                                                                 const float *const *q, const int R,
+                                                                 float *S, size_t ss) {
+    __m512 a[8], b[8];
+    for (int r = 0; r < R; r++) a[r] = b[r] = _mm512_setzero_ps();
+    const float *k1 = k0 + 16 * (size_t)n;
+    for (int d = 0; d < n; d++) {
+        const __m512 ka = _mm512_loadu_ps(k0 + 16 * (size_t)d);
+        const __m512 kb = two ? _mm512_loadu_ps(k1 + 16 * (size_t)d) : _mm512_setzero_ps();
+        for (int r = 0; r < R; r++) {
+            const __m512 qv = _mm512_set1_ps(q[r][d]);
+            a[r] = _mm512_fmadd_ps(qv, ka, a[r]);
+            if (two) b[r] = _mm512_fmadd_ps(qv, kb, b[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        _mm512_storeu_ps(S + (size_t)r * ss, a[r]);
+        if (two) _mm512_storeu_ps(S + (size_t)r * ss + 16, b[r]);
+    }
+}
+
+static void avx512_score_panels(const float *kp, int nk, int n, const float *q, size_t qsi, int G, size_t qsg,
+                                int ni, float *S, size_t ss) {
+    const int np = (nk + 15) / 16, nr = ni * G;
+    for (int p = 0; p < np; p += 2) {
+        const int two = p + 1 < np;
+        const float *k0 = kp + (size_t)p * 16 * (size_t)n;
+        for (int r0 = 0; r0 < nr; r0 += 8) {
+            const int R = nr - r0 < 8 ? nr - r0 : 8;
+            const float *qr[8];
+            for (int r = 0; r < R; r++) qr[r] = q + (size_t)((r0 + r) / G) * qsi + (size_t)((r0 + r) % G) * qsg;
+            float *Sr = S + (size_t)r0 * ss + (size_t)p * 16;
+#define PANELS_CASE(RR)                                                                          \
+    case RR:                                                                                     \
+        if (two) panels_rows512(k0, 1, n, qr, RR, Sr, ss);                                       \
+        else panels_rows512(k0, 0, n, qr, RR, Sr, ss);                                           \
+        break;
+            switch (R) {
+                PANELS_CASE(1) PANELS_CASE(2) PANELS_CASE(3) PANELS_CASE(4)
+                PANELS_CASE(5) PANELS_CASE(6) PANELS_CASE(7) default: PANELS_CASE(8)
+            }
+#undef PANELS_CASE
+        }
+    }
+}
+
+/* accum_multi: four rows by 32 columns per pass (8 accumulators; each key row's two vectors
+ * loaded once for four rows), each element the fma chain over t of avx512_accum_rows; the
+ * columns past the last full 32 by accum_rows itself. */
+static void avx512_accum_multi(float *acc, size_t as, const float *p, size_t ps, int nr, const float *rows,
+                               size_t stride, int nk, int n) {
+    const int n32 = n / 32 * 32;
+    int r0 = 0;
+    for (; r0 + 4 <= nr; r0 += 4) {
+        float *a0p = acc + (size_t)r0 * as;
+        const float *p0 = p + (size_t)r0 * ps;
+        for (int i = 0; i < n32; i += 32) {
+            __m512 a[4][2];
+            for (int r = 0; r < 4; r++)
+                a[r][0] = _mm512_loadu_ps(a0p + (size_t)r * as + i), a[r][1] = _mm512_loadu_ps(a0p + (size_t)r * as + i + 16);
+            const float *rr = rows + i;
+            for (int t = 0; t < nk; t++, rr += stride) {
+                const __m512 v0 = _mm512_loadu_ps(rr), v1 = _mm512_loadu_ps(rr + 16);
+                for (int r = 0; r < 4; r++) {
+                    const __m512 w = _mm512_set1_ps(p0[(size_t)r * ps + (size_t)t]);
+                    a[r][0] = _mm512_fmadd_ps(w, v0, a[r][0]);
+                    a[r][1] = _mm512_fmadd_ps(w, v1, a[r][1]);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                _mm512_storeu_ps(a0p + (size_t)r * as + i, a[r][0]), _mm512_storeu_ps(a0p + (size_t)r * as + i + 16, a[r][1]);
+        }
+        if (n32 < n)
+            for (int r = 0; r < 4; r++)
+                avx512_accum_rows(a0p + (size_t)r * as + n32, p0 + (size_t)r * ps, rows + n32, stride, nk, n - n32);
+    }
+    for (; r0 < nr; r0++) avx512_accum_rows(acc + (size_t)r0 * as, p + (size_t)r0 * ps, rows, stride, nk, n);
+}
+
 /* exp(x) for x ≤ 0: x = k·ln2 + r, |r| ≤ ln2/2, degree-6 Taylor of e^r, times 2^k. */
 static inline __m512 exp512(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
@@ -574,6 +656,8 @@ static const tq_attn_kernels avx512_table = {
     .name = "avx512",
     .dot_multi = avx512_dot_multi,
     .accum_rows = avx512_accum_rows,
+    .score_panels = avx512_score_panels,
+    .accum_multi = avx512_accum_multi,
     .exp_sum = avx512_exp_sum,
     .scale = avx512_scale,
     .shift_scale_max = avx512_shift_scale_max,

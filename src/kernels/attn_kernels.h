@@ -22,6 +22,19 @@ typedef struct tq_attn_kernels {
     /* acc[i] += Σ_{t < nk} p[t]·rows[t·stride + i] for i < n. */
     void (*accum_rows)(float *acc, const float *p, const float *rows, size_t stride, int nk,
                        int n);
+    /* The prefill tile (many query rows against keys decoded to floats). Keys in panels of 16:
+     * element d of key 16p + j at kp[(16p)·n + 16d + j] (tq_attn_key_panels writes them, zero
+     * past nk). Query row r (r < ni·G) is q + (r / G)·q_stride_i + (r % G)·q_stride_g; then
+     * S[r·s_stride + t] = ⟨q_r, key t⟩ for t < round16(nk) (S rows hold that many; past nk
+     * the values are 0-key scores, not used), each a chain of fmaf over d = 0 .. n−1 in order:
+     * bit-exact across tables. NULL where a table has none (dot_multi then serves). */
+    void (*score_panels)(const float *kp, int nk, int n, const float *q, size_t q_stride_i, int G,
+                         size_t q_stride_g, int ni, float *S, size_t s_stride);
+    /* accum_rows for nr rows at once, reading each key row once for several: acc_r[i] +=
+     * Σ_{t < nk} p_r[t]·rows[t·stride + i] for r < nr, p_r = p + r·p_stride, acc_r = acc +
+     * r·acc_stride; each row bit for bit what accum_rows gives it. NULL: accum_rows per row. */
+    void (*accum_multi)(float *acc, size_t acc_stride, const float *p, size_t p_stride, int nr,
+                        const float *rows, size_t stride, int nk, int n);
     /* s[i] = exp(s[i] − m) for i < n; returns Σ s[i]. Relative error ≤ 2e-7 per element. */
     float (*exp_sum)(float *s, int n, float m);
     /* y[i] *= a. */
@@ -108,5 +121,20 @@ int tq_record_decode_rows(const tq_kernel_set *ks, const tq_record *x, const uin
 /* n fp16 rows of dim elements (contiguous) → f32 rows (stride `stride`) with ks's table. */
 void tq_record_f16_rows(const tq_kernel_set *ks, const uint16_t *in, size_t n, int dim,
                         float *out, size_t stride);
+
+/* Keys 0 .. nk−1 (row t at rows + t·stride, n floats) into score_panels' layout at kp
+ * (round16(nk)·n floats; keys past nk are 0). */
+static inline void tq_attn_key_panels(const float *rows, size_t stride, int nk, int n, float *kp) {
+    for (int p = 0; p < nk; p += 16) {
+        float *dst = kp + (size_t)p * (size_t)n;
+        const int m = nk - p < 16 ? nk - p : 16;
+        for (int j = 0; j < m; j++) {
+            const float *src = rows + (size_t)(p + j) * stride;
+            for (int d = 0; d < n; d++) dst[16 * d + j] = src[d];
+        }
+        for (int j = m; j < 16; j++)
+            for (int d = 0; d < n; d++) dst[16 * d + j] = 0.0f;
+    }
+}
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * ARM NEON (AArch64) attention kernels (attn_kernels.h); ground truth in attn_ref.c. The table
- * starts from the reference one and replaces the float hot loops: dot products, row sums,
+ * starts from the reference one and replaces the float hot loops: dot products, row sums
+ * (one row, or several at once: accum_multi), the prefill tile's scores (score_panels),
  * scaling, fp16 → f32, and the TurboQuant lane kernels (record.h, tq_record_lanes: four lanes
  * per vector, centroids looked up with one vqtbl4q per four coordinates, float multiply-adds).
  * The softmax pieces (exp_sum, shift_scale_max) and the q8_0 / q4_0 decoders stay the
@@ -54,6 +55,75 @@ static void neon_accum_rows(float *acc, const float *p, const float *rows, size_
         for (; i + 4 <= n; i += 4) vst1q_f32(acc + i, vfmaq_n_f32(vld1q_f32(acc + i), vld1q_f32(r + i), w));
         for (; i < n; i++) acc[i] += w * r[i];
     }
+}
+
+/* score_panels (attn_kernels.h): up to four query rows against a panel of 16 keys (four
+ * vectors, 16 accumulators); each lane a chain of fused multiply-adds over d in order, as the
+ * reference's fmaf. */
+static void neon_score_panels(const float *kp, int nk, int n, const float *q, size_t qsi, int G, size_t qsg, int ni,
+                              float *S, size_t ss) {
+    const int nr = ni * G;
+    for (int p = 0; p < nk; p += 16) {
+        const float *k0 = kp + (size_t)p * (size_t)n;
+        for (int r0 = 0; r0 < nr; r0 += 4) {
+            const int R = nr - r0 < 4 ? nr - r0 : 4;
+            const float *qr[4];
+            float32x4_t a[4][4];
+            for (int r = 0; r < 4; r++) {
+                const int rr = r0 + (r < R ? r : 0);
+                qr[r] = q + (size_t)(rr / G) * qsi + (size_t)(rr % G) * qsg;
+                for (int v = 0; v < 4; v++) a[r][v] = vdupq_n_f32(0.0f);
+            }
+            for (int d = 0; d < n; d++) {
+                const float *kd = k0 + 16 * (size_t)d;
+                const float32x4_t k_0 = vld1q_f32(kd), k_1 = vld1q_f32(kd + 4), k_2 = vld1q_f32(kd + 8),
+                                  k_3 = vld1q_f32(kd + 12);
+                for (int r = 0; r < 4; r++) { /* rows past R repeat row r0: computed, not stored */
+                    const float qv = qr[r][d];
+                    a[r][0] = vfmaq_n_f32(a[r][0], k_0, qv);
+                    a[r][1] = vfmaq_n_f32(a[r][1], k_1, qv);
+                    a[r][2] = vfmaq_n_f32(a[r][2], k_2, qv);
+                    a[r][3] = vfmaq_n_f32(a[r][3], k_3, qv);
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int v = 0; v < 4; v++) vst1q_f32(S + (size_t)(r0 + r) * ss + (size_t)p + 4 * (size_t)v, a[r][v]);
+        }
+    }
+}
+
+/* accum_multi: four rows by 16 columns per pass, each element the chain of neon_accum_rows
+ * (fused multiply-adds over t in order); the columns past the last full 16 by it. */
+static void neon_accum_multi(float *acc, size_t as, const float *p, size_t ps, int nr, const float *rows,
+                             size_t stride, int nk, int n) {
+    const int n16 = n / 16 * 16;
+    int r0 = 0;
+    for (; r0 + 4 <= nr; r0 += 4) {
+        float *a0p = acc + (size_t)r0 * as;
+        const float *p0 = p + (size_t)r0 * ps;
+        for (int i = 0; i < n16; i += 16) {
+            float32x4_t a[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int v = 0; v < 4; v++) a[r][v] = vld1q_f32(a0p + (size_t)r * as + (size_t)i + 4 * (size_t)v);
+            const float *rr = rows + i;
+            for (int t = 0; t < nk; t++, rr += stride) {
+                const float32x4_t v0 = vld1q_f32(rr), v1 = vld1q_f32(rr + 4), v2 = vld1q_f32(rr + 8), v3 = vld1q_f32(rr + 12);
+                for (int r = 0; r < 4; r++) {
+                    const float w = p0[(size_t)r * ps + (size_t)t];
+                    a[r][0] = vfmaq_n_f32(a[r][0], v0, w);
+                    a[r][1] = vfmaq_n_f32(a[r][1], v1, w);
+                    a[r][2] = vfmaq_n_f32(a[r][2], v2, w);
+                    a[r][3] = vfmaq_n_f32(a[r][3], v3, w);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                for (int v = 0; v < 4; v++) vst1q_f32(a0p + (size_t)r * as + (size_t)i + 4 * (size_t)v, a[r][v]);
+        }
+        if (n16 < n)
+            for (int r = 0; r < 4; r++)
+                neon_accum_rows(a0p + (size_t)r * as + n16, p0 + (size_t)r * ps, rows + n16, stride, nk, n - n16);
+    }
+    for (; r0 < nr; r0++) neon_accum_rows(acc + (size_t)r0 * as, p + (size_t)r0 * ps, rows, stride, nk, n);
 }
 
 static void neon_scale(float *y, float a, int n) {
@@ -210,6 +280,8 @@ static void neon_init(void) {
     neon_table.name = "neon";
     neon_table.dot_multi = neon_dot_multi;
     neon_table.accum_rows = neon_accum_rows;
+    neon_table.score_panels = neon_score_panels;
+    neon_table.accum_multi = neon_accum_multi;
     neon_table.scale = neon_scale;
     neon_table.f16_to_f32 = neon_f16_to_f32;
     neon_table.score_turbo_lanes = neon_score_turbo_lanes;

@@ -26,6 +26,25 @@ static void ref_accum_rows(float *acc, const float *p, const float *rows, size_t
     }
 }
 
+static void ref_score_panels(const float *kp, int nk, int n, const float *q, size_t q_stride_i, int G,
+                             size_t q_stride_g, int ni, float *S, size_t s_stride) {
+    const int nk16 = (nk + 15) / 16 * 16;
+    for (int r = 0; r < ni * G; r++) {
+        const float *qr = q + (size_t)(r / G) * q_stride_i + (size_t)(r % G) * q_stride_g;
+        for (int t = 0; t < nk16; t++) {
+            const float *k = kp + (size_t)(t / 16) * 16 * (size_t)n + t % 16;
+            float a = 0.0f;
+            for (int d = 0; d < n; d++) a = fmaf(qr[d], k[16 * d], a);
+            S[(size_t)r * s_stride + (size_t)t] = a;
+        }
+    }
+}
+
+static void ref_accum_multi(float *acc, size_t acc_stride, const float *p, size_t p_stride, int nr,
+                            const float *rows, size_t stride, int nk, int n) {
+    for (int r = 0; r < nr; r++) ref_accum_rows(acc + (size_t)r * acc_stride, p + (size_t)r * p_stride, rows, stride, nk, n);
+}
+
 static float ref_exp_sum(float *s, int n, float m) {
     float sum = 0.0f;
     for (int i = 0; i < n; i++) {
@@ -132,6 +151,8 @@ static const tq_attn_kernels ref_table = {
     .name = "ref",
     .dot_multi = ref_dot_multi,
     .accum_rows = ref_accum_rows,
+    .score_panels = ref_score_panels,
+    .accum_multi = ref_accum_multi,
     .exp_sum = ref_exp_sum,
     .scale = ref_scale,
     .shift_scale_max = ref_shift_scale_max,
