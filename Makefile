@@ -5,7 +5,7 @@ FUZZ_SECONDS ?= 10
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 
-.PHONY: all build test test-fast test-san test-tsan test-arm fuzz bench install clean
+.PHONY: all build test test-fast test-avx2 test-san test-tsan test-arm fuzz bench install clean
 
 all: build
 
@@ -13,9 +13,10 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: optimized build, the same tests under ASan+UBSan, then the fuzz targets for a
+# Every test: optimized build (and again with the AVX2 kernels), the same tests under ASan+UBSan,
+# ThreadSanitizer, aarch64 under qemu, then the fuzz targets for a
 # bounded time each; at the end, what was skipped in each build.
-test: test-fast test-san test-tsan test-arm fuzz
+test: test-fast test-avx2 test-san test-tsan test-arm fuzz
 	@echo "== skipped in make test (tests/test_util.h: a skip is never a pass) =="
 	@for d in $(BUILD) $(SAN_BUILD) build-tsan build-arm; do (cd $$d && $(SKIP_SUMMARY)); done
 
@@ -31,6 +32,12 @@ SKIP_SUMMARY = awk -v build="$$(basename "$$PWD")" \
 
 test-fast: build
 	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+
+# The optimized suite again as an AVX2-only CPU without AVX-VNNI runs it (the engine's and the
+# library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that; on an
+# AVX2-only CPU it repeats test-fast.
+test-avx2: build
+	cd $(BUILD) && { TQ_KERNELS=avx2 TQ_AVXVNNI=0 ctest --output-on-failure -j $(JOBS); rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 test-san:
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_SANITIZE=ON

@@ -509,6 +509,13 @@ static void test_workspace_monotone(void) {
     }
 }
 
+/* Whether the dispatcher puts the AVX2 integer kernels on AVX-VNNI: the CPU has it and
+ * TQ_AVXVNNI=0 (what an AVX2 CPU without it runs) does not keep them on vpmaddubsw. */
+static int avxvnni_in_use(void) {
+    const char *e = getenv("TQ_AVXVNNI");
+    return tq_attn_kernels_avxvnni() != NULL && !(e != NULL && strcmp(e, "0") == 0);
+}
+
 /* 1 if the attention table t of kernel set `set` is to be tested here; otherwise the reason
  * (the CPU lacks it, the environment excludes it: test_util.h) is reported as a skipped part. */
 static int attn_table_usable(const char *set, const tq_attn_kernels *t, int supported) {
@@ -985,7 +992,7 @@ static void test_int8_switch(void) {
                                                        : TQ_KERNELS_REF;
     int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
     int avx2i = tq_attn_kernels_avx2_int8() != NULL && tq_kernels_supported(TQ_KERNELS_AVX2);
-    const char *avx2_name = tq_attn_kernels_avxvnni() ? "avx2-vnni" : "avx2-int8"; /* AVX-VNNI or not */
+    const char *avx2_name = avxvnni_in_use() ? "avx2-vnni" : "avx2-int8"; /* AVX-VNNI or not */
     const char *int_name = kind == TQ_KERNELS_AVX512 ? "avx512-vnni" : avx2_name;
     int int_here = kind == TQ_KERNELS_AVX512 ? vnni : kind == TQ_KERNELS_AVX2 ? avx2i : 0;
     const tq_kernel_set *ks = tq_kernel_set_get();
@@ -1029,7 +1036,7 @@ static void test_int8_scores(void) {
     if (!avx512 && strcmp(tq_kernels_name(), "avx2") != 0)
         SKIP_TEST("kernel set in use is %s: no integer kernels (TQ_KERNELS=%s)", tq_kernels_name(),
                   getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
-    const char *int_name = avx512 ? "avx512-vnni" : tq_attn_kernels_avxvnni() ? "avx2-vnni" : "avx2-int8";
+    const char *int_name = avx512 ? "avx512-vnni" : avxvnni_in_use() ? "avx2-vnni" : "avx2-int8";
     const tq_attn_kernels *it = avx512 ? tq_attn_kernels_avx512_vnni() : tq_attn_kernels_avx2_int8();
     if (test_kernel_skip_reason(int_name, it != NULL, why, sizeof why)) SKIP_TEST("%s", why);
     CHECK(strcmp(tq_attn_kernels_name(), tq_kernels_name()) == 0); /* main() turned them off */
