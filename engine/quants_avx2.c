@@ -1,13 +1,17 @@
 /* AVX2 + FMA + F16C kernels (compile this file alone with -mavx2 -mfma -mf16c).
  *
  * Integer dots use maddubs (u8 x s8 -> pairs summed to s16) and madd (s16 x s16 -> s32),
- * so each block's integer sum equals the scalar reference exactly; only the float
- * accumulation across blocks is reordered. Signed weights go through the usual sign
- * trick: |w| as unsigned times sign(w)*y, which keeps maddubs in range because activations
- * are within [-127, 127] (quant_quantize_*: symmetric, never -128).
+ * so each block's integer sum equals the scalar reference exactly. Q4_0, Q5_0, Q8_0, Q4_1,
+ * Q4_K and Q6_K then follow the block rule of quants_simd.h (the AVX-512 sets' float
+ * arithmetic, so the values are theirs bit for bit), in the row-wise kernels and in the
+ * batched gemm kernels below; Q5_K and the float types keep eight float lanes per row.
+ * Signed weights go through the usual sign trick in the row-wise kernels: |w| as unsigned
+ * times sign(w)*y, which keeps maddubs in range because activations are within [-127, 127]
+ * (quant_quantize_*: symmetric, never -128); the gemm takes the activations + 128 as the
+ * unsigned side instead.
  *
- * Each kernel decodes a weight block once and applies it to NX activation rows; NX is a
- * compile-time constant in every inlined instance so the accumulators stay in registers. */
+ * Each row-wise kernel decodes a weight block once and applies it to NX activation rows; NX is
+ * a compile-time constant in every inlined instance so the accumulators stay in registers. */
 #include <math.h>
 
 #include "quants_simd.h"
