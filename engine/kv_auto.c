@@ -210,6 +210,7 @@ static double codec_mse(const tq_kv_scheme *base, int dim, float bits) {
     tq_codec_config_init(&cfg, dim, bits, TQ_VARIANT_MSE);
     cfg.seed = base->seed;
     cfg.norm_correction = base->layer.norm_correction;
+    cfg.trellis = base->trellis; /* auto:B:trellis=1: the curve of the codes the cache will hold */
     tq_codec *codec = NULL;
     if (tq_codec_create(&codec, &cfg) != TQ_OK) return -1.0;
     double mse = -1.0;

@@ -187,7 +187,10 @@ enum { FUSED_NONE = 0, FUSED_TURBO = 1, FUSED_F16 = 2 };
 static int fused_kind(const tq_attn_kernels *ak, const tq_kv_tensor *x, int is_key) {
     if (!x || x->format == TQ_KV_F16)
         return (is_key ? ak->score_f16 != NULL : ak->accum_f16 != NULL) ? FUSED_F16 : FUSED_NONE;
-    int lanes = tq_record_lanes(x) > 0;
+    int lanes = tq_record_lanes(x) > 0 && tq_attn_reads_lanes(ak, x);
+    if (tq_record_trellis(x)) /* only lane kernels read trellis codes */
+        return lanes && (is_key ? ak->score_turbo_lanes : ak->accum_turbo_lanes) ? FUSED_TURBO
+                                                                                 : FUSED_NONE;
     if (tq_attn_fused_turbo(x) &&
         (is_key ? ak->score_turbo != NULL || (lanes && ak->score_turbo_lanes != NULL)
                 : ak->accum_turbo != NULL || (lanes && ak->accum_turbo_lanes != NULL)))
@@ -519,8 +522,8 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
     w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->kl);
     x.qmu = w;
     w += round16(n_queries * (size_t)pl->nqh);
-    x.lanes_k = pl->kl > 0 && x.ak->score_turbo_lanes != NULL;
-    x.lanes_v = pl->vl > 0 && x.ak->accum_turbo_lanes != NULL;
+    x.lanes_k = pl->kl > 0 && x.ak->score_turbo_lanes != NULL && tq_attn_reads_lanes(x.ak, &l->k);
+    x.lanes_v = pl->vl > 0 && x.ak->accum_turbo_lanes != NULL && tq_attn_reads_lanes(x.ak, &l->v);
     x.parts = w;
     w += (size_t)pl->H * pl->n_qb * (size_t)pl->n_split * pl->part_floats;
     x.scratch = w;

@@ -19,6 +19,7 @@ typedef struct cf_front {
     uint32_t version, n_layers, H, dk, dv, scheme_bytes;
     uint64_t seed, n_tokens;
     uint32_t sink;          /* v5: the scheme's attention sinks (header offset 56) */
+    uint32_t flags;         /* v6: header flags (offset 52; CF_FLAG_TRELLIS) */
     tq_kv_cache_config cfg; /* shapes and scheme (check_scheme); layer_schemes set by load */
     tq_kv_layer_scheme *ls; /* the n_layers layer scheme records (check_scheme; owned) */
     size_t *windows;        /* v4: the n_layers layer windows, NULL when all are 0 (owned) */
@@ -48,7 +49,10 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     if (tq_cf_crc_of(ct, d, 60) != tq_cf_get_u32(d + 60)) return TQ_ERR_CHECKSUM;
     /* v5: offset 56 holds the scheme's sinks; reserved (zero) before. */
     uint32_t sink = tq_cf_get_u32(d + 56);
-    if (tq_cf_get_u32(d + 52) || (version < 5 && sink) || sink > TQ_KV_SINK_MAX) return TQ_ERR_FORMAT;
+    uint32_t flags = tq_cf_get_u32(d + 52);
+    if ((version < 6 && flags) || (flags & ~CF_FLAG_TRELLIS) || (version < 5 && sink) ||
+        sink > TQ_KV_SINK_MAX)
+        return TQ_ERR_FORMAT;
     uint32_t n_layers = tq_cf_get_u32(d + 16), H = tq_cf_get_u32(d + 20), dk = tq_cf_get_u32(d + 24),
              dv = tq_cf_get_u32(d + 28);
     uint32_t scheme_bytes = tq_cf_get_u32(d + 48);
@@ -62,6 +66,7 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     memset(f, 0, sizeof *f);
     f->version = version;
     f->sink = sink;
+    f->flags = flags;
     f->n_layers = n_layers;
     f->H = H;
     f->dk = dk;
@@ -137,6 +142,7 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
     sc->prefill_raw = (int)v32[5];
     sc->seed = tq_cf_get_u64(sp + 56);
     sc->sink = (int)f->sink;
+    sc->trellis = (f->flags & CF_FLAG_TRELLIS) != 0;
     if (sc->seed != f->seed) return TQ_ERR_FORMAT;
     tq_kv_layer_scheme *ls = malloc(n_layers * sizeof *ls);
     if (!ls) return TQ_ERR_NOMEM;

@@ -11,6 +11,8 @@
 #include "codec_record.h"
 #include "internal.h"
 #include "kernels/kernels.h"
+#include "kernels/trellis.h"
+#include "trellis_tables.h"
 
 /* The fields every sized tq_codec_config has (doc/api.md): struct_size, dim, bits, variant. */
 #define CODEC_CONFIG_MIN offsetof(tq_codec_config, norm_correction)
@@ -82,6 +84,8 @@ static tq_status check_config(const tq_codec_config *cfg, shape *sh) {
     if (!(cfg->bits >= 1.0f && cfg->bits <= 8.0f)) return TQ_ERR_BITS; /* also rejects NaN */
     if (cfg->variant == TQ_VARIANT_PROD && cfg->norm_correction) return TQ_ERR_INVALID;
     if (cfg->variant == TQ_VARIANT_PROD && cfg->split != TQ_SPLIT_FIXED) return TQ_ERR_INVALID;
+    if (cfg->trellis != 0 && cfg->trellis != 1) return TQ_ERR_INVALID;
+    if (cfg->trellis && cfg->variant != TQ_VARIANT_MSE) return TQ_ERR_INVALID;
     if (cfg->split == TQ_SPLIT_BLOCK) return check_block(cfg, sh);
     if (cfg->rotation == TQ_ROTATION_HADAMARD && !tq_is_pow2(cfg->dim) &&
         cfg->split == TQ_SPLIT_FIXED)
@@ -148,6 +152,9 @@ static tq_status layout(tq_codec *c, const shape *sh, int codebooks) {
             s->bits = parts[p][1];
             s->byte_off = off;
             s->cb = NULL;
+            s->pairs = NULL;
+            if (cfg->trellis && s->bits >= TQ_TRELLIS_MIN_BITS && s->bits <= TQ_TRELLIS_MAX_BITS)
+                s->pairs = tq_trellis_tables[s->bits - TQ_TRELLIS_MIN_BITS].pairs;
             if (s->bits > 0) {
                 off += tq_group_bytes((size_t)s->count, s->bits);
                 if (codebooks) {
@@ -312,6 +319,7 @@ tq_status tq_codec_describe(tq_codec *c, int is_key, tq_record *x) {
         x->seg[x->n_seg].bits = s->bits;
         x->seg[x->n_seg].off = s->byte_off;
         x->seg[x->n_seg].centroids = s->cb->centroids;
+        x->seg[x->n_seg].pairs = s->pairs;
         x->n_seg++;
     }
     x->norm_off = u->norm_off;

@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "kernels/kernels.h"
 #include "kernels/record.h"
+#include "kernels/trellis.h"
 
 static const float sign_centroids[2] = {-1.0f, 1.0f};
 static const float sign_boundary[1] = {0.0f};
@@ -96,6 +97,43 @@ static void unit_inverse(const unit *u, float *x) {
     if (u->rot2) tq_rotation_inverse(u->rot2, x + u->block, x + u->block, 1);
 }
 
+/* ---- a segment's indices: Lloyd-Max (the kernel table) or trellis-coded (kernels/trellis.h) ---- */
+
+static float seg_quantize_pack(const tq_kernel_table *k, const segment *s, const float *x,
+                               float scale, uint8_t *out) {
+    if (s->pairs) return k->trellis_quantize_pack(x, scale, s->count, s->bits, s->pairs, out);
+    return k->quantize_pack(x, scale, s->count, s->bits, s->cb->boundaries, s->cb->centroids, out);
+}
+
+static void seg_unpack(const tq_kernel_table *k, const segment *s, const uint8_t *in,
+                       float scale, float *out) {
+    if (s->pairs)
+        tq_trellis_unpack(in, s->count, s->bits, s->pairs, scale, out);
+    else
+        k->unpack_lookup(in, s->count, s->bits, s->cb->centroids, scale, out);
+}
+
+static float seg_dot(const tq_kernel_table *k, const segment *s, const uint8_t *in,
+                     const float *q) {
+    if (!s->pairs) return k->dot_codes(in, s->count, s->bits, s->cb->centroids, q);
+    float v[TQ_MAX_DIM];
+    tq_trellis_unpack(in, s->count, s->bits, s->pairs, 1.0f, v);
+    double acc = 0.0;
+    for (int i = 0; i < s->count; i++) acc += (double)q[i] * (double)v[i];
+    return (float)acc;
+}
+
+static void seg_axpy(const tq_kernel_table *k, const segment *s, const uint8_t *in, float w,
+                     float *acc) {
+    if (!s->pairs) {
+        k->axpy_codes(in, s->count, s->bits, s->cb->centroids, w, acc);
+        return;
+    }
+    float v[TQ_MAX_DIM];
+    tq_trellis_unpack(in, s->count, s->bits, s->pairs, w, v);
+    for (int i = 0; i < s->count; i++) acc[i] += v[i];
+}
+
 /* ---- encode ---- */
 
 static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const float *x,
@@ -124,8 +162,7 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
         for (int si = 0; si < u->n_seg; si++) {
             const segment *s = &u->seg[si];
             if (!s->cb) continue;
-            csq += k->quantize_pack(xu + s->start, scale, s->count, s->bits, s->cb->boundaries,
-                                    s->cb->centroids, rec + s->byte_off);
+            csq += seg_quantize_pack(k, s, xu + s->start, scale, rec + s->byte_off);
         }
         float stored = n;
         if (c->cfg.variant == TQ_VARIANT_PROD) {
@@ -136,9 +173,7 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
             for (int i = 0; i < u->dim; i++) chat[i] = 0.0f;
             for (int si = 0; si < u->n_seg; si++) {
                 const segment *s = &u->seg[si];
-                if (s->cb)
-                    k->unpack_lookup(rec + s->byte_off, s->count, s->bits, s->cb->centroids,
-                                     u->inv_sqrt_dim, chat + s->start);
+                if (s->cb) seg_unpack(k, s, rec + s->byte_off, u->inv_sqrt_dim, chat + s->start);
             }
             double g2 = 0.0;
             for (int i = 0; i < u->dim; i++) {
@@ -193,8 +228,7 @@ static int decode_rotated(const tq_codec *c, const tq_kernel_table *k, const uin
         for (int si = 0; si < u->n_seg; si++) {
             const segment *s = &u->seg[si];
             if (s->cb)
-                k->unpack_lookup(rec + s->byte_off, s->count, s->bits, s->cb->centroids,
-                                 n * u->inv_sqrt_dim, xu + s->start);
+                seg_unpack(k, s, rec + s->byte_off, n * u->inv_sqrt_dim, xu + s->start);
             else
                 memset(xu + s->start, 0, sizeof(float) * (size_t)s->count);
         }
@@ -311,9 +345,7 @@ tq_status tq_codec_scores(const tq_codec *c, const float *prepared, const void *
             float dot = 0.0f;
             for (int si = 0; si < u->n_seg; si++) {
                 const segment *s = &u->seg[si];
-                if (s->cb)
-                    dot += k->dot_codes(rec + s->byte_off, s->count, s->bits, s->cb->centroids,
-                                        prepared + u->offset + s->start);
+                if (s->cb) dot += seg_dot(k, s, rec + s->byte_off, prepared + u->offset + s->start);
             }
             if (c->cfg.variant == TQ_VARIANT_PROD) {
                 float g = load_norm(c, rec + c->gamma_off);
@@ -362,8 +394,7 @@ tq_status tq_codec_accumulate(const tq_codec *c, const void *codes, size_t n,
             for (int si = 0; si < u->n_seg; si++) {
                 const segment *s = &u->seg[si];
                 if (s->cb)
-                    k->axpy_codes(rec + s->byte_off, s->count, s->bits, s->cb->centroids,
-                                  w * u->inv_sqrt_dim, acc + u->offset + s->start);
+                    seg_axpy(k, s, rec + s->byte_off, w * u->inv_sqrt_dim, acc + u->offset + s->start);
             }
             if (c->cfg.variant == TQ_VARIANT_PROD) {
                 float g = load_norm(c, rec + c->gamma_off);

@@ -26,6 +26,8 @@ typedef struct segment {
     int start, count, bits; /* rotated coordinates [start, start+count) of the unit */
     size_t byte_off;        /* offset of its packed words in a record */
     const tq_codebook *cb;  /* NULL for a 0-bit segment (PROD's MSE part at < 1 bit) */
+    const float *pairs;     /* trellis-coded (cfg.trellis, 2–4 bits): the pair table of
+                               src/trellis_tables.h, else NULL (indices into cb) */
 } segment;
 
 typedef struct unit {

@@ -21,9 +21,10 @@
  * k + f ≤ 4 into TQ_SPLIT_BLOCK (f·d channels at k + 1, the rest at k) where that takes no
  * more bytes (tq_kv_layer_scheme.key_split). */
 static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant variant, int norm,
-                         uint64_t seed, int split) {
+                         uint64_t seed, int split, int trellis) {
     tq_codec_config_init(cc, dim, bits, variant);
     cc->norm_correction = variant == TQ_VARIANT_MSE ? norm : 0;
+    cc->trellis = variant == TQ_VARIANT_MSE && trellis; /* PROD keys stay Lloyd-Max */
     cc->seed = seed;
     if (split) tq_key_split_codec(cc); /* the key transform's rule (key_transform.c) */
 }
@@ -33,7 +34,7 @@ int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk) {
         dk > TQ_MAX_DIM)
         return 0;
     tq_codec_config cc;
-    turbo_config(&cc, dk, l->key_bits, l->key_variant, l->norm_correction, 0, 1);
+    turbo_config(&cc, dk, l->key_bits, l->key_variant, l->norm_correction, 0, 1, 0);
     return cc.split == TQ_SPLIT_BLOCK;
 }
 
@@ -56,7 +57,7 @@ static tq_status tensor_bytes(tq_kv_format f, int dim, float bits, tq_variant va
     if (dim < TQ_MIN_DIM || dim > TQ_MAX_DIM) return TQ_ERR_DIM;
     if (f == TQ_KV_TURBO) {
         tq_codec_config cc;
-        turbo_config(&cc, dim, bits, variant, norm, 0, split);
+        turbo_config(&cc, dim, bits, variant, norm, 0, split, 0); /* same bytes either way */
         return tq_codec_config_bytes(&cc, bytes);
     }
     tq_record x;
@@ -80,7 +81,8 @@ tq_status tq_kv_layer_scheme_bytes(const tq_kv_layer_scheme *l, int dk, int dv, 
 /* Sets up a tensor: its record description from the codec (TURBO) or the block formats, with
  * the rotation of a rotated format. */
 tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
-                            tq_variant variant, int norm, uint64_t seed, int is_key, int split) {
+                            tq_variant variant, int norm, uint64_t seed, int is_key, int split,
+                            int trellis) {
     memset(x, 0, sizeof *x);
     if (f != TQ_KV_TURBO) {
         tq_status st = tq_record_plain(x, block_format(f), dim);
@@ -95,7 +97,7 @@ tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits
     if (st) return st;
     tq_codec_config cc;
     tq_codec *codec;
-    turbo_config(&cc, dim, bits, variant, norm, seed, split);
+    turbo_config(&cc, dim, bits, variant, norm, seed, split, trellis);
     st = tq_codec_create(&codec, &cc);
     if (st) return st;
     st = tq_codec_describe(codec, is_key, x);

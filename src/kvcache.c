@@ -142,7 +142,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
     if (cfg->n_layers < 1 || cfg->n_layers > 4096 || cfg->n_kv_heads < 1 ||
         cfg->n_kv_heads > 1024 || s->batch < 1 || s->raw_window < 0 ||
         s->quantized_kv_start < 0 || s->edge_first < 0 || s->edge_last < 0 || s->sink < 0 ||
-        s->sink > TQ_KV_SINK_MAX)
+        s->sink > TQ_KV_SINK_MAX || (s->trellis != 0 && s->trellis != 1))
         return TQ_ERR_INVALID;
     if (cfg->head_dim_k < TQ_MIN_DIM || cfg->head_dim_k > TQ_MAX_DIM ||
         cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)
@@ -185,10 +185,10 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
         }
         st = tq_kv_tensor_init(&l->k, ls->key_format, cfg->head_dim_k, ls->key_bits,
                                ls->key_variant, ls->norm_correction, s->seed, 1,
-                               ls->key_scale && ls->key_split);
+                               ls->key_scale && ls->key_split, s->trellis);
         if (st) goto fail;
         st = tq_kv_tensor_init(&l->v, ls->value_format, cfg->head_dim_v, ls->value_bits,
-                               TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0, 0);
+                               TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0, 0, s->trellis);
         if (st) goto fail;
         l->scheme.key_split = l->k.block > 0; /* what is in effect */
         l->compress_none = ls->key_format == TQ_KV_F16 && ls->value_format == TQ_KV_F16;

@@ -161,13 +161,15 @@ int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l);
 /* ---- record formats and per-tensor layout (kv_records.c) ---- */
 
 /* Sets up tensor x for format f at dim and bits (TURBO: its codec from variant, norm, seed and,
- * for keys with a key split, split; is_key: rows in the scoring basis of prepared queries),
+ * for keys with a key split, split; trellis: trellis-coded indices for an MSE codec; is_key: rows
+ * in the scoring basis of prepared queries),
  * with the record description its codec (tq_codec_describe) or block format (tq_record_plain)
  * gives (q8_0r / q4_0r: the block format's, with the rotation seeded from seed, apart for keys
  * and values). Errors: those of the sizes, the codec and the rotation. Free with
  * tq_kv_tensor_free. */
 tq_status tq_kv_tensor_init(tq_kv_tensor *x, tq_kv_format f, int dim, float bits,
-                            tq_variant variant, int norm, uint64_t seed, int is_key, int split);
+                            tq_variant variant, int norm, uint64_t seed, int is_key, int split,
+                            int trellis);
 /* Frees what tq_kv_tensor_init made for x (its codec, its rotation); x stays a description. */
 void tq_kv_tensor_free(tq_kv_tensor *x);
 /* One record (x->rec_bytes at rec) of the x->dim floats v (F16 in native byte order). */

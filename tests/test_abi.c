@@ -37,13 +37,13 @@ static void test_layouts(void) {
     if (sizeof(void *) != 8 || sizeof(size_t) != 8 || sizeof(int) != 4)
         SKIP_TEST("the pinned table is for LP64 hosts");
     static const pin pins[] = {
-        SZ(tq_codec_config, 64), OF(tq_codec_config, struct_size, 0),
+        SZ(tq_codec_config, 72), OF(tq_codec_config, struct_size, 0),
         OF(tq_codec_config, dim, 8), OF(tq_codec_config, bits, 12),
         OF(tq_codec_config, variant, 16), OF(tq_codec_config, norm_correction, 20),
         OF(tq_codec_config, norm_format, 24), OF(tq_codec_config, rotation, 28),
         OF(tq_codec_config, seed, 32), OF(tq_codec_config, split, 40),
         OF(tq_codec_config, channel_energy, 48), OF(tq_codec_config, block_dim, 56),
-        OF(tq_codec_config, block_bits, 60),
+        OF(tq_codec_config, block_bits, 60), OF(tq_codec_config, trellis, 64),
         SZ(tq_kv_layer_scheme, 36), OF(tq_kv_layer_scheme, key_format, 0),
         OF(tq_kv_layer_scheme, value_format, 4), OF(tq_kv_layer_scheme, key_bits, 8),
         OF(tq_kv_layer_scheme, value_bits, 12), OF(tq_kv_layer_scheme, key_variant, 16),
@@ -101,10 +101,10 @@ static void test_codec_config(void) {
     CHECK(cfg.struct_size == sizeof cfg);
     size_t want = 0, got = 0;
     CHECK(tq_codec_config_bytes(&cfg, &want) == TQ_OK && want > 0);
-    /* Older: the newest field (block_bits) missing, garbage where it would be. */
+    /* Older: the newest field (trellis) missing, garbage where it would be. */
     tq_codec_config old = cfg;
-    old.struct_size = offsetof(tq_codec_config, block_bits);
-    old.block_bits = 0x5A5A5A5A;
+    old.struct_size = offsetof(tq_codec_config, trellis);
+    old.trellis = 0x5A5A5A5A;
     CHECK(tq_codec_config_bytes(&old, &got) == TQ_OK && got == want);
     tq_codec *a = NULL, *b = NULL;
     CHECK(tq_codec_create(&a, &cfg) == TQ_OK && tq_codec_create(&b, &old) == TQ_OK);
@@ -119,11 +119,11 @@ static void test_codec_config(void) {
         tq_codec_config out;
         memset(&out, 0xEE, sizeof out);
         CHECK(tq_codec_get_config(b, &out, sizeof out) == TQ_OK);
-        CHECK(out.struct_size == sizeof out && out.block_bits == 0 && out.dim == 128);
+        CHECK(out.struct_size == sizeof out && out.trellis == 0 && out.dim == 128);
         memset(&out, 0xEE, sizeof out);
-        CHECK(tq_codec_get_config(b, &out, offsetof(tq_codec_config, block_bits)) == TQ_OK);
-        CHECK(out.struct_size == offsetof(tq_codec_config, block_bits) &&
-              out.block_bits == (int)0xEEEEEEEE); /* not written past the caller's size */
+        CHECK(tq_codec_get_config(b, &out, offsetof(tq_codec_config, trellis)) == TQ_OK);
+        CHECK(out.struct_size == offsetof(tq_codec_config, trellis) &&
+              out.trellis == (int)0xEEEEEEEE); /* not written past the caller's size */
         CHECK(tq_codec_get_config(b, &out, offsetof(tq_codec_config, variant)) ==
               TQ_ERR_CAPACITY);
         bigger big;

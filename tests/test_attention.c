@@ -18,6 +18,7 @@
 #include "kernels.h"
 #include "kvcache_internal.h"
 #include "test_api.h"
+#include "trellis.h"
 #include "test_util.h"
 #include "turboquant.h"
 
@@ -28,7 +29,9 @@ static const char *schemes[] = {"f16",      "q8_0",     "q4_0",     "turbo2",   
                                 "turbo3.5", "turbo2.5", "k3.5v3",   "turbo8v4", "turbo8v3",
                                 "k=4:v=3:variant=prod", "turbo3:mean=1",
                                 /* the rotated block formats (issue 17) */
-                                "q8_0r",    "q4_0r",    "kq4_0rv3", "turbo3vq8_0r"};
+                                "q8_0r",    "q4_0r",    "kq4_0rv3", "turbo3vq8_0r",
+                                /* trellis-coded indices (issue 17): the tile path */
+                                "turbo3:trellis=1", "turbo3.5:trellis=1", "turbo4v2:trellis=1"};
 #define N_SCHEMES (sizeof schemes / sizeof *schemes)
 
 static unsigned long long rng_state = 88172645463325252ull;
@@ -637,15 +640,24 @@ static void test_attn_kernels(void) {
     }
 }
 
+/* The largest |value| a code of x stands for: centroids, or the pair values of trellis codes. */
+static double code_values_max(const tq_kv_tensor *x) {
+    double cmax = 0;
+    for (int s = 0; s < x->n_seg; s++) {
+        int nv = x->seg[s].pairs ? 1 << (2 * x->seg[s].bits) : 1 << x->seg[s].bits;
+        const float *v = x->seg[s].pairs ? x->seg[s].pairs : x->seg[s].centroids;
+        for (int i = 0; i < nv; i++) cmax = fmax(cmax, fabs(v[i]));
+    }
+    return cmax;
+}
+
 /* The error bound of the integer scores (attn_vnni.c, attn_avx2_int8.c) for record r and
  * query q (natural order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4), α = the
  * largest |centroid| / clev (127 VNNI, 63 AVX2). */
 static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q, double clev) {
     float row[1024];
     if (!tq_record_decode_rows(tq_kernel_set_get(), x, r, 1, row, 1024)) return 0.0;
-    double cmax = 0, qmax = 0, qsum = 0, csum = 0;
-    for (int s = 0; s < x->n_seg; s++)
-        for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
+    double cmax = code_values_max(x), qmax = 0, qsum = 0, csum = 0;
     for (int i = 0; i < x->dim; i++) qmax = fmax(qmax, fabs(q[i])), qsum += fabs(q[i]);
     for (int i = 0; i < x->dim; i++) csum += fabs(row[i]);
     /* row = scale · c, scale = norm / √d: in row units α becomes scale · α. */
@@ -667,9 +679,7 @@ static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const fl
  * of t's group of 32 / 255; the last nk mod 4 tokens take the float kernel (no term). */
 static void int8_accum_bound(const tq_kv_tensor *x, const uint8_t *rec, int nk, const float *p,
                              double clev, double *bound) {
-    double cmax = 0, w[64], gam[64];
-    for (int s = 0; s < x->n_seg; s++)
-        for (int i = 0; i < 1 << x->seg[s].bits; i++) cmax = fmax(cmax, fabs(x->seg[s].centroids[i]));
+    double cmax = code_values_max(x), w[64], gam[64];
     double alpha = cmax / clev;
     int nfull = nk / 4 * 4;
     for (int t = 0; t < nfull; t++) {
@@ -1181,6 +1191,121 @@ static void test_decode_chunks(void) {
     free(q);
 }
 
+
+/* Trellis unpack (tq_trellis_unpack, the tile path's decode of trellis-coded records):
+ * bit-exact with a decode written from the definition (trellis.h), index by index, at every
+ * width and count, on unaligned input. */
+static void test_trellis_unpack(void) {
+    uint8_t codes[1024];
+    float pairs[256], a1[300], a2[300];
+    for (int i = 0; i < 1024; i++) codes[i] = (uint8_t)(urand() * 256);
+    for (int i = 0; i < 256; i++) pairs[i] = (float)(4.0 * urand() - 2.0);
+    for (int bits = TQ_TRELLIS_MIN_BITS; bits <= TQ_TRELLIS_MAX_BITS; bits++)
+        for (int n = 1; n <= 300; n += 7) {
+            const uint8_t *in = codes + 1;
+            uint32_t prev = 0;
+            for (int i = 0; i < n; i++) {
+                size_t pos = (size_t)i * (size_t)bits;
+                uint32_t idx = ((uint32_t)in[pos / 8] | (uint32_t)in[pos / 8 + 1] << 8) >> (pos % 8) &
+                               ((1u << bits) - 1u);
+                a1[i] = 0.37f * pairs[(idx << bits) | prev];
+                prev = idx;
+            }
+            tq_trellis_unpack(in, n, bits, pairs, 0.37f, a2);
+            CHECK_MSG(memcmp(a1, a2, sizeof(float) * (size_t)n) == 0, "trellis bits %d n %d", bits, n);
+        }
+}
+
+
+/* Trellis-coded records (issue 17) through the lane kernels of the table that reads them
+ * (avx512-vnni, trellis_lanes): scores and value sums within the integer kernels' bounds of
+ * the exact ones from the decoded rows (the tile path's tq_record_decode_rows); 37 tokens (a
+ * last group of one: the float rows); a corrupt norm zeroes its row and is reported; a
+ * non-finite query or weight gives NaN where the exact sum has it. 4-bit trellis codes and
+ * the float tables take the tile (tq_attn_reads_lanes). */
+static void test_trellis_lanes(void) {
+    const tq_attn_kernels *t = tq_attn_kernels_avx512_vnni();
+    static const struct { int dim; const char *sch; } cfgs[] = {
+        {128, "turbo3:trellis=1"}, {256, "turbo3:trellis=1"}, {128, "turbo2:trellis=1"},
+        {64, "turbo2.5:trellis=1"}, {96, "turbo3:trellis=1"}, {40, "turbo3:trellis=1"},
+        {200, "turbo2:trellis=1"}, {128, "turbo4:trellis=1"}};
+    enum { NK = 37, NQ = 6 };
+    int usable = attn_table_usable("avx512-vnni", t, tq_kernels_supported(TQ_KERNELS_AVX512));
+    double worst_s = 0, worst_v = 0;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
+        int d = cfgs[ci].dim;
+        tq_kv_cache *c = make_cache(cfgs[ci].sch, 0, 1, d, d);
+        CHECK_MSG(c != NULL, "%s d %d", cfgs[ci].sch, d);
+        if (!c) continue;
+        const tq_kv_tensor *kx = &c->layers[0].k, *vx = &c->layers[0].v;
+        int four = strncmp(cfgs[ci].sch, "turbo4", 6) == 0;
+        CHECK(tq_record_trellis(kx) && tq_record_trellis(vx) && !tq_attn_fused_turbo(kx));
+        const tq_attn_kernels *floats[3] = {tq_attn_kernels_ref(), tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
+        for (int f = 0; f < 3; f++)
+            if (floats[f]) CHECK(!tq_attn_reads_lanes(floats[f], kx));
+        if (t) CHECK(tq_attn_reads_lanes(t, kx) == !four && tq_attn_reads_lanes(t, vx) == !four);
+        int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
+        if (!usable || four || !kl || !vl) {
+            tq_kv_cache_free(c);
+            continue;
+        }
+        size_t kb = kx->rec_bytes, vb = vx->rec_bytes;
+        uint8_t *rk = malloc(kb * NK), *rv = malloc(vb * NK);
+        float *x = malloc(sizeof(float) * (size_t)d * NK);
+        float *rowk = malloc(sizeof(float) * (size_t)d * NK), *rowv = malloc(sizeof(float) * (size_t)d * NK);
+        float *ql = calloc((size_t)NQ * (size_t)kl, sizeof(float)), *al = calloc((size_t)NQ * (size_t)vl, sizeof(float));
+        float q[NQ * 256], p[NQ * NK], S[NQ * NK], A[NQ * 256];
+        fill(x, (size_t)d * NK, 0.5f);
+        CHECK(tq_codec_encode(kx->codec, x, NK, rk, kb * NK) == TQ_OK);
+        fill(x, (size_t)d * NK, -0.3f);
+        CHECK(tq_codec_encode(vx->codec, x, NK, rv, vb * NK) == TQ_OK);
+        rk[5 * kb + kx->norm_off] = 0x00, rk[5 * kb + kx->norm_off + 1] = 0x7E; /* NaN norms */
+        rv[5 * vb + vx->norm_off] = 0x00, rv[5 * vb + vx->norm_off + 1] = 0x7E;
+        CHECK(!tq_record_decode_rows(tq_kernel_set_get(), kx, rk, NK, rowk, (size_t)d));
+        CHECK(!tq_record_decode_rows(tq_kernel_set_get(), vx, rv, NK, rowv, (size_t)d));
+        fill(q, sizeof q / sizeof *q, 0.0f);
+        for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
+        for (int j = 0; j < NQ; j++) tq_record_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
+        CHECK(t->score_turbo_lanes(kx, rk, NK, ql, (size_t)kl, NQ, S, NK) == 0);
+        CHECK(t->accum_turbo_lanes(vx, rv, NK, p, NK, NQ, al, (size_t)vl) == 0);
+        for (int j = 0; j < NQ; j++) {
+            tq_record_from_lanes(vx, al + (size_t)j * vl, A + j * d);
+            for (int t2 = 0; t2 < NK; t2++) {
+                double e = 0;
+                for (int i = 0; i < d; i++) e += (double)q[j * d + i] * rowk[t2 * d + i];
+                double b = int8_score_bound(kx, rk + (size_t)t2 * kb, q + j * d, 127.0);
+                double err = fabs(e - S[j * NK + t2]);
+                if (t2 == 5) {
+                    CHECK(S[j * NK + t2] == 0.0f);
+                    continue;
+                }
+                CHECK_MSG(err <= b + 1e-4 * (1 + fabs(e)), "%s d %d q %d t %d: %g > bound %g", cfgs[ci].sch, d, j, t2, err, b);
+                worst_s = fmax(worst_s, err / b);
+            }
+            double bnd[256];
+            int8_accum_bound(vx, rv, NK, p + j * NK, 127.0, bnd);
+            for (int i = 0; i < d; i++) {
+                double e = 0;
+                for (int t2 = 0; t2 < NK; t2++) e += (double)p[j * NK + t2] * rowv[t2 * d + i];
+                double err = fabs(e - A[j * d + i]);
+                CHECK_MSG(err <= bnd[i] + 1e-4 * (1 + fabs(e)), "%s d %d q %d i %d: %g > bound %g", cfgs[ci].sch, d, j, i, err, bnd[i]);
+                if (bnd[i] > 0) worst_v = fmax(worst_v, err / bnd[i]);
+            }
+        }
+        /* Non-finite inputs: the float rows, NaN where the exact sums are NaN. */
+        ql[2] = NAN;
+        t->score_turbo_lanes(kx, rk, NK, ql, (size_t)kl, NQ, S, NK);
+        CHECK_MSG(isnan(S[0]) && isnan(S[1]) && S[5] == 0.0f && !isnan(S[4 * NK + 1]), "%g %g %g %g", S[0], S[1], S[5], S[4 * NK + 1]);
+        p[3] = NAN;
+        memset(al, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
+        t->accum_turbo_lanes(vx, rv, NK, p, NK, NQ, al, (size_t)vl);
+        CHECK(isnan(al[0]) && !isnan(al[4 * (size_t)vl]));
+        free(rk), free(rv), free(x), free(rowk), free(rowv), free(ql), free(al);
+        tq_kv_cache_free(c);
+    }
+    if (usable) printf("     avx512-vnni, trellis codes: largest error %.3f of the bound (scores), %.3f (values)\n", worst_s, worst_v);
+}
+
 int main(int argc, char **argv) {
     /* The fast path against the reference within fp32 rounding: float kernels, except in
      * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
@@ -1217,5 +1342,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_key_mean);
     RUN_TEST(test_key_scale);
     RUN_TEST(test_decode_chunks);
+    RUN_TEST(test_trellis_unpack);
+    RUN_TEST(test_trellis_lanes);
     return test_report();
 }

@@ -18,10 +18,14 @@
  * with their format codes is TQ_ERR_FORMAT), and attention sinks: the scheme's sink count
  * (header offset 56) and each layer's sink store persist; save → load is bit-exact.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v5.bin (when the format version moves, or
+ * Version 6: the header flag of trellis-coded indices (scheme option trellis=1); the golden
+ * cache uses them, so the file pins the trellis encoder's bits too.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v6.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
- * cache_v3.bin and cache_v4.bin, written by versions 1 (before the key scale), 2 (before the
- * key split), 3 (before the layer windows) and 4 (before q8_0r / q4_0r and the sinks), and
+ * cache_v3.bin, cache_v4.bin and cache_v5.bin, written by versions 1 (before the key scale), 2
+ * (before the key split), 3 (before the layer windows), 4 (before q8_0r / q4_0r and the sinks)
+ * and 5 (before trellis codes), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
@@ -43,7 +47,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v5.bin"
+#define GOLDEN "tests/golden/cache_v6.bin"
+#define GOLDEN_V5 "tests/golden/cache_v5.bin"
 #define GOLDEN_V4 "tests/golden/cache_v4.bin"
 #define GOLDEN_V3 "tests/golden/cache_v3.bin"
 #define GOLDEN_V2 "tests/golden/cache_v2.bin"
@@ -494,6 +499,11 @@ static void test_roundtrip_file(void) {
  * order, an edge, both formats, a sliding window, sink stores. */
 static const size_t golden_windows[2] = {0, 12};
 static tq_kv_cache *golden_cache(void) {
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1", 2, 2,
+                   16, 20, NULL, golden_windows);
+}
+/* The cache version 5 wrote: the same without trellis codes. */
+static tq_kv_cache *golden_cache_v5(void) {
     return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3", 2, 2, 16, 20,
                    NULL, golden_windows);
 }
@@ -592,13 +602,28 @@ static void test_golden(void) {
     /* Files of earlier versions load as the caches they were written from (v3: no layer
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
-    tq_kv_cache *w4 = golden_cache_v4(), *w3 = golden_cache_v3();
+    tq_kv_cache *w5 = golden_cache_v5(), *w4 = golden_cache_v4(), *w3 = golden_cache_v3();
+    check_old_version(GOLDEN_V5, w5, -1);
+    {
+        /* A version 5 file with the trellis flag set is a file no writer of version 5 made. */
+        uint8_t *g5 = read_file(GOLDEN_V5, &gn);
+        tq_kv_cache *x = NULL;
+        CHECK(g5 && gn > 64);
+        if (g5 && gn > 64) {
+            wr32(g5 + 52, 1);
+            fix_crcs(g5, gn);
+            CHECK(tq_kv_cache_load_memory(g5, gn, &x) == TQ_ERR_FORMAT && !x);
+        }
+        free(g5);
+    }
+    tq_kv_cache_free(w5);
     check_old_version(GOLDEN_V4, w4, -1);
     {
-        /* Without sinks, version 5 is version 4's bytes but for the version and header CRC. */
+        /* Without sinks and trellis codes, version 6 is version 4's bytes but for the version
+         * and header CRC. */
         size_t n4 = 0, g4n = 0;
         uint8_t *i4 = save_image(w4, &n4), *g4 = read_file(GOLDEN_V4, &g4n);
-        CHECK(i4 && g4 && n4 == g4n && rd32(i4 + 8) == 5 && rd32(g4 + 8) == 4);
+        CHECK(i4 && g4 && n4 == g4n && rd32(i4 + 8) == 6 && rd32(g4 + 8) == 4);
         if (i4 && g4 && n4 == g4n) {
             memcpy(i4 + 8, g4 + 8, 4);
             memcpy(i4 + 60, g4 + 60, 4);
@@ -728,7 +753,7 @@ static void test_magic_version(void) {
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
     memcpy(p, img, n);
-    wr32(p + 52, 1); /* a reserved flag */
+    wr32(p + 52, 2); /* a reserved flag */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     CHECK(tq_kv_cache_load_memory(NULL, n, &b) == TQ_ERR_NULL);
@@ -1255,8 +1280,8 @@ static void test_load_file_equals_memory(void) {
         tq_kv_cache_free(y);
     }
     CHECK_MSG(bad == 0, "%d of %d cases differ", bad, cases);
-    const char *golden[] = {GOLDEN, GOLDEN_V4, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
-    for (size_t g = 0; g < 6; g++) {
+    const char *golden[] = {GOLDEN, GOLDEN_V5, GOLDEN_V4, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
+    for (size_t g = 0; g < sizeof golden / sizeof golden[0]; g++) {
         tq_kv_cache *x = NULL;
         CHECK_MSG(tq_kv_cache_load(golden[g], &x) == TQ_OK && x, "%s", golden[g]);
         tq_kv_cache_free(x);
@@ -1374,9 +1399,10 @@ static void test_version_macro(void) {
             tq_kv_cache_free(b);
             b = NULL;
             /* Older versions are read, but this cache uses q4_0r / q8_0r (version 5) and its
-             * scheme section holds the layer windows (version 4). */
+             * scheme section holds the layer windows (version 4); version 6 added only a
+             * header flag (zero here). */
             tq_status want = v == 0 || v > TQ_KV_CACHE_FILE_VERSION ? TQ_ERR_VERSION
-                             : v == TQ_KV_CACHE_FILE_VERSION        ? TQ_OK
+                             : v >= 5                               ? TQ_OK
                                                                     : TQ_ERR_FORMAT;
             CHECK_MSG(st == want, "version %u: %s", v, tq_error_name(st));
         }

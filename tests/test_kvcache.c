@@ -70,6 +70,18 @@ static void test_parse(void) {
     CHECK(tq_kv_scheme_parse("turbo3", &s, NULL, 0) == TQ_OK);
     CHECK(s.layer.key_format == TQ_KV_TURBO && s.layer.key_bits == 3 && s.layer.value_bits == 3);
     CHECK(s.layer.key_variant == TQ_VARIANT_MSE && s.layer.norm_correction == 1);
+    CHECK(s.trellis == 0);
+    /* trellis=0|1 (issue 17): kept by the canonical text, which writes it only when set. */
+    char tbuf[512], terr[256];
+    CHECK(tq_kv_scheme_parse("turbo3:trellis=1", &s, NULL, 0) == TQ_OK && s.trellis == 1);
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && strstr(tbuf, ":trellis=1"));
+    CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == 1);
+    CHECK(tq_kv_scheme_parse("turbo3:trellis=0", &s, NULL, 0) == TQ_OK && s.trellis == 0);
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && !strstr(tbuf, "trellis"));
+    CHECK(tq_kv_scheme_parse("turbo3:trellis=2", &s, terr, sizeof terr) == TQ_ERR_SCHEME &&
+          strstr(terr, "trellis"));
+    s.trellis = 7;
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_ERR_INVALID);
     CHECK(tq_kv_scheme_parse("turbo4v2", &s, NULL, 0) == TQ_OK);
     CHECK(s.layer.key_bits == 4 && s.layer.value_bits == 2);
     CHECK(tq_kv_scheme_parse("turbo0v4", &s, NULL, 0) == TQ_OK);

@@ -57,10 +57,18 @@ static double timed(job *j, int mode) {
     return (double)j->n / best;
 }
 
+/* The codec configuration of one width of the run. */
+static void bench_config(tq_codec_config *cfg, long dim, double bits, tq_variant variant,
+                         int norm_corr, int trellis) {
+    tq_codec_config_init(cfg, (int)dim, (float)bits, variant);
+    cfg->norm_correction = norm_corr;
+    cfg->trellis = trellis;
+}
+
 int cmd_codec_bench(int argc, char **argv) {
     long dim = 128, n = 100000, threads = 1;
     double bits[MAX_BITS_LIST] = {1, 2, 3, 4, 8};
-    int n_bits = 5, json = 0, plain_norm = 0, variant_index = 0;
+    int n_bits = 5, json = 0, plain_norm = 0, variant_index = 0, trellis = 0;
     uint64_t seed = 1;
     static const char *const variants[] = {"mse", "prod", NULL};
     const tool_opt opts[] = {
@@ -72,12 +80,14 @@ int cmd_codec_bench(int argc, char **argv) {
         {OPT_U64("--seed", "S", &seed, "data and rotation seed (default 1)")},
         {OPT_INT("--threads", "T", &threads, 1, 256, "threads for the timed passes (default 1)")},
         {OPT_FLAG("--no-norm-correction", &plain_norm, "store the plain norm (MSE only)")},
+        {OPT_FLAG("--trellis", &trellis, "trellis-coded indices at 2 to 4 bits (MSE only)")},
         {OPT_FLAG("--json", &json, "one JSON object instead of a table")},
     };
     const tool_cmd cmd = {
         .name = "codec-bench",
         .synopsis = "usage: tq codec-bench [--dim D] [--bits B[,B...]] [--variant mse|prod] [--n N]\n"
-                    "                      [--seed S] [--threads T] [--no-norm-correction] [--json]\n",
+                    "                      [--seed S] [--threads T] [--no-norm-correction] [--trellis]\n"
+                    "                      [--json]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts),
         .epilogue = "\nA run that needs more than the machine's physical memory (or $TQ_MEM_LIMIT_GIB GiB\n"
                     "when set) for its data (3 x N x D floats) and codes is refused with the figure\n"
@@ -87,12 +97,15 @@ int cmd_codec_bench(int argc, char **argv) {
     if (!tool_opts_parse(&cmd, argc, argv, &rc)) return rc;
     const tq_variant variant = variant_index ? TQ_VARIANT_PROD : TQ_VARIANT_MSE;
     const int norm_corr = !plain_norm && variant == TQ_VARIANT_MSE; /* PROD: plain always */
+    if (trellis && variant != TQ_VARIANT_MSE) {
+        fprintf(stderr, "tq codec-bench: --trellis needs --variant mse\n");
+        return TQ_EXIT_USAGE;
+    }
 
     /* Validate every configuration before doing any work. */
     for (int b = 0; b < n_bits; b++) {
         tq_codec_config cfg;
-        tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);
-        cfg.norm_correction = norm_corr;
+        bench_config(&cfg, dim, bits[b], variant, norm_corr, trellis);
         size_t bpv;
         tq_status st = tq_codec_config_bytes(&cfg, &bpv);
         if (st) {
@@ -108,8 +121,7 @@ int cmd_codec_bench(int argc, char **argv) {
         size_t bpv_max = 0;
         for (int b = 0; b < n_bits; b++) {
             tq_codec_config cfg;
-            tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);
-            cfg.norm_correction = norm_corr;
+            bench_config(&cfg, dim, bits[b], variant, norm_corr, trellis);
             size_t bpv = 0;
             tq_codec_config_bytes(&cfg, &bpv);
             if (bpv > bpv_max) bpv_max = bpv;
@@ -139,19 +151,18 @@ int cmd_codec_bench(int argc, char **argv) {
 
     if (json)
         printf("{\"dim\":%ld,\"variant\":\"%s\",\"n\":%ld,\"threads\":%ld,\"kernels\":\"%s\","
-               "\"norm_correction\":%s,\"results\":[",
+               "\"norm_correction\":%s,\"trellis\":%s,\"results\":[",
                dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", n, threads, tq_kernels_name(),
-               norm_corr ? "true" : "false");
+               norm_corr ? "true" : "false", trellis ? "true" : "false");
     else
-        printf("codec-bench: dim %ld, variant %s, %ld vectors, %ld thread(s), kernels %s, norm "
+        printf("codec-bench: dim %ld, variant %s%s, %ld vectors, %ld thread(s), kernels %s, norm "
                "correction %s\n%6s %10s %11s %10s %7s %7s %12s %12s %12s %8s\n",
-               dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", n, threads, tq_kernels_name(),
-               norm_corr ? "on" : "off", "bits", "mse", "ip_bias", "ip_var", "bytes", "ratio",
+               dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", trellis ? " (trellis)" : "", n,
+               threads, tq_kernels_name(), norm_corr ? "on" : "off", "bits", "mse", "ip_bias", "ip_var", "bytes", "ratio",
                "encode/s", "decode/s", "memcpy/s", "enc/mcp");
     for (int b = 0; b < n_bits; b++) {
         tq_codec_config cfg;
-        tq_codec_config_init(&cfg, (int)dim, (float)bits[b], variant);
-        cfg.norm_correction = norm_corr;
+        bench_config(&cfg, dim, bits[b], variant, norm_corr, trellis);
         cfg.seed = seed;
         tq_codec *codec;
         tq_status st = tq_codec_create(&codec, &cfg);

@@ -60,6 +60,11 @@ typedef struct tq_kv_scheme {
                                   kept fp16 once compressed and attended exactly; [0, 1024].
                                   tq_kv_scheme_defaults: 0; tq_kv_scheme_parse: 4 when a side
                                   of the layer or edge form is TurboQuant, else 0 */
+    int trellis;               /* 1: every TurboQuant MSE side codes its 2- to 4-bit indices as
+                                  a trellis (tq_codec_config.trellis; same bytes, less error,
+                                  slower attention: doc/kvcache.md §2); default 0. It sits in
+                                  what was the struct's tail padding: a scheme built by hand,
+                                  not by tq_kv_scheme_parse, must be zeroed first */
 } tq_kv_scheme;
 
 /* Parses a scheme string (grammar: tq_kv_scheme_help, doc/kvcache.md §2) into *out, every field
@@ -207,8 +212,9 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 /* ---- Cache files (doc/cachefile.md) ------------------------------------------------------ */
 
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
- * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks). */
-#define TQ_KV_CACHE_FILE_VERSION 5
+ * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks, one
+ * before version 6 no trellis codes). */
+#define TQ_KV_CACHE_FILE_VERSION 6
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */

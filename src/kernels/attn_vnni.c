@@ -19,6 +19,15 @@
  * (tests/test_attention.c checks it), on Gemma 3's keys far below the quantization error of the
  * codes themselves (doc/kvcache.md §4). A query with a non-finite coordinate goes to the float
  * kernel. TQ_INT8_SCORES=0 in the environment keeps the float kernels for both (attn_ref.c).
+ *
+ * Trellis-coded segments of 2 and 3 bits (kernels/trellis.h; trellis_lanes): index k's value
+ * is looked up by the 2B-bit window of the stream that ends with it. The block is loaded from
+ * one byte earlier (the byte before a lane's first byte holds the index before it; for the
+ * segment's first block that byte is masked to zero: the start state), each lane's dword is
+ * then bytes [Bl − 1, Bl + 3) of the block, and the vpmultishiftqb controls take the byte at
+ * bit 8 − B + Bk of the lane for code k: its low 2B bits are the window, and the table (entry
+ * e: the pair value of e mod 2^(2B), quantized with α from the largest |pair value|) reads it
+ * as vpermb reads the plain codes. The same instructions per block as Lloyd-Max codes.
  */
 #include "attn_kernels.h"
 
@@ -29,44 +38,59 @@
 #include <string.h>
 
 #include "attn_simd.h"
+#include "trellis.h"
 
 #define VNNI_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 
 typedef struct vseg {
-    __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block */
+    __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block (trellis: of the
+                             block loaded from one byte earlier) */
     __m512i lo, hi;       /* vpmultishiftqb controls: codes 0–3 / 4–7 of each lane as bytes */
     __m512i table;        /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand) */
     __m512i table_s;      /* entry e: ĉ[e mod 2^B] (values: signed operand) */
-    int B, nblk;
+    int B, nblk, trellis; /* trellis: the codes are trellis-coded, ĉ the pair values */
     size_t off, bytes;
 } vseg;
+
+/* The values a segment's codes stand for: its centroids (2^B) or its pair values (4^B). */
+static inline const float *vseg_values(const tq_record *x, int s, int *n) {
+    int B = x->seg[s].bits;
+    *n = x->seg[s].pairs ? 1 << (2 * B) : 1 << B;
+    return x->seg[s].pairs ? x->seg[s].pairs : x->seg[s].centroids;
+}
 
 /* α and the segments' state; 0 if some centroid is not finite (then the float kernel). */
 static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
     float m = 0.0f;
-    for (int s = 0; s < x->n_seg; s++)
-        for (int i = 0; i < 1 << x->seg[s].bits; i++) {
-            float a = fabsf(x->seg[s].centroids[i]);
+    for (int s = 0; s < x->n_seg; s++) {
+        int nv;
+        const float *val = vseg_values(x, s, &nv);
+        for (int i = 0; i < nv; i++) {
+            float a = fabsf(val[i]);
             if (!(a <= 3.4e38f)) return 0;
             m = a > m ? a : m;
         }
+    }
     if (m == 0.0f) return 0;
     *alpha = m / 127.0f;
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits;
+        int B = x->seg[s].bits, nv, tr = x->seg[s].pairs != NULL;
+        const float *val = vseg_values(x, s, &nv);
+        if (tr && (B < 2 || B > 3)) return 0; /* not reached: tq_attn_reads_lanes */
         uint8_t align[64], lo[64], hi[64], table[64];
         int8_t table_s[64];
         for (int l = 0; l < 16; l++)
             for (int j = 0; j < 4; j++) align[4 * l + j] = (uint8_t)(B * l + j);
+        int shift = tr ? 8 - B : 0; /* trellis: the window ending with the code */
         for (int j = 0; j < 8; j++) {
             int lane = j / 4, k = j % 4; /* byte j of a qword: lane 2i + lane, code k (+4) */
             for (int w = 0; w < 8; w++) {
-                lo[8 * w + j] = (uint8_t)(32 * lane + B * k);
-                hi[8 * w + j] = (uint8_t)(32 * lane + B * (k + 4));
+                lo[8 * w + j] = (uint8_t)(32 * lane + shift + B * k);
+                hi[8 * w + j] = (uint8_t)(32 * lane + shift + B * (k + 4));
             }
         }
         for (int e = 0; e < 64; e++) {
-            float c = x->seg[s].centroids[e & ((1 << B) - 1)] / *alpha;
+            float c = val[e & (nv - 1)] / *alpha;
             table_s[e] = (int8_t)lrintf(c); /* |c| ≤ 127 */
             table[e] = (uint8_t)(128 + table_s[e]);
         }
@@ -76,11 +100,82 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
         g[s].table = _mm512_loadu_si512(table);
         g[s].table_s = _mm512_loadu_si512(table_s);
         g[s].B = B;
+        g[s].trellis = tr;
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
     return 1;
+}
+
+/* Block h of segment g of record r, each lane's bytes in its dword (B < 4; B = 4: as stored).
+ * Trellis codes: loaded from one byte earlier, that byte zero for the first block. */
+static inline __attribute__((always_inline)) __m512i vseg_load(const vseg *g, const uint8_t *r,
+                                                               int h, int B) {
+    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
+    if (n > 16 * (size_t)B) n = 16 * (size_t)B;
+    __m512i raw;
+    if (g->trellis) {
+        __mmask64 mk = (((__mmask64)1 << (n + 1)) - 1) & (at ? ~(__mmask64)0 : ~(__mmask64)1);
+        raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at - 1); /* n + 1 ≤ 49 bytes */
+    } else {
+        __mmask64 mk = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+        raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at);
+    }
+    return B != 4 ? _mm512_permutexvar_epi8(g->align, raw) : raw;
+}
+
+/* Record r of trellis-coded x decoded into the lane layout (kl floats); 0 for a corrupt norm
+ * (row zero). What the float kernels do for Lloyd-Max codes where the integer path cannot
+ * (non-finite inputs, a last group of fewer than four tokens): they do not read trellis codes. */
+static int trellis_lane_row(const tq_record *x, const uint8_t *r, float *lane) {
+    float row[TQ_MAX_DIM];
+    float sc = simd_rec_scale(x, r);
+    if (sc < 0.0f) {
+        memset(row, 0, sizeof(float) * (size_t)x->dim);
+        tq_record_to_lanes(x, row, lane);
+        return 0;
+    }
+    for (int s = 0; s < x->n_seg; s++)
+        tq_trellis_unpack(r + x->seg[s].off, x->seg[s].count, x->seg[s].bits, x->seg[s].pairs, sc,
+                          row + x->seg[s].start);
+    tq_record_to_lanes(x, row, lane);
+    return 1;
+}
+
+/* score_turbo_lanes / accum_turbo_lanes in floats for trellis-coded x (row by row). */
+static int trellis_scores_float(const tq_record *x, const uint8_t *rec, int nk, const float *q,
+                                size_t qs, int nq, float *S, size_t ss, int kl) {
+    int ok = 1;
+    float lane[128 * VNNI_MAX_BLOCKS];
+    for (int t = 0; t < nk; t++) {
+        int good = trellis_lane_row(x, rec + (size_t)t * x->rec_bytes, lane);
+        ok &= good;
+        for (int j = 0; j < nq; j++) {
+            const float *qj = q + (size_t)j * qs;
+            float acc = 0.0f;
+            for (int i = 0; i < kl && good; i++) acc += qj[i] * lane[i];
+            S[(size_t)j * ss + (size_t)t] = acc; /* a corrupt row scores 0 */
+        }
+    }
+    return ok;
+}
+
+static int trellis_accum_float(const tq_record *x, const uint8_t *rec, int nk, const float *p,
+                               size_t ps, int nq, float *acc, size_t as, int kl) {
+    int ok = 1;
+    float lane[128 * VNNI_MAX_BLOCKS];
+    for (int t = 0; t < nk; t++) {
+        if (!trellis_lane_row(x, rec + (size_t)t * x->rec_bytes, lane)) {
+            ok = 0; /* a corrupt row adds nothing */
+            continue;
+        }
+        for (int j = 0; j < nq; j++) {
+            float w = p[(size_t)j * ps + (size_t)t], *A = acc + (size_t)j * as;
+            for (int i = 0; i < kl; i++) A[i] += w * lane[i];
+        }
+    }
+    return ok;
 }
 
 /* The state of both kernels, kl = the lane-layout row floats; 0: use the float kernel. */
@@ -152,14 +247,10 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
                                                                const int8_t *const qb[4], int H0,
                                                                __m512i a[16], int B) {
     for (int h = 0; h < g->nblk; h++) {
-        size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
-        if (n > 16 * (size_t)B) n = 16 * (size_t)B;
-        __mmask64 mk = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
         const int8_t *q0 = qb[0] + 128 * (H0 + h), *q1 = qb[1] + 128 * (H0 + h),
                      *q2 = qb[2] + 128 * (H0 + h), *q3 = qb[3] + 128 * (H0 + h);
         for (int m = 0; m < 4; m++) {
-            __m512i raw = _mm512_maskz_loadu_epi8(mk, r[m] + g->off + at);
-            if (B != 4) raw = _mm512_permutexvar_epi8(g->align, raw);
+            __m512i raw = vseg_load(g, r[m], h, B);
             __m512i cl = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(g->lo, raw), g->table);
             __m512i ch = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(g->hi, raw), g->table);
             a[m] = _mm512_dpbusd_epi32(a[m], cl, _mm512_loadu_si512(q0));
@@ -180,7 +271,10 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     int kl;
     vseg g[2];
     float alpha;
-    if (!vnni_prepare(x, g, &alpha, &kl)) return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
+    const int tr = tq_record_trellis(x);
+    if (!vnni_prepare(x, g, &alpha, &kl))
+        return tr ? trellis_scores_float(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
+                  : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
     size_t rb = x->rec_bytes;
     int ok = 1;
     for (int j = 0; j < nq; j += 4) {
@@ -192,7 +286,8 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
         for (int k = 0; k < m4 && fin; k++)
             fin = quant_query(q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], &bias[k]);
         if (!fin) {
-            ok &= fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
+            ok &= tr ? trellis_scores_float(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
+                     : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
             continue;
         }
         /* Absent queries (a last group of fewer than 4) and tokens repeat the first of their
@@ -258,11 +353,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
  * four vectors r = 0..3 (64 floats): lane-layout position 128h + 16(4u + k) + 4L + r. */
 static inline __attribute__((always_inline)) __m512i vnni_decode_half(const vseg *g, const uint8_t *r,
                                                                       int h, __m512i ctrl, int B) {
-    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
-    if (n > 16 * (size_t)B) n = 16 * (size_t)B;
-    __mmask64 mk = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
-    __m512i raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at);
-    if (B != 4) raw = _mm512_permutexvar_epi8(g->align, raw);
+    __m512i raw = vseg_load(g, r, h, B);
     return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, raw), g->table_s);
 }
 
@@ -313,7 +404,10 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     int kl;
     vseg g[2];
     float alpha;
-    if (!vnni_prepare(x, g, &alpha, &kl)) return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
+    const int tr = tq_record_trellis(x);
+    if (!vnni_prepare(x, g, &alpha, &kl))
+        return tr ? trellis_accum_float(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
+                  : fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
     size_t rb = x->rec_bytes;
     int ok = 1;
     float sc[VNNI_CALL];
@@ -351,8 +445,10 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
                     ag[k][g0 / VNNI_GROUP] = alpha * (mx / 255.0f);
                 }
             if (!fin) {
-                ok &= fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
-                                                  acc + (size_t)j * as, as);
+                ok &= tr ? trellis_accum_float(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
+                                               acc + (size_t)j * as, as, kl)
+                         : fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
+                                                       acc + (size_t)j * as, as);
                 continue;
             }
             float *Fp[4] = {F[0], F[1], F[2], F[3]};
@@ -383,8 +479,10 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             /* the last n % 4 tokens: the float kernel */
             if (n % 4) {
                 int t = n / 4 * 4;
-                ok &= fallback->accum_turbo_lanes(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
-                                                  acc + (size_t)j * as, as);
+                ok &= tr ? trellis_accum_float(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
+                                               acc + (size_t)j * as, as, kl)
+                         : fallback->accum_turbo_lanes(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
+                                                       acc + (size_t)j * as, as);
             }
         }
     }
@@ -399,6 +497,7 @@ static void vnni_init(void) {
     vnni_table.name = "avx512-vnni";
     vnni_table.score_turbo_lanes = vnni_score_turbo_lanes;
     vnni_table.accum_turbo_lanes = vnni_accum_turbo_lanes;
+    vnni_table.trellis_lanes = 1;
 }
 
 const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void) {

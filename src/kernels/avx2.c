@@ -16,6 +16,7 @@
  * (levels 2..4 of any width) and from gathers below that.
  */
 #include "kernels.h"
+#include "trellis_search.h"
 
 #if defined(__x86_64__)
 
@@ -526,6 +527,12 @@ static void avx2_axpy_codes(const uint8_t *in, int n, int bits, const float *cen
 #undef TQ_CALL
 }
 
+/* The trellis encoder at this set's vector width (trellis_search.h). */
+static float avx2_trellis_quantize_pack(const float *x, float scale, int n, int bits,
+                                    const float *pairs, uint8_t *out) {
+    return tq_trellis_encode(x, scale, n, bits, pairs, out);
+}
+
 static const tq_kernel_table avx2_table = {
     .name = "avx2",
     .rht = avx2_rht,
@@ -534,6 +541,7 @@ static const tq_kernel_table avx2_table = {
     .unpack_lookup = avx2_unpack_lookup,
     .dot_codes = avx2_dot_codes,
     .axpy_codes = avx2_axpy_codes,
+    .trellis_quantize_pack = avx2_trellis_quantize_pack,
 };
 
 const tq_kernel_table *tq_kernels_avx2(void) { return &avx2_table; }

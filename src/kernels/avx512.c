@@ -19,6 +19,7 @@
  * registers: the first six levels of any width) and from gathers below that.
  */
 #include "kernels.h"
+#include "trellis_search.h"
 
 #if defined(__x86_64__)
 
@@ -555,6 +556,12 @@ static void avx512_axpy_codes(const uint8_t *in, int n, int bits, const float *c
 #undef TQ_CALL
 }
 
+/* The trellis encoder at this set's vector width (trellis_search.h). */
+static float avx512_trellis_quantize_pack(const float *x, float scale, int n, int bits,
+                                    const float *pairs, uint8_t *out) {
+    return tq_trellis_encode(x, scale, n, bits, pairs, out);
+}
+
 static const tq_kernel_table avx512_table = {
     .name = "avx512",
     .rht = avx512_rht,
@@ -563,6 +570,7 @@ static const tq_kernel_table avx512_table = {
     .unpack_lookup = avx512_unpack_lookup,
     .dot_codes = avx512_dot_codes,
     .axpy_codes = avx512_axpy_codes,
+    .trellis_quantize_pack = avx512_trellis_quantize_pack,
 };
 
 const tq_kernel_table *tq_kernels_avx512(void) { return &avx512_table; }

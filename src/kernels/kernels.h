@@ -61,6 +61,11 @@ typedef struct tq_kernel_table {
     /* acc[i] += w · centroids[idx_i]. */
     void (*axpy_codes)(const uint8_t *in, int n, int bits, const float *centroids, float w,
                        float *acc);
+
+    /* Trellis-coded indices (trellis.h, tq_trellis_quantize_pack): the same bits and the same
+     * returned float on every set (one inline source, trellis_search.h, at each set's width). */
+    float (*trellis_quantize_pack)(const float *x, float scale, int n, int bits,
+                                   const float *pairs, uint8_t *out);
 } tq_kernel_table;
 
 /* The table in use (never NULL; initialized on first call, thread-safe). */

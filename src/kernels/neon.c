@@ -11,6 +11,7 @@
  * on the table's bytes (byte index 4·idx + k), wider tables are read lane by lane.
  */
 #include "kernels.h"
+#include "trellis_search.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 
@@ -184,6 +185,12 @@ static void neon_axpy_codes(const uint8_t *in, int n, int bits, const float *cen
     for (; i < n; i++) acc[i] += w * centroids[tq_ref_get_index(in, (size_t)i, bits)];
 }
 
+/* The trellis encoder at this set's vector width (trellis_search.h). */
+static float neon_trellis_quantize_pack(const float *x, float scale, int n, int bits,
+                                    const float *pairs, uint8_t *out) {
+    return tq_trellis_encode(x, scale, n, bits, pairs, out);
+}
+
 static const tq_kernel_table neon_table = {
     .name = "neon",
     .rht = neon_rht,
@@ -192,6 +199,7 @@ static const tq_kernel_table neon_table = {
     .unpack_lookup = neon_unpack_lookup,
     .dot_codes = neon_dot_codes,
     .axpy_codes = neon_axpy_codes,
+    .trellis_quantize_pack = neon_trellis_quantize_pack,
 };
 
 const tq_kernel_table *tq_kernels_neon(void) { return &neon_table; }

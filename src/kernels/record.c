@@ -5,6 +5,7 @@
 
 #include "attn_kernels.h"
 #include "blockq.h"
+#include "trellis.h"
 
 void tq_record_to_lanes(const tq_record *x, const float *in, float *out) {
     for (int s = 0; s < x->n_seg; s++) {
@@ -76,6 +77,11 @@ int tq_record_decode_rows(const tq_kernel_set *ks, const tq_record *x, const uin
             memset(row, 0, sizeof(float) * (size_t)x->dim); /* PROD at 1 bit: no MSE part */
         for (int s = 0; s < x->n_seg; s++) {
             int b = x->seg[s].bits;
+            if (x->seg[s].pairs) {
+                tq_trellis_unpack(r + x->seg[s].off, x->seg[s].count, b, x->seg[s].pairs,
+                                  nrm * x->inv_sqrt_dim, row + x->seg[s].start);
+                continue;
+            }
             (b <= 4 && ak->unpack_small ? ak->unpack_small : unpack)(
                 r + x->seg[s].off, x->seg[s].count, b, x->seg[s].centroids,
                 nrm * x->inv_sqrt_dim, row + x->seg[s].start);

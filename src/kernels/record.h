@@ -35,6 +35,8 @@ typedef struct tq_record {
         int start, count, bits; /* rotated coordinates [start, start + count) at bits */
         size_t off;             /* byte offset of the packed words in a record */
         const float *centroids; /* ×√dim */
+        const float *pairs;     /* trellis-coded indices (kernels/trellis.h): the pair table
+                                   (×√dim), and centroids unused; NULL otherwise */
     } seg[2];
     size_t norm_off;
     int norm_f32;
@@ -66,14 +68,28 @@ static inline float tq_record_load_norm(const tq_record *x, const uint8_t *p) {
     return tq_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
 }
 
-/* 1 if the fused TURBO kernels (score_turbo / accum_turbo, and the lane kernels where
- * tq_record_lanes(x) > 0) handle x: TURBO, MSE (no PROD sketch), every segment of ≤ 4 bits
- * (≤ 16 centroids: one vpermps register). */
-static inline int tq_attn_fused_turbo(const tq_record *x) {
+/* 1 if x is a TURBO MSE record (no PROD sketch) whose segments are all of ≤ 4 bits: the
+ * records with a lane layout (tq_record_lanes), whatever their indices. */
+static inline int tq_record_small_turbo(const tq_record *x) {
     if (x->format != TQ_KV_TURBO || x->prod || x->n_seg < 1) return 0;
     for (int s = 0; s < x->n_seg; s++)
         if (x->seg[s].bits > 4) return 0;
     return 1;
+}
+
+/* 1 if some segment of x holds trellis-coded indices (kernels/trellis.h). */
+static inline int tq_record_trellis(const tq_record *x) {
+    for (int s = 0; s < x->n_seg; s++)
+        if (x->seg[s].pairs) return 1;
+    return 0;
+}
+
+/* 1 if the fused TURBO kernels of Lloyd-Max indices (score_turbo / accum_turbo, and the lane
+ * kernels where tq_record_lanes(x) > 0) handle x: a small TURBO record (≤ 16 centroids: one
+ * vpermps register) without trellis codes. Trellis-coded records take the lane kernels of a
+ * table with trellis_lanes (attn_kernels.h, tq_attn_reads_lanes) or the tile. */
+static inline int tq_attn_fused_turbo(const tq_record *x) {
+    return tq_record_small_turbo(x) && !tq_record_trellis(x);
 }
 
 /* The lane layout of a TURBO record, for kernels that read 8 codes per 32-bit lane: within a
@@ -85,7 +101,7 @@ static inline int tq_attn_fused_turbo(const tq_record *x) {
  * partial last block's absent lanes are padding (zero in queries, ignored in sums).
  * Returns the floats of a lane-layout row, 0 when x has no lane layout. */
 static inline int tq_record_lanes(const tq_record *x) {
-    if (!tq_attn_fused_turbo(x)) return 0;
+    if (!tq_record_small_turbo(x)) return 0;
     int n = 0;
     for (int s = 0; s < x->n_seg; s++) {
         if (x->seg[s].count % 8) return 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "trellis.h"
 
 uint32_t tq_ref_get_index(const uint8_t *in, size_t i, int bits) {
     size_t pos = i * (size_t)bits;
@@ -110,6 +111,7 @@ static const tq_kernel_table ref_table = {
     .unpack_lookup = ref_unpack_lookup,
     .dot_codes = ref_dot_codes,
     .axpy_codes = ref_axpy_codes,
+    .trellis_quantize_pack = tq_trellis_quantize_pack,
 };
 
 const tq_kernel_table *tq_kernels_ref(void) { return &ref_table; }
