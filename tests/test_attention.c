@@ -1221,14 +1221,15 @@ static void test_trellis_unpack(void) {
  * (avx512-vnni, trellis_lanes): scores and value sums within the integer kernels' bounds of
  * the exact ones from the decoded rows (the tile path's tq_record_decode_rows); 37 tokens (a
  * last group of one: the float rows); a corrupt norm zeroes its row and is reported; a
- * non-finite query or weight gives NaN where the exact sum has it. 4-bit trellis codes and
- * the float tables take the tile (tq_attn_reads_lanes). */
+ * non-finite query or weight gives NaN where the exact sum has it. The float tables take the
+ * tile (tq_attn_reads_lanes). */
 static void test_trellis_lanes(void) {
     const tq_attn_kernels *t = tq_attn_kernels_avx512_vnni();
     static const struct { int dim; const char *sch; } cfgs[] = {
         {128, "turbo3:trellis=1"}, {256, "turbo3:trellis=1"}, {128, "turbo2:trellis=1"},
         {64, "turbo2.5:trellis=1"}, {96, "turbo3:trellis=1"}, {40, "turbo3:trellis=1"},
-        {200, "turbo2:trellis=1"}, {128, "turbo4:trellis=1"}};
+        {200, "turbo2:trellis=1"}, {128, "turbo4:trellis=1"}, {256, "turbo4:trellis=1"},
+        {96, "turbo4:trellis=1"}, {64, "turbo3.5:trellis=1"}, {80, "turbo3.5:trellis=1"}};
     enum { NK = 37, NQ = 6 };
     int usable = attn_table_usable("avx512-vnni", t, tq_kernels_supported(TQ_KERNELS_AVX512));
     double worst_s = 0, worst_v = 0;
@@ -1238,14 +1239,13 @@ static void test_trellis_lanes(void) {
         CHECK_MSG(c != NULL, "%s d %d", cfgs[ci].sch, d);
         if (!c) continue;
         const tq_kv_tensor *kx = &c->layers[0].k, *vx = &c->layers[0].v;
-        int four = strncmp(cfgs[ci].sch, "turbo4", 6) == 0;
         CHECK(tq_record_trellis(kx) && tq_record_trellis(vx) && !tq_attn_fused_turbo(kx));
         const tq_attn_kernels *floats[3] = {tq_attn_kernels_ref(), tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
         for (int f = 0; f < 3; f++)
             if (floats[f]) CHECK(!tq_attn_reads_lanes(floats[f], kx));
-        if (t) CHECK(tq_attn_reads_lanes(t, kx) == !four && tq_attn_reads_lanes(t, vx) == !four);
+        if (t) CHECK(tq_attn_reads_lanes(t, kx) && tq_attn_reads_lanes(t, vx));
         int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
-        if (!usable || four || !kl || !vl) {
+        if (!usable || !kl || !vl) {
             tq_kv_cache_free(c);
             continue;
         }
@@ -1323,6 +1323,8 @@ int main(int argc, char **argv) {
         RUN_TEST(test_avxvnni_equal);
         RUN_TEST(test_norm_rule);
         RUN_TEST(test_decode_vs_ref);
+        RUN_TEST(test_trellis_unpack);
+        RUN_TEST(test_trellis_lanes);
         return test_report();
     }
     RUN_TEST(test_attn_kernels);

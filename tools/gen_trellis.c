@@ -6,7 +6,8 @@
  * s-values of a random rotation's output, what the codec quantizes — from a fixed splitmix64
  * stream, so the output is the same on every machine with IEEE doubles. Each iteration encodes
  * every vector with tq_trellis_quantize_pack (the library's Viterbi search), then sets each
- * pair value to the mean of the s-values coded by it (a pair no vector used keeps its value).
+ * pair value to the mean of the s-values coded by it and, negated, by its mirror pair (the
+ * table stays antisymmetric; a pair no vector used keeps its value).
  * Start: two interleaved uniform quantizers of 2L levels over [−R, R], the one of odd levels
  * after an odd index (a two-state trellis the iteration grows out of).
  *
@@ -104,8 +105,18 @@ int main(void) {
             memset(sum, 0, sizeof sum);
             memset(cnt, 0, sizeof cnt);
             double mse = pass(train, TRAIN_VECTORS, bits, pairs, sum, cnt);
-            for (int e = 0; e < E; e++)
-                if (cnt[e]) pairs[e] = (float)(sum[e] / (double)cnt[e]);
+            /* The source is symmetric, so the table is kept antisymmetric: the value of (c, p)
+             * is minus that of (L−1−c, L−1−p), each the mean of both cells' s-values (one of
+             * them negated). Then a table rounded to integers (the VNNI kernels' int8 values)
+             * keeps the symmetry, and its rounding errors cancel over a symmetric input as a
+             * symmetric codebook's do. */
+            for (int e = 0; e < E; e++) {
+                int m = E - 1 - e; /* (L−1−c)·L + (L−1−p) */
+                if (m < e || cnt[e] + cnt[m] == 0) continue;
+                double v = (sum[e] - sum[m]) / (double)(cnt[e] + cnt[m]);
+                pairs[e] = (float)v;
+                pairs[m] = (float)-v;
+            }
             if (it % 20 == 0) fprintf(stderr, "bits %d iteration %d: train MSE %.5f\n", bits, it, mse);
         }
         mse_out[bits] = pass(test, TEST_VECTORS, bits, pairs, NULL, NULL);

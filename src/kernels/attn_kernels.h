@@ -79,18 +79,19 @@ typedef struct tq_attn_kernels {
                              size_t q_stride, int nq, float *S, size_t s_stride);
     int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                              size_t p_stride, int nq, float *acc, size_t acc_stride);
-    /* 1: the two lane kernels also read trellis-coded segments (kernels/trellis.h) of 2 and 3
-     * bits (attn_vnni.c); 0: trellis-coded records take the tile (tq_attn_reads_lanes). */
+    /* 1: the two lane kernels also read trellis-coded segments (kernels/trellis.h, 2 to 4
+     * bits; attn_vnni.c); 0: trellis-coded records take the tile (tq_attn_reads_lanes). */
     int trellis_lanes;
 } tq_attn_kernels;
 
 /* 1 if table ak's lane kernels read x's records (given tq_record_lanes(x) > 0): always for
- * Lloyd-Max indices; for trellis codes only with trellis_lanes and segments of 2 or 3 bits. */
+ * Lloyd-Max indices; for trellis codes only with trellis_lanes (and every segment trellis-coded:
+ * 2 to 4 bits). */
 static inline int tq_attn_reads_lanes(const tq_attn_kernels *ak, const tq_record *x) {
     if (!tq_record_trellis(x)) return 1;
     if (!ak->trellis_lanes) return 0;
     for (int s = 0; s < x->n_seg; s++)
-        if (x->seg[s].bits < 2 || x->seg[s].bits > 3) return 0;
+        if (!x->seg[s].pairs) return 0;
     return 1;
 }
 

@@ -46,9 +46,13 @@ typedef struct vseg {
     __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block (trellis: of the
                              block loaded from one byte earlier) */
     __m512i lo, hi;       /* vpmultishiftqb controls: codes 0–3 / 4–7 of each lane as bytes */
-    __m512i table;        /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand) */
-    __m512i table_s;      /* entry e: ĉ[e mod 2^B] (values: signed operand) */
+    __m512i lo2;          /* wide: the control of even lanes' code 0 in the block loaded from
+                             four bytes earlier (byte 0 of each qword) */
+    __m512i table[4];     /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand); wide: 256
+                             entries in four registers, else [0] */
+    __m512i table_s[4];   /* entry e: ĉ[e mod 2^B] (values: signed operand), likewise */
     int B, nblk, trellis; /* trellis: the codes are trellis-coded, ĉ the pair values */
+    int wide;             /* 4-bit trellis codes: 8-bit windows, a 256-entry table */
     size_t off, bytes;
 } vseg;
 
@@ -76,20 +80,25 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits, nv, tr = x->seg[s].pairs != NULL;
         const float *val = vseg_values(x, s, &nv);
-        if (tr && (B < 2 || B > 3)) return 0; /* not reached: tq_attn_reads_lanes */
-        uint8_t align[64], lo[64], hi[64], table[64];
-        int8_t table_s[64];
+        if (tr && (B < 2 || B > 4)) return 0; /* not reached: tq_attn_reads_lanes */
+        int wide = tr && B == 4, ne = wide ? 256 : 64;
+        uint8_t align[64], lo[64], hi[64], lo2[64], table[256];
+        int8_t table_s[256];
         for (int l = 0; l < 16; l++)
             for (int j = 0; j < 4; j++) align[4 * l + j] = (uint8_t)(B * l + j);
-        int shift = tr ? 8 - B : 0; /* trellis: the window ending with the code */
+        /* Trellis: the window ending with the code — B < 4 in the block loaded one byte early
+         * (+8 − B), B = 4 in the block as stored (−4: an even lane's code 0 wraps; lo2 reads
+         * it from the block loaded four bytes early, where it sits at bit 28). */
+        int shift = !tr ? 0 : wide ? 64 - 4 : 8 - B;
         for (int j = 0; j < 8; j++) {
             int lane = j / 4, k = j % 4; /* byte j of a qword: lane 2i + lane, code k (+4) */
             for (int w = 0; w < 8; w++) {
-                lo[8 * w + j] = (uint8_t)(32 * lane + shift + B * k);
-                hi[8 * w + j] = (uint8_t)(32 * lane + shift + B * (k + 4));
+                lo[8 * w + j] = (uint8_t)((32 * lane + shift + B * k) & 63);
+                hi[8 * w + j] = (uint8_t)((32 * lane + shift + B * (k + 4)) & 63);
+                lo2[8 * w + j] = 28;
             }
         }
-        for (int e = 0; e < 64; e++) {
+        for (int e = 0; e < ne; e++) {
             float c = val[e & (nv - 1)] / *alpha;
             table_s[e] = (int8_t)lrintf(c); /* |c| ≤ 127 */
             table[e] = (uint8_t)(128 + table_s[e]);
@@ -97,9 +106,13 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
         g[s].align = _mm512_loadu_si512(align);
         g[s].lo = _mm512_loadu_si512(lo);
         g[s].hi = _mm512_loadu_si512(hi);
-        g[s].table = _mm512_loadu_si512(table);
-        g[s].table_s = _mm512_loadu_si512(table_s);
+        g[s].lo2 = _mm512_loadu_si512(lo2);
+        for (int i = 0; i < ne / 64; i++) {
+            g[s].table[i] = _mm512_loadu_si512(table + 64 * i);
+            g[s].table_s[i] = _mm512_loadu_si512(table_s + 64 * i);
+        }
         g[s].B = B;
+        g[s].wide = wide;
         g[s].trellis = tr;
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].off = x->seg[s].off;
@@ -108,21 +121,44 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
     return 1;
 }
 
-/* Block h of segment g of record r, each lane's bytes in its dword (B < 4; B = 4: as stored).
- * Trellis codes: loaded from one byte earlier, that byte zero for the first block. */
-static inline __attribute__((always_inline)) __m512i vseg_load(const vseg *g, const uint8_t *r,
-                                                               int h, int B) {
+/* Block h of segment g of record r: raw, each lane's bytes in its dword (B < 4; B = 4: as
+ * stored); B < 4 trellis codes: loaded from one byte earlier, that byte zero for the first
+ * block; wide: raw2, the block loaded from four bytes earlier (the first block: zeros there). */
+typedef struct vblk {
+    __m512i raw, raw2;
+} vblk;
+
+static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const uint8_t *r, int h,
+                                                            int B) {
     size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
     if (n > 16 * (size_t)B) n = 16 * (size_t)B;
-    __m512i raw;
-    if (g->trellis) {
+    vblk b;
+    b.raw2 = _mm512_setzero_si512();
+    if (g->trellis && B < 4) {
         __mmask64 mk = (((__mmask64)1 << (n + 1)) - 1) & (at ? ~(__mmask64)0 : ~(__mmask64)1);
-        raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at - 1); /* n + 1 ≤ 49 bytes */
+        b.raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at - 1); /* n + 1 ≤ 49 bytes */
     } else {
         __mmask64 mk = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
-        raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at);
+        b.raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at);
+        if (B == 4 && g->wide) {
+            __mmask64 m2 = n + 4 >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n + 4)) - 1;
+            if (!at) m2 &= ~(__mmask64)0xF;
+            b.raw2 = _mm512_maskz_loadu_epi8(m2, r + g->off + at - 4);
+        }
     }
-    return B != 4 ? _mm512_permutexvar_epi8(g->align, raw) : raw;
+    if (B != 4) b.raw = _mm512_permutexvar_epi8(g->align, b.raw);
+    return b;
+}
+
+/* The table values (t: g->table or g->table_s) of half u (codes 0–3 or 4–7 of every lane) of a
+ * loaded block. */
+static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vblk b, int u,
+                                                               const __m512i *t, int B) {
+    __m512i idx = _mm512_multishift_epi64_epi8(u ? g->hi : g->lo, b.raw);
+    if (B != 4 || !g->wide) return _mm512_permutexvar_epi8(idx, t[0]);
+    if (!u) idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->lo2, b.raw2);
+    __m512i a = _mm512_permutex2var_epi8(t[0], idx, t[1]), c = _mm512_permutex2var_epi8(t[2], idx, t[3]);
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), a, c);
 }
 
 /* Record r of trellis-coded x decoded into the lane layout (kl floats); 0 for a corrupt norm
@@ -250,9 +286,8 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
         const int8_t *q0 = qb[0] + 128 * (H0 + h), *q1 = qb[1] + 128 * (H0 + h),
                      *q2 = qb[2] + 128 * (H0 + h), *q3 = qb[3] + 128 * (H0 + h);
         for (int m = 0; m < 4; m++) {
-            __m512i raw = vseg_load(g, r[m], h, B);
-            __m512i cl = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(g->lo, raw), g->table);
-            __m512i ch = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(g->hi, raw), g->table);
+            vblk blk = vseg_load(g, r[m], h, B);
+            __m512i cl = vseg_half(g, blk, 0, g->table, B), ch = vseg_half(g, blk, 1, g->table, B);
             a[m] = _mm512_dpbusd_epi32(a[m], cl, _mm512_loadu_si512(q0));
             a[m] = _mm512_dpbusd_epi32(a[m], ch, _mm512_loadu_si512(q0 + 64));
             a[4 + m] = _mm512_dpbusd_epi32(a[4 + m], cl, _mm512_loadu_si512(q1));
@@ -352,9 +387,8 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
  * coordinate 128h + 8(4L + r) + 4u + k. The float buffer keeps, per block h and half u, the
  * four vectors r = 0..3 (64 floats): lane-layout position 128h + 16(4u + k) + 4L + r. */
 static inline __attribute__((always_inline)) __m512i vnni_decode_half(const vseg *g, const uint8_t *r,
-                                                                      int h, __m512i ctrl, int B) {
-    __m512i raw = vseg_load(g, r, h, B);
-    return _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(ctrl, raw), g->table_s);
+                                                                      int h, int u, int B) {
+    return vseg_half(g, vseg_load(g, r, h, B), u, g->table_s, B);
 }
 
 /* One segment, half u of every block, over n tokens (a multiple of 4; records r0 + t·rb), four
@@ -366,16 +400,15 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
                                                                  int H0, float *const F[4], int B) {
     for (int h = 0; h < g->nblk; h++)
         for (int u = 0; u < 2; u++) {
-            const __m512i ctrl = u ? g->hi : g->lo;
             for (int t0 = 0; t0 < n; t0 += VNNI_GROUP) {
                 int t1 = t0 + VNNI_GROUP < n ? t0 + VNNI_GROUP : n;
                 __m512i a[16];
                 for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
                 for (int t = t0; t < t1; t += 4) {
                     const uint8_t *r = r0 + (size_t)t * rb;
-                    __m512i x0 = vnni_decode_half(g, r, h, ctrl, B), x1 = vnni_decode_half(g, r + rb, h, ctrl, B),
-                            x2 = vnni_decode_half(g, r + 2 * rb, h, ctrl, B),
-                            x3 = vnni_decode_half(g, r + 3 * rb, h, ctrl, B);
+                    __m512i x0 = vnni_decode_half(g, r, h, u, B), x1 = vnni_decode_half(g, r + rb, h, u, B),
+                            x2 = vnni_decode_half(g, r + 2 * rb, h, u, B),
+                            x3 = vnni_decode_half(g, r + 3 * rb, h, u, B);
                     __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
                     __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
                     __m512i y[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
