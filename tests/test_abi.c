@@ -54,7 +54,7 @@ static void test_layouts(void) {
         OF(tq_kv_scheme, edge_last, 84), OF(tq_kv_scheme, raw_window, 88),
         OF(tq_kv_scheme, batch, 92), OF(tq_kv_scheme, quantized_kv_start, 96),
         OF(tq_kv_scheme, prefill_raw, 100), OF(tq_kv_scheme, seed, 104),
-        OF(tq_kv_scheme, sink, 112), SZ(tq_kv_scheme, 120),
+        OF(tq_kv_scheme, sink, 112), OF(tq_kv_scheme, trellis, 116), SZ(tq_kv_scheme, 120),
         SZ(tq_kv_cache_config, 168), OF(tq_kv_cache_config, struct_size, 0),
         OF(tq_kv_cache_config, n_layers, 8), OF(tq_kv_cache_config, n_kv_heads, 12),
         OF(tq_kv_cache_config, head_dim_k, 16), OF(tq_kv_cache_config, head_dim_v, 20),
