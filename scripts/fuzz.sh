@@ -39,8 +39,10 @@ while IFS= read -r line || [ -n "$line" ]; do
   if [ "$f" = src/kernels/attn_vnni.c ]; then vnni_obj=$o; fi
 done <sources.list
 # The integer decode kernels exist only when attn_vnni.c gets its VBMI / VNNI flags; without them
-# it compiles to a stub and the fuzzers never reach them.
-if [ "$x86" = 1 ] && ! nm "$vnni_obj" 2>/dev/null | grep -q ' vnni_score_turbo_lanes$'; then
+# it compiles to a stub and the fuzzers never reach them. (nm's whole output is read first: with
+# pipefail, `grep -q` closing the pipe early would fail nm with SIGPIPE.)
+vnni_syms=$(nm "$vnni_obj" 2>/dev/null || true)
+if [ "$x86" = 1 ] && ! grep -q ' vnni_score_turbo_lanes$' <<<"$vnni_syms"; then
   echo "fuzz.sh: $vnni_obj has no integer kernels (attn_vnni.c compiled without its flags?)" >&2; exit 1
 fi
 lib="$out/libtq_fuzz.a"
