@@ -36,8 +36,10 @@ test-fast: build
 # The optimized suite again as an AVX2-only CPU without AVX-VNNI runs it (the engine's and the
 # library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that; on an
 # AVX2-only CPU it repeats test-fast. The command-line, chat, server and install tests are left
-# out there (they test the tools, which no kernel set changes; test-fast runs them).
-AVX2_SKIP = ^(tq_cli|tq_chat|tq_chat_smollm2|tq_serve|tq_install)$$
+# out there (they test the tools, which no kernel set changes; test-fast runs them), and so are
+# the repeats that force a kernel set of their own (TQ_FORCE_REF wins over TQ_KERNELS; the
+# AVX2 repeat is test_attention itself here), which would run exactly what test-fast ran.
+AVX2_SKIP = ^(tq_cli|tq_chat|tq_chat_smollm2|tq_serve|tq_install|test_attention_ref|test_codec_ref|test_attention_avx2)$$
 test-avx2: build
 	cd $(BUILD) && { TQ_KERNELS=avx2 TQ_AVXVNNI=0 ctest --output-on-failure -j $(JOBS) -E '$(AVX2_SKIP)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 

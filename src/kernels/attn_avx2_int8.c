@@ -58,7 +58,6 @@
 #define I8_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 #define I8_GROUP 32     /* tokens whose value weights share one γ */
 #define I8_CALL 256     /* tokens per value pass */
-#define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
 
 /* Lane-layout position (16·round + lane) inside its block of decoded byte p (0..127) of a
  * block of B-bit codes, as i8_decode leaves them. */
@@ -245,7 +244,7 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
     const int nblk = NB ? NB : g->nblk; /* NB: the block count when known at compile time */
     for (int t = 0; t < n; t++) {
         const uint8_t *r = rec + (size_t)t * rb + g->off;
-        _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
+        simd_prefetch_records(r, rb, I8_CALL, 1); /* the next call's run (attn_simd.h) */
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int h = 0; h < nblk; h++) {
             __m256i d[4];
@@ -348,8 +347,7 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
         int t1 = t0 + I8_GROUP < n ? t0 + I8_GROUP : n, nquad = (t1 - t0) / 4;
         for (int u = 0; u < nquad; u++) {
             const uint8_t *r = r0 + (size_t)(t0 + 4 * u) * rb + g->off;
-            _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
-            _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
+            simd_prefetch_records(r, rb, I8_CALL, 4);
             __m256i x0[4], x1[4], x2[4], x3[4];
             i8_decode(g, r, h, g->tab_s, x0, B);
             i8_decode(g, r + rb, h, g->tab_s, x1, B);

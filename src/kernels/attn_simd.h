@@ -24,6 +24,16 @@ static inline float simd_rec_scale(const tq_record *x, const uint8_t *r) {
     return tq_record_norm_ok(n) ? n * x->inv_sqrt_dim : -1.0f;
 }
 
+/* The record kernels stream the cache's records: a record's first touch is its norm, gathered
+ * for a whole run of them (simd_rec_scales_run) before its codes are read, and that gather
+ * waits on memory record after record unless the lines are already coming. So the loops that
+ * read record t also prefetch the record `ahead` records later (the next run's, for the kernels
+ * that gather per run): m consecutive records from r. A prefetch never faults, so reading past
+ * the last record is harmless. */
+static inline void simd_prefetch_records(const uint8_t *r, size_t rb, int ahead, int m) {
+    for (int i = 0; i < m; i++) _mm_prefetch((const char *)(r + (size_t)(ahead + i) * rb), _MM_HINT_T0);
+}
+
 /* sc[m] = the scales of records r[m], m < n (0 for a corrupt norm); returns 0 if one of the
  * first `real` records is corrupt (the others repeat one of them), else 1. */
 static inline int simd_rec_scales(const tq_record *x, const uint8_t *const *r, int n, int real,

@@ -41,6 +41,7 @@
 #include "trellis.h"
 
 #define VNNI_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
+#define VNNI_AHEAD 256    /* records the score pass prefetches ahead (attn_simd.h) */
 
 typedef struct vseg {
     __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block (trellis: of the
@@ -342,6 +343,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             const uint8_t *r[4];
             float sc[4], out[16];
             for (int m = 0; m < 4; m++) r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
+            simd_prefetch_records(r[0], rb, VNNI_AHEAD, 4);
             ok &= simd_rec_scales(x, r, 4, n4, sc);
             __m512i a[16];
             for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
@@ -406,6 +408,7 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
                 for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
                 for (int t = t0; t < t1; t += 4) {
                     const uint8_t *r = r0 + (size_t)t * rb;
+                    if (h == 0 && u == 0) simd_prefetch_records(r, rb, VNNI_CALL, 4); /* the next call's run */
                     __m512i x0 = vnni_decode_half(g, r, h, u, B), x1 = vnni_decode_half(g, r + rb, h, u, B),
                             x2 = vnni_decode_half(g, r + 2 * rb, h, u, B),
                             x3 = vnni_decode_half(g, r + 3 * rb, h, u, B);
