@@ -48,11 +48,11 @@ static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, 
     while (runs < 3 || (spent < min_ms * 1e6 && runs < 1000)) {
         double t0 = now_ns();
         if (which == 0) {
-            t->score_turbo_lanes(x, rec, nk, q, (size_t)kl, NQ, S, (size_t)nk);
+            t->score_turbo_lanes(x, rec, nk, q, (size_t)kl, NQ, S, (size_t)nk, TQ_ATTN_NO_AHEAD);
             sink += S[nk / 2];
         } else {
             memset(acc, 0, sizeof(float) * (size_t)kl * NQ);
-            t->accum_turbo_lanes(x, rec, nk, p, (size_t)nk, NQ, acc, (size_t)kl);
+            t->accum_turbo_lanes(x, rec, nk, p, (size_t)nk, NQ, acc, (size_t)kl, TQ_ATTN_NO_AHEAD);
             sink += acc[kl / 2];
         }
         double dt = now_ns() - t0;

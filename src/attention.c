@@ -235,6 +235,18 @@ static inline void row_range(const attn_ctx *x, size_t pos, size_t *lo, size_t *
     *lo = w && pos + 1 > w ? pos + 1 - w : 0;
 }
 
+/* What a task reads after the values of the block ending at b1 (the lane kernels prefetch it
+ * along the way, tq_attn_ahead): the keys of the next block, when it is compressed and taken
+ * by the fused kernels (the blocks of such a task are pages, one head's records contiguous). */
+static tq_attn_ahead next_keys(const attn_ctx *x, size_t b1, size_t t1, int h) {
+    const tq_kv_layer *l = x->l;
+    size_t end = (b1 / TQ_KV_P + 1) * TQ_KV_P;
+    if (end > t1) end = t1;
+    if (end > l->n_comp) end = l->n_comp;
+    if (b1 >= end || b1 < tq_kv_sink_len(x->c, l)) return TQ_ATTN_NO_AHEAD;
+    return (tq_attn_ahead){tq_kv_krec(x->c, l, b1, h), (end - b1) * l->k.rec_bytes};
+}
+
 static void task_fn(void *ctxp, size_t task, int thread) {
     attn_ctx *x = ctxp;
     const plan *pl = &x->pl;
@@ -337,8 +349,11 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             float *Si = S + (i - i0) * (size_t)G * sb + (tile_scores ? v0 - b0 : 0);
             if (tile_scores) {
             } else if (fk == FUSED_TURBO && x->lanes_k) {
+                /* ahead: the values of these keys, summed next */
+                tq_attn_ahead next = fv == FUSED_TURBO ? (tq_attn_ahead){tq_kv_vrec(c, l, v0, h), (v1 - v0) * l->v.rec_bytes}
+                                                       : TQ_ATTN_NO_AHEAD;
                 if (!ak->score_turbo_lanes(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0),
-                                           x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, sb))
+                                           x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, sb, next))
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_TURBO) {
                 if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0), qv,
@@ -398,7 +413,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                 const float *p0 = S + (i - i0) * (size_t)G * sb;
                 if (fv == FUSED_TURBO && x->lanes_v) {
                     if (!ak->accum_turbo_lanes(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, sb,
-                                               G, acc0, pl->row_floats))
+                                               G, acc0, pl->row_floats, next_keys(x, b1, t1, h)))
                         atomic_store(&x->corrupt, 1);
                 } else if (fv == FUSED_TURBO) {
                     if (!ak->accum_turbo(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, sb, G,

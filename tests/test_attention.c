@@ -795,16 +795,34 @@ static void test_fused_kernels(void) {
                         if (!ql || !al) continue;
                         for (int j = 0; j < nq; j++) tq_record_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
                         ok1 = ref->score_turbo(kx, rec, NK, q, (size_t)d, nq, S1, NK);
-                        ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK);
+                        ok2 = t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S2, NK, TQ_ATTN_NO_AHEAD);
                         CHECK(ok1 == 0 && ok2 == 0);
+                        {
+                            /* A prefetch hint (tq_attn_ahead: here the records themselves, and
+                             * the value sums' own buffer) changes no result, bit for bit. */
+                            float S5[NQ * NK];
+                            float *a5 = calloc((size_t)nq * (size_t)vl, sizeof(float)), *a6 = calloc((size_t)nq * (size_t)vl, sizeof(float));
+                            CHECK(a5 && a6);
+                            CHECK(t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S5, NK,
+                                                       (tq_attn_ahead){rec, rb * NK}) == 0);
+                            CHECK_MSG(memcmp(S2, S5, sizeof(float) * (size_t)nq * NK) == 0, "%s %s: ahead", t->name, sch);
+                            if (a5 && a6) {
+                                t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, a5, (size_t)vl, TQ_ATTN_NO_AHEAD);
+                                t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, a6, (size_t)vl,
+                                                     (tq_attn_ahead){(const uint8_t *)a5, sizeof(float) * (size_t)nq * (size_t)vl});
+                                CHECK_MSG(memcmp(a5, a6, sizeof(float) * (size_t)nq * (size_t)vl) == 0, "%s %s: ahead", t->name, sch);
+                            }
+                            free(a5);
+                            free(a6);
+                        }
                         if (integer) {
                             /* A non-finite query coordinate: that group of four queries goes
                              * to the float kernel (the same scores, NaNs included). */
                             float keep = ql[3];
                             float S3[NQ * NK], S4[NQ * NK];
                             ql[3] = NAN;
-                            tabs[fb[ti]]->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S3, NK);
-                            t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S4, NK);
+                            tabs[fb[ti]]->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S3, NK, TQ_ATTN_NO_AHEAD);
+                            t->score_turbo_lanes(kx, rec, NK, ql, (size_t)kl, nq, S4, NK, TQ_ATTN_NO_AHEAD);
                             int m4 = nq < 4 ? nq : 4;
                             CHECK(memcmp(S3, S4, sizeof(float) * (size_t)m4 * NK) == 0);
                             CHECK(isnan(S4[1]));
@@ -816,8 +834,8 @@ static void test_fused_kernels(void) {
                             float *b4 = calloc((size_t)nq * (size_t)vl, sizeof(float));
                             CHECK(b3 && b4);
                             if (b3 && b4) {
-                                tabs[fb[ti]]->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b3, (size_t)vl);
-                                t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b4, (size_t)vl);
+                                tabs[fb[ti]]->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b3, (size_t)vl, TQ_ATTN_NO_AHEAD);
+                                t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, b4, (size_t)vl, TQ_ATTN_NO_AHEAD);
                                 CHECK(memcmp(b3, b4, sizeof(float) * (size_t)m4 * (size_t)vl) == 0);
                             }
                             free(b3);
@@ -825,7 +843,7 @@ static void test_fused_kernels(void) {
                             p[2] = pk;
                         }
                         ok1 = ref->accum_turbo(vx, rec, NK, p, NK, nq, A1, (size_t)d);
-                        ok2 = t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, al, (size_t)vl);
+                        ok2 = t->accum_turbo_lanes(vx, rec, NK, p, NK, nq, al, (size_t)vl, TQ_ATTN_NO_AHEAD);
                         CHECK(ok1 == 0 && ok2 == 0);
                         for (int j = 0; j < nq; j++) tq_record_from_lanes(vx, al + (size_t)j * vl, A2 + j * d);
                         free(ql);
@@ -919,13 +937,13 @@ static void test_avxvnni_equal(void) {
             }
             for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
             for (int nq = 1; nq <= NQ; nq += 4) {
-                CHECK(a->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S1, NK) ==
-                      b->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S2, NK));
+                CHECK(a->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S1, NK, TQ_ATTN_NO_AHEAD) ==
+                      b->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S2, NK, TQ_ATTN_NO_AHEAD));
                 CHECK_MSG(memcmp(S1, S2, sizeof(float) * (size_t)nq * NK) == 0, "%s d %d nq %d: scores", sch, d, nq);
                 memset(A1, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
                 memset(A2, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
-                CHECK(a->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A1, (size_t)vl) ==
-                      b->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A2, (size_t)vl));
+                CHECK(a->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A1, (size_t)vl, TQ_ATTN_NO_AHEAD) ==
+                      b->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A2, (size_t)vl, TQ_ATTN_NO_AHEAD));
                 CHECK_MSG(memcmp(A1, A2, sizeof(float) * (size_t)nq * (size_t)vl) == 0, "%s d %d nq %d: values", sch, d, nq);
             }
         }
@@ -974,8 +992,8 @@ static void test_norm_rule(void) {
                            tq_kernels_supported(TQ_KERNELS_NEON)};
     for (int t = 0; t < 5; t++) {
         if (!tabs[t] || !usable[t] || !tabs[t]->score_turbo_lanes) continue;
-        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, 2, ql, D, 1, S, N) == 1, "%s", tabs[t]->name);
-        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, N, ql, D, 1, S, N) == 0 && S[2] == 0.0f &&
+        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, 2, ql, D, 1, S, N, TQ_ATTN_NO_AHEAD) == 1, "%s", tabs[t]->name);
+        CHECK_MSG(tabs[t]->score_turbo_lanes(&x, rec, N, ql, D, 1, S, N, TQ_ATTN_NO_AHEAD) == 0 && S[2] == 0.0f &&
                       S[3] == 0.0f, "%s", tabs[t]->name);
     }
     tq_codec_free(codec);
@@ -1269,8 +1287,8 @@ static void test_trellis_lanes(void) {
         fill(q, sizeof q / sizeof *q, 0.0f);
         for (int i = 0; i < NQ * NK; i++) p[i] = (float)urand();
         for (int j = 0; j < NQ; j++) tq_record_to_lanes(kx, q + j * d, ql + (size_t)j * kl);
-        CHECK(t->score_turbo_lanes(kx, rk, NK, ql, (size_t)kl, NQ, S, NK) == 0);
-        CHECK(t->accum_turbo_lanes(vx, rv, NK, p, NK, NQ, al, (size_t)vl) == 0);
+        CHECK(t->score_turbo_lanes(kx, rk, NK, ql, (size_t)kl, NQ, S, NK, TQ_ATTN_NO_AHEAD) == 0);
+        CHECK(t->accum_turbo_lanes(vx, rv, NK, p, NK, NQ, al, (size_t)vl, TQ_ATTN_NO_AHEAD) == 0);
         for (int j = 0; j < NQ; j++) {
             tq_record_from_lanes(vx, al + (size_t)j * vl, A + j * d);
             for (int t2 = 0; t2 < NK; t2++) {
@@ -1297,11 +1315,11 @@ static void test_trellis_lanes(void) {
         }
         /* Non-finite inputs: the float rows, NaN where the exact sums are NaN. */
         ql[2] = NAN;
-        t->score_turbo_lanes(kx, rk, NK, ql, (size_t)kl, NQ, S, NK);
+        t->score_turbo_lanes(kx, rk, NK, ql, (size_t)kl, NQ, S, NK, TQ_ATTN_NO_AHEAD);
         CHECK_MSG(isnan(S[0]) && isnan(S[1]) && S[5] == 0.0f && !isnan(S[4 * NK + 1]), "%g %g %g %g", S[0], S[1], S[5], S[4 * NK + 1]);
         p[3] = NAN;
         memset(al, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
-        t->accum_turbo_lanes(vx, rv, NK, p, NK, NQ, al, (size_t)vl);
+        t->accum_turbo_lanes(vx, rv, NK, p, NK, NQ, al, (size_t)vl, TQ_ATTN_NO_AHEAD);
         CHECK(isnan(al[0]) && !isnan(al[4 * (size_t)vl]));
         free(rk), free(rv), free(x), free(rowk), free(rowv), free(ql), free(al);
         tq_kv_cache_free(c);

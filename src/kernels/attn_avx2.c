@@ -350,7 +350,8 @@ static inline __attribute__((always_inline)) void lanes2_2x4_seg(const lane2_seg
 }
 
 static int avx2_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
-                                  const float *q, size_t qs, int nq, float *S, size_t ss) {
+                                  const float *q, size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
     lane2_seg g[2];
     lane2_setup(x, g);
     size_t rb = x->rec_bytes;
@@ -387,7 +388,8 @@ static int avx2_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
 #define LANE2_MAX_KEYS 256
 
 static int avx2_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
-                                  const float *p, size_t ps, int nq, float *acc, size_t as) {
+                                  const float *p, size_t ps, int nq, float *acc, size_t as, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
     lane2_seg g[2];
     lane2_setup(x, g);
     size_t rb = x->rec_bytes;

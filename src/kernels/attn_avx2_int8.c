@@ -58,6 +58,7 @@
 #define I8_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 #define I8_GROUP 32     /* tokens whose value weights share one γ */
 #define I8_CALL 256     /* tokens per value pass */
+#define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
 
 /* Lane-layout position (16·round + lane) inside its block of decoded byte p (0..127) of a
  * block of B-bit codes, as i8_decode leaves them. */
@@ -240,11 +241,12 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
 static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, const uint8_t *rec, size_t rb,
                                                                int n, const int8_t *const qb[4],
                                                                __m128i vbias, __m128 vab, float (*P)[4],
-                                                               int first, int B, int NB) {
+                                                               int first, int B, int NB, simd_ahead *ah) {
     const int nblk = NB ? NB : g->nblk; /* NB: the block count when known at compile time */
     for (int t = 0; t < n; t++) {
         const uint8_t *r = rec + (size_t)t * rb + g->off;
-        simd_prefetch_records(r, rb, I8_CALL, 1); /* the next call's run (attn_simd.h) */
+        _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
+        if (ah) simd_ahead_step(ah, 1);
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int h = 0; h < nblk; h++) {
             __m256i d[4];
@@ -268,12 +270,13 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
 }
 
 static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                                size_t qs, int nq, float *S, size_t ss) {
+                                size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx2();
     int kl;
     iseg g[2];
-    if (!i8_prepare(x, g, &kl)) return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
+    if (!i8_prepare(x, g, &kl)) return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
     size_t rb = x->rec_bytes;
+    simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
     float sc[I8_CALL], P[I8_CALL][4];
     for (int j = 0; j < nq; j += 4) {
@@ -285,7 +288,7 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
         for (int k = 0; k < m4 && fin; k++)
             fin = i8_quant_query(x, g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], bias[k]);
         if (!fin) {
-            ok &= fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
+            ok &= fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
             continue;
         }
         /* Absent queries (a last group of fewer than 4) repeat the first; their sums are dropped.
@@ -312,10 +315,11 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 const int8_t *qp[4];
                 for (int k = 0; k < 4; k++) qp[k] = qb[k < m4 ? k : 0] + 128 * H0;
                 int first = s == 0, one = g[s].nblk == 1;
+                simd_ahead *ahp = j == 0 && first ? &ah : NULL;
 #define I8_RUN(B)                                                                 \
     do {                                                                          \
-        if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 1); \
-        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 0);      \
+        if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 1, ahp); \
+        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 0, ahp);      \
     } while (0)
                 switch (g[s].B) {
                 case 4: I8_RUN(4); break;
@@ -340,14 +344,16 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                                                                  int n, int h,
                                                                  const uint8_t (*W)[I8_CALL],
                                                                  const float (*ag)[I8_CALL / I8_GROUP],
-                                                                 float *const F[4], int B) {
+                                                                 float *const F[4], int B, simd_ahead *ah) {
     const float al = g->alpha;
     _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
     for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
         int t1 = t0 + I8_GROUP < n ? t0 + I8_GROUP : n, nquad = (t1 - t0) / 4;
         for (int u = 0; u < nquad; u++) {
             const uint8_t *r = r0 + (size_t)(t0 + 4 * u) * rb + g->off;
-            simd_prefetch_records(r, rb, I8_CALL, 4);
+            _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
+            _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
+            if (ah) simd_ahead_step(ah, 4);
             __m256i x0[4], x1[4], x2[4], x3[4];
             i8_decode(g, r, h, g->tab_s, x0, B);
             i8_decode(g, r + rb, h, g->tab_s, x1, B);
@@ -400,12 +406,13 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
 }
 
 static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p,
-                                size_t ps, int nq, float *acc, size_t as) {
+                                size_t ps, int nq, float *acc, size_t as, tq_attn_ahead ahead) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx2();
     int kl;
     iseg g[2];
-    if (!i8_prepare(x, g, &kl)) return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
+    if (!i8_prepare(x, g, &kl)) return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
     size_t rb = x->rec_bytes;
+    simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
     float sc[I8_CALL];
     _Alignas(32) uint8_t W[4][I8_CALL];
@@ -450,7 +457,7 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 }
             if (!fin) {
                 ok &= fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
-                                                  acc + (size_t)j * as, as);
+                                                  acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
                 continue;
             }
             for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
@@ -459,12 +466,13 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             int H0 = 0;
             for (int s = 0; s < x->n_seg; s++) {
                 for (int h = 0; h < g[s].nblk; h++) {
+                    simd_ahead *ahp = j == 0 && s == 0 && h == 0 ? &ah : NULL;
                     float *Fp[4] = {F[0] + 128 * (H0 + h), F[1] + 128 * (H0 + h), F[2] + 128 * (H0 + h),
                                     F[3] + 128 * (H0 + h)};
                     switch (g[s].B) {
-                    case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4); break;
-                    case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3); break;
-                    default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2); break;
+                    case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, ahp); break;
+                    case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, ahp); break;
+                    default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, ahp); break;
                     }
                 }
                 H0 += g[s].nblk;
@@ -481,7 +489,7 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             if (n > nfull)
                 ok &= fallback->accum_turbo_lanes(x, r0 + (size_t)nfull * rb, n - nfull,
                                                   p + (size_t)j * ps + (size_t)(c0 + nfull), ps, m4,
-                                                  acc + (size_t)j * as, as);
+                                                  acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
         }
     }
     return ok;

@@ -543,7 +543,8 @@ static inline __attribute__((always_inline)) void lanes_4x4_seg(const lane_seg *
 }
 
 static int avx512_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
-                                    const float *q, size_t qs, int nq, float *S, size_t ss) {
+                                    const float *q, size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
     lane_seg g[LANE_MAX_SEG];
     lane_setup(x, g);
     size_t rb = x->rec_bytes;
@@ -620,7 +621,8 @@ static inline __attribute__((always_inline)) void lanes_accum_seg(const lane_seg
 }
 
 static int avx512_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk,
-                                    const float *p, size_t ps, int nq, float *acc, size_t as) {
+                                    const float *p, size_t ps, int nq, float *acc, size_t as, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
     lane_seg g[LANE_MAX_SEG];
     lane_setup(x, g);
     size_t rb = x->rec_bytes;

@@ -14,6 +14,17 @@
 #include "kernels.h"
 #include "record.h"
 
+/* Memory a lane kernel's caller reads after the call — the values of the keys being scored,
+ * the next block's keys while values are summed (src/attention.c) — that the kernel may
+ * prefetch a share of per record it reads, so those misses overlap its work instead of
+ * stalling the next call's first touch (a burst of prefetches before the call measured slower
+ * than spreading them). {NULL, 0}: nothing. A prefetch never faults. */
+typedef struct tq_attn_ahead {
+    const uint8_t *p;
+    size_t bytes;
+} tq_attn_ahead;
+#define TQ_ATTN_NO_AHEAD ((tq_attn_ahead){NULL, 0})
+
 typedef struct tq_attn_kernels {
     const char *name;
     /* out[j] = ⟨q + j·q_stride, k⟩ for j < nq (n floats each). */
@@ -74,11 +85,12 @@ typedef struct tq_attn_kernels {
                       size_t p_stride, int nq, float *acc, size_t acc_stride);
     /* The same as score_turbo / accum_turbo with q and acc in the lane layout of x
      * (tq_record_lanes(x) > 0, rows of tq_record_lanes(x) floats); NULL where a table has
-     * none. */
+     * none. `ahead`: bytes the caller reads next (tq_attn_ahead), which a kernel may prefetch
+     * along the way; it changes no result. */
     int (*score_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                             size_t q_stride, int nq, float *S, size_t s_stride);
+                             size_t q_stride, int nq, float *S, size_t s_stride, tq_attn_ahead ahead);
     int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
-                             size_t p_stride, int nq, float *acc, size_t acc_stride);
+                             size_t p_stride, int nq, float *acc, size_t acc_stride, tq_attn_ahead ahead);
     /* 1: the two lane kernels also read trellis-coded segments (kernels/trellis.h, 2 to 4
      * bits; attn_vnni.c); 0: trellis-coded records take the tile (tq_attn_reads_lanes). */
     int trellis_lanes;

@@ -225,7 +225,8 @@ static void nrow(const tq_record *x, const nseg *g, const uint8_t *r, float *row
 }
 
 static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs,
-                                  int nq, float *S, size_t ss) {
+                                  int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
     nseg g[2];
     nseg_setup(x, g);
     int kl = tq_record_lanes(x), ok = 1;
@@ -245,7 +246,8 @@ static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
 }
 
 static int neon_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps,
-                                  int nq, float *acc, size_t as) {
+                                  int nq, float *acc, size_t as, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
     nseg g[2];
     nseg_setup(x, g);
     int kl = tq_record_lanes(x), ok = 1;

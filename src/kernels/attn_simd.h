@@ -24,14 +24,23 @@ static inline float simd_rec_scale(const tq_record *x, const uint8_t *r) {
     return tq_record_norm_ok(n) ? n * x->inv_sqrt_dim : -1.0f;
 }
 
-/* The record kernels stream the cache's records: a record's first touch is its norm, gathered
- * for a whole run of them (simd_rec_scales_run) before its codes are read, and that gather
- * waits on memory record after record unless the lines are already coming. So the loops that
- * read record t also prefetch the record `ahead` records later (the next run's, for the kernels
- * that gather per run): m consecutive records from r. A prefetch never faults, so reading past
- * the last record is harmless. */
-static inline void simd_prefetch_records(const uint8_t *r, size_t rb, int ahead, int m) {
-    for (int i = 0; i < m; i++) _mm_prefetch((const char *)(r + (size_t)(ahead + i) * rb), _MM_HINT_T0);
+/* Prefetching what the caller reads next (tq_attn_ahead), spread over a call: simd_ahead_init
+ * for a call of nk records, then simd_ahead_step after each m records read, which prefetches
+ * the next m records' share of the bytes. */
+typedef struct simd_ahead {
+    const uint8_t *p, *end;
+    size_t per; /* bytes per record of the call, rounded up */
+} simd_ahead;
+static inline simd_ahead simd_ahead_init(tq_attn_ahead a, int nk) {
+    simd_ahead s = {a.p, a.p, 0};
+    if (a.p && a.bytes && nk > 0) s.end = a.p + a.bytes, s.per = (a.bytes + (size_t)nk - 1) / (size_t)nk;
+    return s;
+}
+static inline void simd_ahead_step(simd_ahead *s, int m) {
+    if (s->p == s->end) return;
+    size_t left = (size_t)(s->end - s->p), want = s->per * (size_t)m, n = want < left ? want : left;
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(s->p + o), _MM_HINT_T0);
+    s->p += n;
 }
 
 /* sc[m] = the scales of records r[m], m < n (0 for a corrupt norm); returns 0 if one of the

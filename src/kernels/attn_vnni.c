@@ -41,7 +41,6 @@
 #include "trellis.h"
 
 #define VNNI_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
-#define VNNI_AHEAD 256    /* records the score pass prefetches ahead (attn_simd.h) */
 
 typedef struct vseg {
     __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block (trellis: of the
@@ -302,7 +301,7 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
 }
 
 static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                                  size_t qs, int nq, float *S, size_t ss) {
+                                  size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
     int kl;
     vseg g[2];
@@ -310,8 +309,9 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     const int tr = tq_record_trellis(x);
     if (!vnni_prepare(x, g, &alpha, &kl))
         return tr ? trellis_scores_float(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
-                  : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss);
+                  : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
     size_t rb = x->rec_bytes;
+    simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
     for (int j = 0; j < nq; j += 4) {
         int m4 = nq - j < 4 ? nq - j : 4;
@@ -323,7 +323,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             fin = quant_query(q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], &bias[k]);
         if (!fin) {
             ok &= tr ? trellis_scores_float(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
-                     : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
+                     : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
             continue;
         }
         /* Absent queries (a last group of fewer than 4) and tokens repeat the first of their
@@ -343,7 +343,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             const uint8_t *r[4];
             float sc[4], out[16];
             for (int m = 0; m < 4; m++) r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
-            simd_prefetch_records(r[0], rb, VNNI_AHEAD, 4);
+            if (j == 0) simd_ahead_step(&ah, 4);
             ok &= simd_rec_scales(x, r, 4, n4, sc);
             __m512i a[16];
             for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
@@ -399,7 +399,8 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
                                                                  size_t rb, int n,
                                                                  const uint8_t (*W)[VNNI_CALL],
                                                                  const float (*ag)[VNNI_CALL / VNNI_GROUP],
-                                                                 int H0, float *const F[4], int B) {
+                                                                 int H0, float *const F[4], int B,
+                                                                 simd_ahead *ah) {
     for (int h = 0; h < g->nblk; h++)
         for (int u = 0; u < 2; u++) {
             for (int t0 = 0; t0 < n; t0 += VNNI_GROUP) {
@@ -408,7 +409,7 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
                 for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
                 for (int t = t0; t < t1; t += 4) {
                     const uint8_t *r = r0 + (size_t)t * rb;
-                    if (h == 0 && u == 0) simd_prefetch_records(r, rb, VNNI_CALL, 4); /* the next call's run */
+                    if (ah && h == 0 && u == 0) simd_ahead_step(ah, 4);
                     __m512i x0 = vnni_decode_half(g, r, h, u, B), x1 = vnni_decode_half(g, r + rb, h, u, B),
                             x2 = vnni_decode_half(g, r + 2 * rb, h, u, B),
                             x3 = vnni_decode_half(g, r + 3 * rb, h, u, B);
@@ -435,7 +436,7 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
 }
 
 static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p,
-                                  size_t ps, int nq, float *acc, size_t as) {
+                                  size_t ps, int nq, float *acc, size_t as, tq_attn_ahead ahead) {
     const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
     int kl;
     vseg g[2];
@@ -443,8 +444,9 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     const int tr = tq_record_trellis(x);
     if (!vnni_prepare(x, g, &alpha, &kl))
         return tr ? trellis_accum_float(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
-                  : fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as);
+                  : fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
     size_t rb = x->rec_bytes;
+    simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
     float sc[VNNI_CALL];
     _Alignas(64) uint8_t W[4][VNNI_CALL];
@@ -484,7 +486,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
                 ok &= tr ? trellis_accum_float(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
                                                acc + (size_t)j * as, as, kl)
                          : fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
-                                                       acc + (size_t)j * as, as);
+                                                       acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
                 continue;
             }
             float *Fp[4] = {F[0], F[1], F[2], F[3]};
@@ -494,10 +496,10 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             int H0 = 0;
             for (int s = 0; s < x->n_seg; s++) {
                 switch (g[s].B) {
-                case 4: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4); break;
-                case 3: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3); break;
-                case 2: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 2); break;
-                default: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 1); break;
+                case 4: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4, j == 0 && s == 0 ? &ah : NULL); break;
+                case 3: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3, j == 0 && s == 0 ? &ah : NULL); break;
+                case 2: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 2, j == 0 && s == 0 ? &ah : NULL); break;
+                default: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 1, j == 0 && s == 0 ? &ah : NULL); break;
                 }
                 H0 += g[s].nblk;
             }
@@ -518,7 +520,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
                 ok &= tr ? trellis_accum_float(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
                                                acc + (size_t)j * as, as, kl)
                          : fallback->accum_turbo_lanes(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
-                                                       acc + (size_t)j * as, as);
+                                                       acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
             }
         }
     }
