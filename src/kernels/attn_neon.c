@@ -6,7 +6,7 @@
  * per vector, centroids looked up with one vqtbl4q per four coordinates, float multiply-adds).
  * The softmax pieces (exp_sum, shift_scale_max) and the q8_0 / q4_0 decoders stay the
  * reference's, which keeps their bit-exactness rules trivially. Integer (sdot) paths are not
- * written yet (doc/kvcache.md §5).
+ * written yet.
  */
 #include "attn_kernels.h"
 
@@ -23,11 +23,11 @@ static void neon_dot_multi(const float *k, const float *q, size_t q_stride, int 
         float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
         int i = 0;
         for (; i + 4 <= n; i += 4) {
-            float32x4_t kv = vld1q_f32(k + i);
-            a0 = vfmaq_f32(a0, kv, vld1q_f32(q0 + i));
-            a1 = vfmaq_f32(a1, kv, vld1q_f32(q1 + i));
-            a2 = vfmaq_f32(a2, kv, vld1q_f32(q2 + i));
-            a3 = vfmaq_f32(a3, kv, vld1q_f32(q3 + i));
+            float32x4_t kr = vld1q_f32(k + i);
+            a0 = vfmaq_f32(a0, kr, vld1q_f32(q0 + i));
+            a1 = vfmaq_f32(a1, kr, vld1q_f32(q1 + i));
+            a2 = vfmaq_f32(a2, kr, vld1q_f32(q2 + i));
+            a3 = vfmaq_f32(a3, kr, vld1q_f32(q3 + i));
         }
         float s0 = vaddvq_f32(a0), s1 = vaddvq_f32(a1), s2 = vaddvq_f32(a2), s3 = vaddvq_f32(a3);
         for (; i < n; i++) s0 += k[i] * q0[i], s1 += k[i] * q1[i], s2 += k[i] * q2[i], s3 += k[i] * q3[i];

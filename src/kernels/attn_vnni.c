@@ -17,7 +17,7 @@
  * head. The error against the float kernel is at most
  *   scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4)
  * (tests/test_attention.c checks it), on Gemma 3's keys far below the quantization error of the
- * codes themselves (doc/kvcache.md §4). A query with a non-finite coordinate goes to the float
+ * codes themselves. A query with a non-finite coordinate goes to the float
  * kernel. TQ_INT8_SCORES=0 in the environment keeps the float kernels for both (attn_ref.c).
  *
  * Trellis-coded segments of 2 and 3 bits (kernels/trellis.h; trellis_lanes): index k's value
