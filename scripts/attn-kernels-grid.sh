@@ -4,8 +4,9 @@
 # AVX2 float lane kernels (TQ_KERNELS=avx2 TQ_INT8_SCORES=0), the AVX2 integer kernels as a CPU
 # without AVX-VNNI runs them (TQ_KERNELS=avx2 TQ_AVXVNNI=0), the same with AVX-VNNI
 # (TQ_KERNELS=avx2, where the CPU has it) and the automatic AVX-512 choice (TQ_KERNELS=avx512);
-# each cell the best of 2 runs (the machine is shared), speed-ups against the f16 path of the
-# same run. Usage: scripts/attn-kernels-grid.sh   (about 4 minutes on 2 cores)
+# each cell the best of RUNS runs (default 2; the machine is shared), speed-ups against the f16
+# path of the same run. Usage: [RUNS=N] scripts/attn-kernels-grid.sh   (about 2 minutes per run
+# on 2 cores)
 set -eu
 cd "$(dirname "$0")/.."
 out=$(mktemp)
@@ -14,7 +15,7 @@ for ctx in 32768 4096; do
   for shape in "128 32 8" "256 4 1"; do
     set -- $shape
     for cfg in "TQ_KERNELS=avx2 TQ_INT8_SCORES=0" "TQ_KERNELS=avx2 TQ_AVXVNNI=0" "TQ_KERNELS=avx2" "TQ_KERNELS=avx512"; do
-      for rep in 1 2; do
+      for rep in $(seq "${RUNS:-2}"); do
         echo "== $ctx|d$1 $2q/$3kv|$cfg" >>"$out"
         env $cfg build/tq attn-bench --head-dim "$1" --q-heads "$2" --kv-heads "$3" --ctx "$ctx" --layers 8 \
           --scheme f16,turbo3,turbo4 --threads 2 --reps 5 2>&1 | grep -E 'kernels|^(f16|turbo3|turbo4) ' >>"$out"

@@ -656,8 +656,9 @@ static double code_values_max(const tq_kv_tensor *x) {
 
 /* The error bound of the integer scores (attn_vnni.c, attn_avx2_int8.c) for record r and
  * query q (natural order, tensor x): scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4), α = the
- * largest |centroid| / clev (127 VNNI, 63 AVX2). */
-static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q, double clev) {
+ * largest |centroid| / clev (127 VNNI, 63 AVX2), β = max|q| / qlev (127 with VNNI, 63 for
+ * avx2-int8). */
+static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const float *q, double clev, double qlev) {
     float row[1024];
     if (!tq_record_decode_rows(tq_kernel_set_get(), x, r, 1, row, 1024)) return 0.0;
     double cmax = code_values_max(x), qmax = 0, qsum = 0, csum = 0;
@@ -673,7 +674,7 @@ static double int8_score_bound(const tq_kv_tensor *x, const uint8_t *r, const fl
         norm = tq_f16_to_f32(hn);
     }
     double scale = norm * x->inv_sqrt_dim;
-    double alpha = cmax / clev, beta = qmax / 127.0;
+    double alpha = cmax / clev, beta = qmax / qlev;
     return beta / 2 * csum + scale * (alpha / 2 * qsum + x->dim * alpha * beta / 4);
 }
 
@@ -726,7 +727,7 @@ static void test_fused_kernels(void) {
                                       tq_attn_kernels_avx512_vnni(), tq_attn_kernels_avx2_int8(),
                                       tq_attn_kernels_neon(), tq_attn_kernels_avxvnni()};
     const int fb[6] = {0, 1, 1, 0, 4, 0};
-    const double clev[6] = {0, 0, 127.0, 63.0, 0, 63.0};
+    const double clev[6] = {0, 0, 127.0, 63.0, 0, 63.0}, qlev[6] = {0, 0, 127.0, 63.0, 0, 127.0};
     int have[6];
     have[0] = attn_table_usable("avx2", tabs[0], tq_kernels_supported(TQ_KERNELS_AVX2));
     have[1] = attn_table_usable("avx512", tabs[1], tq_kernels_supported(TQ_KERNELS_AVX512));
@@ -859,7 +860,7 @@ static void test_fused_kernels(void) {
                         /* Integer scores: within the kernel's bound, in units of it. */
                         for (int j = 0; j < nq; j++)
                             for (int t2 = 0; t2 < NK; t2++) {
-                                double b = int8_score_bound(kx, rec + (size_t)t2 * rb, q + j * d, clev[ti]);
+                                double b = int8_score_bound(kx, rec + (size_t)t2 * rb, q + j * d, clev[ti], qlev[ti]);
                                 double e = fabs(S1[j * NK + t2] - S2[j * NK + t2]);
                                 es = fmax(es, e / (b + 1e-4 * (1.0 + fabs(S1[j * NK + t2]))) * 1e-4);
                                 if (t2 != 5) int8_worst[ti] = fmax(int8_worst[ti], e / b);
@@ -899,8 +900,10 @@ static void test_fused_kernels(void) {
 }
 
 /* avx2-vnni (attn_avxvnni.c: vpdpbusd) against avx2-int8 (vpmaddubsw + vpmaddwd): the same
- * int32 sums, so the same scores and value sums bit for bit, on every width with a lane
- * layout, one to nine queries, lengths that leave partial quads and groups. */
+ * int32 value sums, so the same value sums bit for bit; scores from queries of 8 bits against
+ * 7 (avx2-int8 sums two vpmaddubsw in int16), so scores that differ by no more than the sum of
+ * the two kernels' bounds — on every width with a lane layout, one to nine queries, lengths
+ * that leave partial quads and groups. */
 static void test_avxvnni_equal(void) {
     char why[256];
     const tq_attn_kernels *a = tq_attn_kernels_avx2_int8(), *b = tq_attn_kernels_avxvnni();
@@ -926,12 +929,13 @@ static void test_avxvnni_equal(void) {
         float *q = calloc((size_t)NQ * (size_t)(kl > vl ? kl : vl), sizeof(float));
         float *S1 = malloc(sizeof(float) * NQ * NK), *S2 = malloc(sizeof(float) * NQ * NK);
         float *A1 = calloc((size_t)NQ * (size_t)vl, sizeof(float)), *A2 = calloc((size_t)NQ * (size_t)vl, sizeof(float));
-        CHECK(rec && x && p && q && S1 && S2 && A1 && A2 && kl && vl);
-        if (rec && x && p && q && S1 && S2 && A1 && A2 && kl && vl) {
+        float *qnat = malloc(sizeof(float) * NQ * (size_t)d);
+        CHECK(rec && x && p && q && S1 && S2 && A1 && A2 && qnat && kl && vl);
+        if (rec && x && p && q && S1 && S2 && A1 && A2 && qnat && kl && vl) {
             fill(x, (size_t)d * NK, 0.5f);
             CHECK(tq_codec_encode(kx->codec, x, NK, rec, rb * NK) == TQ_OK);
             for (int j = 0; j < NQ; j++) {
-                float qn[256];
+                float *qn = qnat + (size_t)j * (size_t)d;
                 fill(qn, (size_t)d, 0.0f);
                 tq_record_to_lanes(kx, qn, q + (size_t)j * (size_t)kl);
             }
@@ -939,7 +943,15 @@ static void test_avxvnni_equal(void) {
             for (int nq = 1; nq <= NQ; nq += 4) {
                 CHECK(a->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S1, NK, TQ_ATTN_NO_AHEAD) ==
                       b->score_turbo_lanes(kx, rec, NK, q, (size_t)kl, nq, S2, NK, TQ_ATTN_NO_AHEAD));
-                CHECK_MSG(memcmp(S1, S2, sizeof(float) * (size_t)nq * NK) == 0, "%s d %d nq %d: scores", sch, d, nq);
+                double worst = 0;
+                for (int j = 0; j < nq; j++)
+                    for (int t = 0; t < NK; t++) {
+                        const float *qn = qnat + (size_t)j * (size_t)d;
+                        const uint8_t *r = rec + (size_t)t * rb;
+                        double bd = int8_score_bound(kx, r, qn, 63.0, 63.0) + int8_score_bound(kx, r, qn, 63.0, 127.0);
+                        worst = fmax(worst, fabs((double)S1[j * NK + t] - S2[j * NK + t]) / (bd + 1e-5 * (1.0 + fabs((double)S1[j * NK + t]))));
+                    }
+                CHECK_MSG(worst <= 1.0, "%s d %d nq %d: scores %.3f of the bounds", sch, d, nq, worst);
                 memset(A1, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
                 memset(A2, 0, sizeof(float) * (size_t)NQ * (size_t)vl);
                 CHECK(a->accum_turbo_lanes(vx, rec, NK, p, NK, nq, A1, (size_t)vl, TQ_ATTN_NO_AHEAD) ==
@@ -947,7 +959,7 @@ static void test_avxvnni_equal(void) {
                 CHECK_MSG(memcmp(A1, A2, sizeof(float) * (size_t)nq * (size_t)vl) == 0, "%s d %d nq %d: values", sch, d, nq);
             }
         }
-        free(rec), free(x), free(p), free(q), free(S1), free(S2), free(A1), free(A2);
+        free(rec), free(x), free(p), free(q), free(S1), free(S2), free(A1), free(A2), free(qnat);
         tq_kv_cache_free(c);
     }
 }
@@ -1092,7 +1104,12 @@ static void test_int8_scores(void) {
                 tq_attn_params p;
                 tq_attn_params_init(&p, d);
                 double e = compare(c, G * H, 1, &p, NULL);
-                CHECK_MSG(e >= 0 && e <= 0.1, "%s d %d gqa %d window %d: err %g", schemes[si], d, G,
+                /* The AVX2 tables round centroids and pair values to 63 levels (VNNI: 127) and
+                 * avx2-int8 its queries to 63: up to 3–7× VNNI's error on this random data
+                 * (worst 0.13: 3-bit trellis codes at d 80, VNNI 0.019); on Gemma 3's recorded
+                 * K/V their output error is the float kernels' (doc/kvcache.md §4). */
+                double lim = avx512 ? 0.1 : 0.15;
+                CHECK_MSG(e >= 0 && e <= lim, "%s d %d gqa %d window %d: err %g", schemes[si], d, G,
                           window, e);
                 if (e > worst) worst = e;
                 /* threads: the same scores, merged in another order */
@@ -1238,21 +1255,28 @@ static void test_trellis_unpack(void) {
 }
 
 
-/* Trellis-coded records (issue 17) through the lane kernels of the table that reads them
- * (avx512-vnni, trellis_lanes): scores and value sums within the integer kernels' bounds of
+/* Trellis-coded records (issue 17) through the lane kernels of the tables that read them
+ * (avx512-vnni, avx2-int8, avx2-vnni: trellis_lanes): scores and value sums within the integer kernels' bounds of
  * the exact ones from the decoded rows (the tile path's tq_record_decode_rows); 37 tokens (a
  * last group of one: the float rows); a corrupt norm zeroes its row and is reported; a
  * non-finite query or weight gives NaN where the exact sum has it. The float tables take the
  * tile (tq_attn_reads_lanes). */
-static void test_trellis_lanes(void) {
-    const tq_attn_kernels *t = tq_attn_kernels_avx512_vnni();
+static int trellis_widest(const tq_kv_tensor *x) {
+    int b = 0;
+    for (int s = 0; s < x->n_seg; s++) b = x->seg[s].bits > b ? x->seg[s].bits : b;
+    return b;
+}
+
+/* Table t reads trellis codes of up to max_bits bits (wider: the tile in decode; called
+ * directly, it still answers, in float rows). */
+static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int usable, int max_bits, double clev,
+                                double qlev) {
     static const struct { int dim; const char *sch; } cfgs[] = {
         {128, "turbo3:trellis=1"}, {256, "turbo3:trellis=1"}, {128, "turbo2:trellis=1"},
         {64, "turbo2.5:trellis=1"}, {96, "turbo3:trellis=1"}, {40, "turbo3:trellis=1"},
         {200, "turbo2:trellis=1"}, {128, "turbo4:trellis=1"}, {256, "turbo4:trellis=1"},
         {96, "turbo4:trellis=1"}, {64, "turbo3.5:trellis=1"}, {80, "turbo3.5:trellis=1"}};
     enum { NK = 37, NQ = 6 };
-    int usable = attn_table_usable("avx512-vnni", t, tq_kernels_supported(TQ_KERNELS_AVX512));
     double worst_s = 0, worst_v = 0;
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         int d = cfgs[ci].dim;
@@ -1264,7 +1288,10 @@ static void test_trellis_lanes(void) {
         const tq_attn_kernels *floats[3] = {tq_attn_kernels_ref(), tq_attn_kernels_avx2(), tq_attn_kernels_avx512()};
         for (int f = 0; f < 3; f++)
             if (floats[f]) CHECK(!tq_attn_reads_lanes(floats[f], kx));
-        if (t) CHECK(tq_attn_reads_lanes(t, kx) && tq_attn_reads_lanes(t, vx));
+        if (t)
+            CHECK_MSG(tq_attn_reads_lanes(t, kx) == (trellis_widest(kx) <= max_bits) &&
+                          tq_attn_reads_lanes(t, vx) == (trellis_widest(vx) <= max_bits),
+                      "%s: %s d %d", name, cfgs[ci].sch, d);
         int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
         if (!usable || !kl || !vl) {
             tq_kv_cache_free(c);
@@ -1294,22 +1321,22 @@ static void test_trellis_lanes(void) {
             for (int t2 = 0; t2 < NK; t2++) {
                 double e = 0;
                 for (int i = 0; i < d; i++) e += (double)q[j * d + i] * rowk[t2 * d + i];
-                double b = int8_score_bound(kx, rk + (size_t)t2 * kb, q + j * d, 127.0);
+                double b = int8_score_bound(kx, rk + (size_t)t2 * kb, q + j * d, clev, qlev);
                 double err = fabs(e - S[j * NK + t2]);
                 if (t2 == 5) {
                     CHECK(S[j * NK + t2] == 0.0f);
                     continue;
                 }
-                CHECK_MSG(err <= b + 1e-4 * (1 + fabs(e)), "%s d %d q %d t %d: %g > bound %g", cfgs[ci].sch, d, j, t2, err, b);
+                CHECK_MSG(err <= b + 1e-4 * (1 + fabs(e)), "%s: %s d %d q %d t %d: %g > bound %g", name, cfgs[ci].sch, d, j, t2, err, b);
                 worst_s = fmax(worst_s, err / b);
             }
             double bnd[256];
-            int8_accum_bound(vx, rv, NK, p + j * NK, 127.0, bnd);
+            int8_accum_bound(vx, rv, NK, p + j * NK, clev, bnd);
             for (int i = 0; i < d; i++) {
                 double e = 0;
                 for (int t2 = 0; t2 < NK; t2++) e += (double)p[j * NK + t2] * rowv[t2 * d + i];
                 double err = fabs(e - A[j * d + i]);
-                CHECK_MSG(err <= bnd[i] + 1e-4 * (1 + fabs(e)), "%s d %d q %d i %d: %g > bound %g", cfgs[ci].sch, d, j, i, err, bnd[i]);
+                CHECK_MSG(err <= bnd[i] + 1e-4 * (1 + fabs(e)), "%s: %s d %d q %d i %d: %g > bound %g", name, cfgs[ci].sch, d, j, i, err, bnd[i]);
                 if (bnd[i] > 0) worst_v = fmax(worst_v, err / bnd[i]);
             }
         }
@@ -1324,7 +1351,22 @@ static void test_trellis_lanes(void) {
         free(rk), free(rv), free(x), free(rowk), free(rowv), free(ql), free(al);
         tq_kv_cache_free(c);
     }
-    if (usable) printf("     avx512-vnni, trellis codes: largest error %.3f of the bound (scores), %.3f (values)\n", worst_s, worst_v);
+    if (usable) printf("     %s, trellis codes: largest error %.3f of the bound (scores), %.3f (values)\n", name, worst_s, worst_v);
+}
+
+/* The integer tables read trellis codes (avx512-vnni: 2 to 4 bits; avx2-int8 / avx2-vnni: 2 and
+ * 3 bits — 4 bits, in decode the tile, answered in float rows when called) within their error
+ * bounds. */
+static void test_trellis_lanes(void) {
+    trellis_lanes_table("avx512-vnni", tq_attn_kernels_avx512_vnni(),
+                        attn_table_usable("avx512-vnni", tq_attn_kernels_avx512_vnni(), tq_kernels_supported(TQ_KERNELS_AVX512)),
+                        4, 127.0, 127.0);
+    trellis_lanes_table("avx2-int8", tq_attn_kernels_avx2_int8(),
+                        attn_table_usable("avx2-int8", tq_attn_kernels_avx2_int8(), tq_kernels_supported(TQ_KERNELS_AVX2)),
+                        3, 63.0, 63.0);
+    trellis_lanes_table("avx2-vnni", tq_attn_kernels_avxvnni(),
+                        attn_table_usable("avx2-vnni", tq_attn_kernels_avxvnni(), tq_kernels_supported(TQ_KERNELS_AVX2)),
+                        3, 63.0, 127.0);
 }
 
 int main(int argc, char **argv) {

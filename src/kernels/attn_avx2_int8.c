@@ -13,12 +13,26 @@
  * a dword, then per dword one round of four lanes (a vpshufb picks the byte that holds it —
  * from the dwords shifted right by 2 for the rounds that straddle bytes — and a vpsrlvd moves
  * it to bit 0); then a vpshufb looks the 3 or 4-bit index up in a 16-entry table of ĉ. The
- * order of the 128 bytes is fixed per B (i8_pos); queries are put in that order, value sums are
- * put back in lane order at the end of a call. Segments of 1 bit take the float kernels.
+ * order of the 128 bytes is fixed per layout (i8_pos); queries are put in that order, value
+ * sums are put back in lane order at the end of a call. Segments of 1 bit take the float
+ * kernels.
  *
- * Scores: q̂ = round(q / β), β = max|q| / 127 per query row, the table holds ĉ + 64 ∈ [1, 127]:
+ * Trellis codes (kernels/trellis.h) of 2 and 3 bits: each byte gets the window of its code —
+ * the 2B bits of the stream that end with it (the code and the one before) — and the window is
+ * looked up in the 4^B pair values. B = 2: the 16-bit words (byte j − 1, byte j) shifted right
+ * by 6, 8, 10, 12, masked to 4 bits and packed to bytes: the order of plain 2-bit codes, one
+ * vpshufb lookup. B = 3: per lane its 3 bytes and the byte before (the dword D; the code of
+ * round r at bit 8 + 3r, its window at bit 5 + 3r), a vpshufb gathers for each (lane, round) the
+ * 16-bit word of D that holds the window, vpmulhuw by 2^(16 − shift) moves it to bit 0 (AVX2
+ * has no per-word shift), masked to 6 bits and packed to bytes; the 64-entry lookup is four
+ * vpshufb and three vpblendvb (on bits 4 and 5 of the window). The first block's window reads
+ * a zero code before the segment, as the encoder does. 4-bit trellis codes (256 values) take the
+ * float rows (attn_simd.h, simd_trellis_scores / simd_trellis_accum).
+ *
+ * Scores: q̂ = round(q / β), β = max|q| / Q per query row (Q = I8_QLEV: 63, or 127 with
+ * AVX-VNNI), the table holds ĉ + 64 ∈ [1, 127]:
  *   ⟨q, row⟩ ≈ scale · β · Σ_s α_s (Σ_{i∈s} (ĉ_i + 64) · q̂_i − 64 · Σ_{i∈s} q̂_i),
- * vpmaddubsw pairs ≤ 2·127·127 < 2^15;
+ * vpmaddubsw pairs ≤ 2·127·63, two slices' pairs summed in int16 ≤ 32004 < 2^15;
  * error at most scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4) (α of the segment of i).
  * Values: w_t = p_t · scale_t rounded per group of 32 tokens to ŵ ∈ [0, 255] (γ = the group's
  * largest w / 255), four tokens' bytes of one coordinate brought together by a 4 × 4 byte
@@ -55,18 +69,45 @@
     ((acc) = _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((u), (s)), _mm256_set1_epi16(1))))
 #endif
 
+/* Query levels of the scores: q̂ ∈ [−I8_QLEV, I8_QLEV]. Without VNNI, 7 bits: a vpmaddubsw pair
+ * is then ≤ 2·127·63, so the pairs of two 32-byte slices add in int16 (≤ 32004) before one
+ * vpmaddwd — five instructions per two slices instead of six. VNNI keeps 8 bits. */
+#define I8_QLEV (I8_AVXVNNI ? 127 : 63)
+
+/* acc += the byte dot products of (u0, s0) and (u1, s1): two I8_DPBUSD, or without VNNI the
+ * two vpmaddubsw summed in int16 (the 7-bit queries above keep it exact). */
+#if I8_AVXVNNI
+#define I8_DPBUSD2(acc, u0, s0, u1, s1) (I8_DPBUSD(acc, u0, s0), I8_DPBUSD(acc, u1, s1))
+#else
+#define I8_DPBUSD2(acc, u0, s0, u1, s1)                                                                   \
+    ((acc) = _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16((u0), (s0)),   \
+                                                                         _mm256_maddubs_epi16((u1), (s1))), \
+                                                       _mm256_set1_epi16(1))))
+#endif
+
 #define I8_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 #define I8_GROUP 32     /* tokens whose value weights share one γ */
 #define I8_CALL 256     /* tokens per value pass */
 #define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
 
+/* Byte orders of a decoded block (i8_pos): plain codes of B = 2, 3, 4 bits (trellis codes of 2
+ * bits share B = 2's), and trellis codes of 3 bits. */
+#define I8_LAYOUT_T3 5
+#define I8_LAYOUTS 6
+
 /* Lane-layout position (16·round + lane) inside its block of decoded byte p (0..127) of a
- * block of B-bit codes, as i8_decode leaves them. */
-static int i8_pos(int B, int p) {
+ * block of layout L (B = 2, 3, 4 or I8_LAYOUT_T3), as i8_decode leaves them. */
+static int i8_pos(int L, int p) {
     int v = p / 32, b = p % 32, lane, round;
-    switch (B) {
+    switch (L) {
     case 4: lane = 8 * (v / 2) + b / 4, round = 2 * (b % 4) + v % 2; break;
     case 2: lane = b / 2, round = 4 * (b % 2) + v; break;
+    case I8_LAYOUT_T3: { /* vector v: group pair v/2, rounds 4(v%2)…+3; half: group; byte c */
+        int c = b % 16;
+        lane = 4 * (2 * (v / 2) + b / 16) + c % 4;
+        round = 4 * (v % 2) + c / 4;
+        break;
+    }
     default: { /* 3: vector v = P/Q of group pair v/2; half: group; dword r; byte: lane */
         static const int kP[4] = {0, 1, 3, 4}, kQ[4] = {2, 5, 6, 7};
         int half = b / 16, r = b % 16 / 4, i = b % 4;
@@ -83,26 +124,29 @@ static int i8_pos(int B, int p) {
 static inline int i8_slot_byte(int slot, int d) { return 32 * (slot / 4) + 16 * (d / 4) + 4 * (slot % 4) + d % 4; }
 
 /* i8_pos and the value buffer's order → lane positions, per B (filled once, i8_init). */
-static uint8_t i8_pos_tab[5][128], i8_back_tab[5][128];
+static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_back_tab[I8_LAYOUTS][128];
 
 typedef struct iseg {
-    float alpha;   /* this segment's centroid step: its largest |centroid| / 63 */
-    __m256i tab_u; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand) */
-    __m256i tab_s; /* ĉ[e mod 2^B] (values: the signed operand) */
-    int B, nblk;
+    float alpha;      /* this segment's centroid step: its largest |centroid| (pair value) / 63 */
+    __m256i tab_u[4]; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand);
+                         3-bit trellis: 64 + ĉ[16k + e] in tab_u[k], the 64 pair values */
+    __m256i tab_s[4]; /* ĉ, likewise (values: the signed operand) */
+    int B, T, nblk;   /* T: trellis codes (B = 2 or 3) */
     size_t off, bytes;
-    const uint8_t *pos;  /* i8_pos(B, ·) */
+    const uint8_t *pos;  /* i8_pos(layout, ·) */
     const uint8_t *back; /* value buffer index 8·slot + d → lane position (i8_slot_byte, pos) */
 } iseg;
 
-/* The segments' state; 0 if some segment has 1 bit or a centroid that is not finite, or only
- * zero centroids (then the float kernels). */
+/* The segments' state; 0 if some segment has 1 bit, 4-bit trellis codes, a value that is not
+ * finite, or only zero values (then the float kernels). */
 static int iseg_setup(const tq_record *x, iseg *g) {
     for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
+        const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
         float m = 0.0f;
-        if (x->seg[s].bits < 2 || x->seg[s].bits > 4) return 0;
-        for (int i = 0; i < 1 << x->seg[s].bits; i++) {
-            float a = fabsf(x->seg[s].centroids[i]);
+        if (B < 2 || B > (T ? 3 : 4)) return 0;
+        for (int i = 0; i < nv; i++) {
+            float a = fabsf(val[i]);
             if (!(a <= 3.4e38f)) return 0;
             m = a > m ? a : m;
         }
@@ -110,23 +154,24 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         g[s].alpha = m / 63.0f;
     }
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits;
-        float c[16];
-        for (int e = 0; e < 16; e++) c[e] = x->seg[s].centroids[e & ((1 << B) - 1)];
-        /* ĉ = round(c / α) (to nearest even, as lrintf), |ĉ| ≤ 63 */
-        __m256 al = _mm256_set1_ps(g[s].alpha);
-        __m256i lo = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(c), al));
-        __m256i hi = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_loadu_ps(c + 8), al));
-        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
-        __m128i ts = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-        g[s].tab_s = _mm256_broadcastsi128_si256(ts);
-        g[s].tab_u = _mm256_broadcastsi128_si256(_mm_add_epi8(ts, _mm_set1_epi8(64)));
+        int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
+        int L = T && B == 3 ? I8_LAYOUT_T3 : B;
+        const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
+        /* ĉ = round(v / α) (to nearest even, as lrintf), |ĉ| ≤ 63; 16 entries per register */
+        _Alignas(32) int8_t ts[64];
+        for (int e = 0; e < 64; e++) ts[e] = (int8_t)lrintf(val[e & (nv - 1)] / g[s].alpha);
+        for (int k = 0; k < 4; k++) {
+            __m128i t = _mm_loadu_si128((const __m128i *)(const void *)(ts + 16 * (nv > 16 ? k : 0)));
+            g[s].tab_s[k] = _mm256_broadcastsi128_si256(t);
+            g[s].tab_u[k] = _mm256_broadcastsi128_si256(_mm_add_epi8(t, _mm_set1_epi8(64)));
+        }
         g[s].B = B;
+        g[s].T = T;
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
-        g[s].pos = i8_pos_tab[B];
-        g[s].back = i8_back_tab[B];
+        g[s].pos = i8_pos_tab[L];
+        g[s].back = i8_back_tab[L];
     }
     return 1;
 }
@@ -136,29 +181,86 @@ static int i8_prepare(const tq_record *x, iseg *g, int *kl) {
     return *kl > 0 && *kl <= 128 * I8_MAX_BLOCKS && iseg_setup(x, g);
 }
 
-/* Block h of a segment of B-bit codes at p (record + segment offset) → out[4], 32 bytes each,
- * byte p of the block (i8_pos) looked up in tab. A partial last block reads zeros past its
- * bytes (code 0 at absent coordinates: the queries are 0 there, the sums are not read). */
+/* The 64-entry lookup of 6-bit indices: four 16-entry vpshufb, then vpblendvb on bit 4 (moved
+ * to bit 7 of its byte) and bit 5. */
+static inline __attribute__((always_inline)) __m256i i8_lookup64(const __m256i *t, __m256i idx) {
+    __m256i b4 = _mm256_slli_epi16(idx, 3), b5 = _mm256_slli_epi16(idx, 2);
+    __m256i lo = _mm256_blendv_epi8(_mm256_shuffle_epi8(t[0], idx), _mm256_shuffle_epi8(t[1], idx), b4);
+    __m256i hi = _mm256_blendv_epi8(_mm256_shuffle_epi8(t[2], idx), _mm256_shuffle_epi8(t[3], idx), b4);
+    return _mm256_blendv_epi8(lo, hi, b5);
+}
+
+/* Block h of a segment of B-bit codes (T: trellis codes) at p (record + segment offset) →
+ * out[4], 32 bytes each, byte p of the block (i8_pos) looked up in tab (tab[0]; 3-bit trellis
+ * codes: tab[0..3]). A partial last block reads zeros past its bytes (code 0 at absent
+ * coordinates: the queries are 0 there, the sums are not read). */
 static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const uint8_t *p, int h,
-                                                            __m256i tab, __m256i out[4], int B) {
+                                                            const __m256i *tab, __m256i out[4], int B,
+                                                            int T) {
     size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
     int n = rest < 16 * (size_t)B ? (int)rest : 16 * B;
     const uint8_t *src = p + at;
-    if (B == 4) {
+    const int prev = T && h ? src[-1] : 0; /* the stream's byte before the block */
+    if (T && B == 2) {
+        /* words (byte j − 1, byte j): the block shifted up one byte, the byte before at 0 */
+        __m256i v = simd_load32_upto(src, 0, n);
+        __m256i vm1 = _mm256_alignr_epi8(v, _mm256_permute2x128_si256(v, v, 0x08), 15);
+        vm1 = _mm256_or_si256(vm1, _mm256_setr_epi32(prev, 0, 0, 0, 0, 0, 0, 0));
+        __m256i lo = _mm256_unpacklo_epi8(vm1, v), hi = _mm256_unpackhi_epi8(vm1, v);
+        const __m256i m4 = _mm256_set1_epi16(0x0F);
+#define I8_T2(k, sh)                                                                                     \
+    out[k] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(_mm256_and_si256(_mm256_srli_epi16(lo, sh), m4), \
+                                                             _mm256_and_si256(_mm256_srli_epi16(hi, sh), m4)))
+        I8_T2(0, 6);
+        I8_T2(1, 8);
+        I8_T2(2, 10);
+        I8_T2(3, 12);
+#undef I8_T2
+    } else if (T) {
+        /* Loads with lane 4i + c's dword D (its byte before, its 3 bytes) at bytes 3 + 3c of the
+         * half: lanes 0–3 from the byte before (three filler bytes first), 4–7 from byte 8,
+         * 8–11 from 20, 12–15 from 32. Word vector m, word w of a half: round r = 2m + w/4 of
+         * lane c = w % 4, D's bytes (b_r, b_r + 1), b = 0 0 1 1 2 2 2 2; shifted right by
+         * 5 + 3r − 8b_r = 5 8 3 6 1 4 7 10. */
+#define I8_W(r, c, b) (char)(3 + 3 * (c) + (b)), (char)(4 + 3 * (c) + (b))
+#define I8_W4(r, b) I8_W(r, 0, b), I8_W(r, 1, b), I8_W(r, 2, b), I8_W(r, 3, b)
+#define I8_WV(r0, b0, r1, b1) _mm256_setr_epi8(I8_W4(r0, b0), I8_W4(r1, b1), I8_W4(r0, b0), I8_W4(r1, b1))
+#define I8_MUL(k0, k1) _mm256_setr_epi16(1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), \
+                                         1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1), \
+                                         1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), \
+                                         1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1))
+        const __m256i c0 = I8_WV(0, 0, 1, 0), c1 = I8_WV(2, 1, 3, 1), c2 = I8_WV(4, 2, 5, 2), c3 = I8_WV(6, 2, 7, 2);
+        const __m256i k0 = I8_MUL(5, 8), k1 = I8_MUL(3, 6), k2 = I8_MUL(1, 4), k3 = I8_MUL(7, 10);
+#undef I8_W
+#undef I8_W4
+#undef I8_WV
+#undef I8_MUL
+        const __m256i m6 = _mm256_set1_epi16(0x3F);
+        for (int v = 0; v < 2; v++) {
+            __m128i lo = v ? simd_load16_upto(src, 20, n)
+                           : _mm_alignr_epi8(simd_load16_upto(src, 0, n), _mm_set1_epi8((char)prev), 12);
+            __m128i hi = simd_load16_upto(src, v ? 32 : 8, n);
+            __m256i R = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+#define I8_Y(c, k) _mm256_and_si256(_mm256_mulhi_epu16(_mm256_shuffle_epi8(R, c), k), m6)
+            out[2 * v] = i8_lookup64(tab, _mm256_packus_epi16(I8_Y(c0, k0), I8_Y(c1, k1)));
+            out[2 * v + 1] = i8_lookup64(tab, _mm256_packus_epi16(I8_Y(c2, k2), I8_Y(c3, k3)));
+#undef I8_Y
+        }
+    } else if (B == 4) {
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         __m256i v0 = simd_load32_upto(src, 0, n);
         __m256i v1 = simd_load32_upto(src, 32, n);
-        out[0] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v0, m4));
-        out[1] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4));
-        out[2] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v1, m4));
-        out[3] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v0, m4));
+        out[1] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4));
+        out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v1, m4));
+        out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
     } else if (B == 2) {
         const __m256i m2 = _mm256_set1_epi8(0x03);
         __m256i v = simd_load32_upto(src, 0, n);
-        out[0] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m2));
-        out[1] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 2), m2));
-        out[2] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m2));
-        out[3] = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 6), m2));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v, m2));
+        out[1] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v, 2), m2));
+        out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v, 4), m2));
+        out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v, 6), m2));
     } else {
         /* Four lanes (12 bytes) per 128-bit half: groups 0 | 1 and 2 | 3, the last loaded from
          * byte 32 (its lanes at bytes 4..15 of the half). */
@@ -187,8 +289,8 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             __m256i P = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(S, cP), shP), m3);
             __m256i Q = _mm256_and_si256(
                 _mm256_srlv_epi32(_mm256_or_si256(_mm256_shuffle_epi8(S2, cQs), _mm256_shuffle_epi8(S, cQ)), shQ), m3);
-            out[2 * v] = _mm256_shuffle_epi8(tab, P);
-            out[2 * v + 1] = _mm256_shuffle_epi8(tab, Q);
+            out[2 * v] = _mm256_shuffle_epi8(tab[0], P);
+            out[2 * v + 1] = _mm256_shuffle_epi8(tab[0], Q);
         }
     }
 }
@@ -212,7 +314,7 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     float mx = _mm_cvtss_f32(m4);
-    float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+    float inv = mx > 0.0f ? (float)I8_QLEV / mx : 0.0f;
     int8_t qi[128 * I8_MAX_BLOCKS];
     int H = 0;
     for (int s = 0; s < x->n_seg; s++) {
@@ -232,7 +334,7 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
         for (int h = 0; h < g[s].nblk; h++, H++)
             for (int p = 0; p < 128; p++) out[128 * H + p] = qi[128 * H + g[s].pos[p]];
     }
-    *beta = mx / 127.0f;
+    *beta = mx / (float)I8_QLEV;
     return 1;
 }
 
@@ -241,7 +343,7 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
 static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, const uint8_t *rec, size_t rb,
                                                                int n, const int8_t *const qb[4],
                                                                __m128i vbias, __m128 vab, float (*P)[4],
-                                                               int first, int B, int NB, simd_ahead *ah) {
+                                                               int first, int B, int T, int NB, simd_ahead *ah) {
     const int nblk = NB ? NB : g->nblk; /* NB: the block count when known at compile time */
     for (int t = 0; t < n; t++) {
         const uint8_t *r = rec + (size_t)t * rb + g->off;
@@ -250,15 +352,17 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int h = 0; h < nblk; h++) {
             __m256i d[4];
-            i8_decode(g, r, h, g->tab_u, d, B);
-            for (int c = 0; c < 4; c++) {
+            i8_decode(g, r, h, g->tab_u, d, B, T);
+            for (int c = 0; c < 4; c += 2) {
                 size_t at = 128 * (size_t)h + 32 * (size_t)c;
-#define I8_DOT(acc, j) I8_DPBUSD(acc, d[c], _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at)))
+#define I8_Q(j, o) _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at + (o)))
+#define I8_DOT(acc, j) I8_DPBUSD2(acc, d[c], I8_Q(j, 0), d[c + 1], I8_Q(j, 32))
                 I8_DOT(a0, 0);
                 I8_DOT(a1, 1);
                 I8_DOT(a2, 2);
                 I8_DOT(a3, 3);
 #undef I8_DOT
+#undef I8_Q
             }
         }
         /* the four sums at once: hadd pairs, then the two 128-bit halves */
@@ -269,12 +373,24 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
     }
 }
 
+/* Where the integer path cannot go: the AVX2 float kernels, for trellis codes the float rows
+ * (the float kernels do not read them). */
+static int i8_float_scores(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs, int nq,
+                           float *S, size_t ss, tq_attn_ahead ahead) {
+    if (tq_record_trellis(x)) return simd_trellis_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
+    return tq_attn_kernels_avx2()->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
+}
+static int i8_float_accum(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps, int nq,
+                          float *acc, size_t as, tq_attn_ahead ahead) {
+    if (tq_record_trellis(x)) return simd_trellis_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
+    return tq_attn_kernels_avx2()->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
+}
+
 static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
                                 size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
-    const tq_attn_kernels *fallback = tq_attn_kernels_avx2();
     int kl;
     iseg g[2];
-    if (!i8_prepare(x, g, &kl)) return fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
+    if (!i8_prepare(x, g, &kl)) return i8_float_scores(x, rec, nk, q, qs, nq, S, ss, ahead);
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
@@ -288,7 +404,7 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
         for (int k = 0; k < m4 && fin; k++)
             fin = i8_quant_query(x, g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], bias[k]);
         if (!fin) {
-            ok &= fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
+            ok &= i8_float_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
             continue;
         }
         /* Absent queries (a last group of fewer than 4) repeat the first; their sums are dropped.
@@ -316,15 +432,17 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 for (int k = 0; k < 4; k++) qp[k] = qb[k < m4 ? k : 0] + 128 * H0;
                 int first = s == 0, one = g[s].nblk == 1;
                 simd_ahead *ahp = j == 0 && first ? &ah : NULL;
-#define I8_RUN(B)                                                                 \
-    do {                                                                          \
-        if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 1, ahp); \
-        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, 0, ahp);      \
+#define I8_RUN(B, T)                                                                           \
+    do {                                                                                       \
+        if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, ahp); \
+        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, ahp);      \
     } while (0)
-                switch (g[s].B) {
-                case 4: I8_RUN(4); break;
-                case 3: I8_RUN(3); break;
-                default: I8_RUN(2); break;
+                switch (4 * g[s].T + g[s].B) {
+                case 4: I8_RUN(4, 0); break;
+                case 3: I8_RUN(3, 0); break;
+                case 2: I8_RUN(2, 0); break;
+                case 7: I8_RUN(3, 1); break;
+                default: I8_RUN(2, 1); break;
                 }
 #undef I8_RUN
                 H0 += g[s].nblk;
@@ -344,7 +462,8 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                                                                  int n, int h,
                                                                  const uint8_t (*W)[I8_CALL],
                                                                  const float (*ag)[I8_CALL / I8_GROUP],
-                                                                 float *const F[4], int B, simd_ahead *ah) {
+                                                                 float *const F[4], int B, int T,
+                                                                 simd_ahead *ah) {
     const float al = g->alpha;
     _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
     for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
@@ -355,10 +474,10 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
             _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
             if (ah) simd_ahead_step(ah, 4);
             __m256i x0[4], x1[4], x2[4], x3[4];
-            i8_decode(g, r, h, g->tab_s, x0, B);
-            i8_decode(g, r + rb, h, g->tab_s, x1, B);
-            i8_decode(g, r + 2 * rb, h, g->tab_s, x2, B);
-            i8_decode(g, r + 3 * rb, h, g->tab_s, x3, B);
+            i8_decode(g, r, h, g->tab_s, x0, B, T);
+            i8_decode(g, r + rb, h, g->tab_s, x1, B, T);
+            i8_decode(g, r + 2 * rb, h, g->tab_s, x2, B, T);
+            i8_decode(g, r + 3 * rb, h, g->tab_s, x3, B, T);
             for (int c = 0; c < 4; c++) {
                 __m256i lo01 = _mm256_unpacklo_epi8(x0[c], x1[c]), hi01 = _mm256_unpackhi_epi8(x0[c], x1[c]);
                 __m256i lo23 = _mm256_unpacklo_epi8(x2[c], x3[c]), hi23 = _mm256_unpackhi_epi8(x2[c], x3[c]);
@@ -407,10 +526,9 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
 
 static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                                 size_t ps, int nq, float *acc, size_t as, tq_attn_ahead ahead) {
-    const tq_attn_kernels *fallback = tq_attn_kernels_avx2();
     int kl;
     iseg g[2];
-    if (!i8_prepare(x, g, &kl)) return fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
+    if (!i8_prepare(x, g, &kl)) return i8_float_accum(x, rec, nk, p, ps, nq, acc, as, ahead);
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
@@ -456,8 +574,8 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                     ag[k][g0 / I8_GROUP] = mx / 255.0f;
                 }
             if (!fin) {
-                ok &= fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
-                                                  acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
+                ok &= i8_float_accum(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4, acc + (size_t)j * as, as,
+                                     TQ_ATTN_NO_AHEAD);
                 continue;
             }
             for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
@@ -469,10 +587,12 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                     simd_ahead *ahp = j == 0 && s == 0 && h == 0 ? &ah : NULL;
                     float *Fp[4] = {F[0] + 128 * (H0 + h), F[1] + 128 * (H0 + h), F[2] + 128 * (H0 + h),
                                     F[3] + 128 * (H0 + h)};
-                    switch (g[s].B) {
-                    case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, ahp); break;
-                    case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, ahp); break;
-                    default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, ahp); break;
+                    switch (4 * g[s].T + g[s].B) {
+                    case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, 0, ahp); break;
+                    case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, 0, ahp); break;
+                    case 2: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, 0, ahp); break;
+                    case 7: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, 1, ahp); break;
+                    default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, 1, ahp); break;
                     }
                 }
                 H0 += g[s].nblk;
@@ -487,9 +607,8 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             }
             /* the last n % 4 tokens: the float kernel */
             if (n > nfull)
-                ok &= fallback->accum_turbo_lanes(x, r0 + (size_t)nfull * rb, n - nfull,
-                                                  p + (size_t)j * ps + (size_t)(c0 + nfull), ps, m4,
-                                                  acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
+                ok &= i8_float_accum(x, r0 + (size_t)nfull * rb, n - nfull, p + (size_t)j * ps + (size_t)(c0 + nfull),
+                                     ps, m4, acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
         }
     }
     return ok;
@@ -499,15 +618,16 @@ static tq_attn_kernels i8_table;
 static pthread_once_t i8_once = PTHREAD_ONCE_INIT;
 
 static void i8_init(void) {
-    for (int B = 2; B <= 4; B++)
+    for (int L = 2; L < I8_LAYOUTS; L++)
         for (int p = 0; p < 128; p++) {
-            i8_pos_tab[B][p] = (uint8_t)i8_pos(B, p);
-            i8_back_tab[B][p] = (uint8_t)i8_pos(B, i8_slot_byte(p / 8, p % 8));
+            i8_pos_tab[L][p] = (uint8_t)i8_pos(L, p);
+            i8_back_tab[L][p] = (uint8_t)i8_pos(L, i8_slot_byte(p / 8, p % 8));
         }
     i8_table = *tq_attn_kernels_avx2();
     i8_table.name = I8_AVXVNNI ? "avx2-vnni" : "avx2-int8";
     i8_table.score_turbo_lanes = i8_score_turbo_lanes;
     i8_table.accum_turbo_lanes = i8_accum_turbo_lanes;
+    i8_table.trellis_lanes = 1 << 2 | 1 << 3; /* 4 bits: 256 values, the tile */
 }
 
 #if I8_AVXVNNI

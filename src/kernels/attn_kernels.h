@@ -91,19 +91,20 @@ typedef struct tq_attn_kernels {
                              size_t q_stride, int nq, float *S, size_t s_stride, tq_attn_ahead ahead);
     int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                              size_t p_stride, int nq, float *acc, size_t acc_stride, tq_attn_ahead ahead);
-    /* 1: the two lane kernels also read trellis-coded segments (kernels/trellis.h, 2 to 4
-     * bits; attn_vnni.c); 0: trellis-coded records take the tile (tq_attn_reads_lanes). */
+    /* Bit B set: the two lane kernels also read trellis-coded segments of B bits
+     * (kernels/trellis.h; attn_vnni.c: 2 to 4 bits, attn_avx2_int8.c: 2 and 3); records with
+     * a segment of a width not set take the tile (tq_attn_reads_lanes). */
     int trellis_lanes;
 } tq_attn_kernels;
 
 /* 1 if table ak's lane kernels read x's records (given tq_record_lanes(x) > 0): always for
- * Lloyd-Max indices; for trellis codes only with trellis_lanes (and every segment trellis-coded:
- * 2 to 4 bits). */
+ * Lloyd-Max indices; for trellis codes only if every segment is trellis-coded at a width the
+ * table's trellis_lanes has. */
 static inline int tq_attn_reads_lanes(const tq_attn_kernels *ak, const tq_record *x) {
     if (!tq_record_trellis(x)) return 1;
-    if (!ak->trellis_lanes) return 0;
     for (int s = 0; s < x->n_seg; s++)
-        if (!x->seg[s].pairs) return 0;
+        if (!x->seg[s].pairs || x->seg[s].bits < 0 || x->seg[s].bits > 30 || !((ak->trellis_lanes >> x->seg[s].bits) & 1))
+            return 0;
     return 1;
 }
 

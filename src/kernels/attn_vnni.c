@@ -161,59 +161,6 @@ static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vb
     return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), a, c);
 }
 
-/* Record r of trellis-coded x decoded into the lane layout (kl floats); 0 for a corrupt norm
- * (row zero). What the float kernels do for Lloyd-Max codes where the integer path cannot
- * (non-finite inputs, a last group of fewer than four tokens): they do not read trellis codes. */
-static int trellis_lane_row(const tq_record *x, const uint8_t *r, float *lane) {
-    float row[TQ_MAX_DIM];
-    float sc = simd_rec_scale(x, r);
-    if (sc < 0.0f) {
-        memset(row, 0, sizeof(float) * (size_t)x->dim);
-        tq_record_to_lanes(x, row, lane);
-        return 0;
-    }
-    for (int s = 0; s < x->n_seg; s++)
-        tq_trellis_unpack(r + x->seg[s].off, x->seg[s].count, x->seg[s].bits, x->seg[s].pairs, sc,
-                          row + x->seg[s].start);
-    tq_record_to_lanes(x, row, lane);
-    return 1;
-}
-
-/* score_turbo_lanes / accum_turbo_lanes in floats for trellis-coded x (row by row). */
-static int trellis_scores_float(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                                size_t qs, int nq, float *S, size_t ss, int kl) {
-    int ok = 1;
-    float lane[128 * VNNI_MAX_BLOCKS];
-    for (int t = 0; t < nk; t++) {
-        int good = trellis_lane_row(x, rec + (size_t)t * x->rec_bytes, lane);
-        ok &= good;
-        for (int j = 0; j < nq; j++) {
-            const float *qj = q + (size_t)j * qs;
-            float acc = 0.0f;
-            for (int i = 0; i < kl && good; i++) acc += qj[i] * lane[i];
-            S[(size_t)j * ss + (size_t)t] = acc; /* a corrupt row scores 0 */
-        }
-    }
-    return ok;
-}
-
-static int trellis_accum_float(const tq_record *x, const uint8_t *rec, int nk, const float *p,
-                               size_t ps, int nq, float *acc, size_t as, int kl) {
-    int ok = 1;
-    float lane[128 * VNNI_MAX_BLOCKS];
-    for (int t = 0; t < nk; t++) {
-        if (!trellis_lane_row(x, rec + (size_t)t * x->rec_bytes, lane)) {
-            ok = 0; /* a corrupt row adds nothing */
-            continue;
-        }
-        for (int j = 0; j < nq; j++) {
-            float w = p[(size_t)j * ps + (size_t)t], *A = acc + (size_t)j * as;
-            for (int i = 0; i < kl; i++) A[i] += w * lane[i];
-        }
-    }
-    return ok;
-}
-
 /* The state of both kernels, kl = the lane-layout row floats; 0: use the float kernel. */
 static int vnni_prepare(const tq_record *x, vseg *g, float *alpha, int *kl) {
     *kl = tq_record_lanes(x);
@@ -308,7 +255,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     float alpha;
     const int tr = tq_record_trellis(x);
     if (!vnni_prepare(x, g, &alpha, &kl))
-        return tr ? trellis_scores_float(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
+        return tr ? simd_trellis_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
                   : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
@@ -322,7 +269,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
         for (int k = 0; k < m4 && fin; k++)
             fin = quant_query(q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], &bias[k]);
         if (!fin) {
-            ok &= tr ? trellis_scores_float(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
+            ok &= tr ? simd_trellis_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
                      : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
             continue;
         }
@@ -443,7 +390,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     float alpha;
     const int tr = tq_record_trellis(x);
     if (!vnni_prepare(x, g, &alpha, &kl))
-        return tr ? trellis_accum_float(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
+        return tr ? simd_trellis_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
                   : fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
@@ -483,7 +430,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
                     ag[k][g0 / VNNI_GROUP] = alpha * (mx / 255.0f);
                 }
             if (!fin) {
-                ok &= tr ? trellis_accum_float(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
+                ok &= tr ? simd_trellis_accum(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
                                                acc + (size_t)j * as, as, kl)
                          : fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
                                                        acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
@@ -517,7 +464,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             /* the last n % 4 tokens: the float kernel */
             if (n % 4) {
                 int t = n / 4 * 4;
-                ok &= tr ? trellis_accum_float(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
+                ok &= tr ? simd_trellis_accum(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
                                                acc + (size_t)j * as, as, kl)
                          : fallback->accum_turbo_lanes(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
                                                        acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
@@ -535,7 +482,7 @@ static void vnni_init(void) {
     vnni_table.name = "avx512-vnni";
     vnni_table.score_turbo_lanes = vnni_score_turbo_lanes;
     vnni_table.accum_turbo_lanes = vnni_accum_turbo_lanes;
-    vnni_table.trellis_lanes = 1;
+    vnni_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
 }
 
 const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void) {
