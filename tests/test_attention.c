@@ -1354,19 +1354,17 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
     if (usable) printf("     %s, trellis codes: largest error %.3f of the bound (scores), %.3f (values)\n", name, worst_s, worst_v);
 }
 
-/* The integer tables read trellis codes (avx512-vnni: 2 to 4 bits; avx2-int8 / avx2-vnni: 2 and
- * 3 bits — 4 bits, in decode the tile, answered in float rows when called) within their error
- * bounds. */
+/* The integer tables read trellis codes of 2 to 4 bits within their error bounds. */
 static void test_trellis_lanes(void) {
     trellis_lanes_table("avx512-vnni", tq_attn_kernels_avx512_vnni(),
                         attn_table_usable("avx512-vnni", tq_attn_kernels_avx512_vnni(), tq_kernels_supported(TQ_KERNELS_AVX512)),
                         4, 127.0, 127.0);
     trellis_lanes_table("avx2-int8", tq_attn_kernels_avx2_int8(),
                         attn_table_usable("avx2-int8", tq_attn_kernels_avx2_int8(), tq_kernels_supported(TQ_KERNELS_AVX2)),
-                        3, 63.0, 63.0);
+                        4, 63.0, 63.0);
     trellis_lanes_table("avx2-vnni", tq_attn_kernels_avxvnni(),
                         attn_table_usable("avx2-vnni", tq_attn_kernels_avxvnni(), tq_kernels_supported(TQ_KERNELS_AVX2)),
-                        3, 63.0, 127.0);
+                        4, 63.0, 127.0);
 }
 
 int main(int argc, char **argv) {

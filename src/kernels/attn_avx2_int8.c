@@ -17,7 +17,7 @@
  * sums are put back in lane order at the end of a call. Segments of 1 bit take the float
  * kernels.
  *
- * Trellis codes (kernels/trellis.h) of 2 and 3 bits: each byte gets the window of its code —
+ * Trellis codes (kernels/trellis.h) of 2 to 4 bits: each byte gets the window of its code —
  * the 2B bits of the stream that end with it (the code and the one before) — and the window is
  * looked up in the 4^B pair values. B = 2: the 16-bit words (byte j − 1, byte j) shifted right
  * by 6, 8, 10, 12, masked to 4 bits and packed to bytes: the order of plain 2-bit codes, one
@@ -25,9 +25,12 @@
  * round r at bit 8 + 3r, its window at bit 5 + 3r), a vpshufb gathers for each (lane, round) the
  * 16-bit word of D that holds the window, vpmulhuw by 2^(16 − shift) moves it to bit 0 (AVX2
  * has no per-word shift), masked to 6 bits and packed to bytes; the 64-entry lookup is four
- * vpshufb and three vpblendvb (on bits 4 and 5 of the window). The first block's window reads
- * a zero code before the segment, as the encoder does. 4-bit trellis codes (256 values) take the
- * float rows (attn_simd.h, simd_trellis_scores / simd_trellis_accum).
+ * vpshufb and three vpblendvb (on bits 4 and 5 of the window). B = 4: a high nibble's window is
+ * its byte, a low nibble's the byte with the byte before shifted in (plain 4-bit codes' order);
+ * the 256-entry lookup uses the table's antisymmetry, ĉ[255 − w] = −ĉ[w]: eight vpshufb and
+ * seven vpblendvb on w or 255 − w, then the sign (i8_lookup256). The first block's window reads
+ * a zero code before the segment, as the encoder does. Where the integer path cannot go,
+ * trellis codes take the float rows (attn_simd.h, simd_trellis_scores / simd_trellis_accum).
  *
  * Scores: q̂ = round(q / β), β = max|q| / Q per query row (Q = I8_QLEV: 63, or 127 with
  * AVX-VNNI), the table holds ĉ + 64 ∈ [1, 127]:
@@ -128,23 +131,25 @@ static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_back_tab[I8_LAYOUTS][128];
 
 typedef struct iseg {
     float alpha;      /* this segment's centroid step: its largest |centroid| (pair value) / 63 */
-    __m256i tab_u[4]; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand);
+    __m256i tab_u[8]; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand);
                          3-bit trellis: 64 + ĉ[16k + e] in tab_u[k], the 64 pair values */
-    __m256i tab_s[4]; /* ĉ, likewise (values: the signed operand) */
-    int B, T, nblk;   /* T: trellis codes (B = 2 or 3) */
+    __m256i tab_s[8]; /* ĉ, likewise (values: the signed operand); 4-bit trellis: ĉ[16k + e],
+                         the first 128 of the 256 pair values (the rest: their negatives) */
+    int B, T, nblk;   /* T: trellis codes */
     size_t off, bytes;
     const uint8_t *pos;  /* i8_pos(layout, ·) */
     const uint8_t *back; /* value buffer index 8·slot + d → lane position (i8_slot_byte, pos) */
 } iseg;
 
-/* The segments' state; 0 if some segment has 1 bit, 4-bit trellis codes, a value that is not
- * finite, or only zero values (then the float kernels). */
+/* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
+ * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
+ * kernels). */
 static int iseg_setup(const tq_record *x, iseg *g) {
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
         const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
         float m = 0.0f;
-        if (B < 2 || B > (T ? 3 : 4)) return 0;
+        if (B < 2 || B > 4) return 0;
         for (int i = 0; i < nv; i++) {
             float a = fabsf(val[i]);
             if (!(a <= 3.4e38f)) return 0;
@@ -158,9 +163,12 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         int L = T && B == 3 ? I8_LAYOUT_T3 : B;
         const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
         /* ĉ = round(v / α) (to nearest even, as lrintf), |ĉ| ≤ 63; 16 entries per register */
-        _Alignas(32) int8_t ts[64];
-        for (int e = 0; e < 64; e++) ts[e] = (int8_t)lrintf(val[e & (nv - 1)] / g[s].alpha);
-        for (int k = 0; k < 4; k++) {
+        _Alignas(32) int8_t ts[256];
+        for (int e = 0; e < 256; e++) ts[e] = (int8_t)lrintf(val[e & (nv - 1)] / g[s].alpha);
+        if (nv == 256) /* i8_lookup256 reads entry 255 − e as −ĉ[e] */
+            for (int e = 0; e < 128; e++)
+                if (ts[255 - e] != -ts[e]) return 0;
+        for (int k = 0; k < 8; k++) {
             __m128i t = _mm_loadu_si128((const __m128i *)(const void *)(ts + 16 * (nv > 16 ? k : 0)));
             g[s].tab_s[k] = _mm256_broadcastsi128_si256(t);
             g[s].tab_u[k] = _mm256_broadcastsi128_si256(_mm_add_epi8(t, _mm_set1_epi8(64)));
@@ -190,18 +198,49 @@ static inline __attribute__((always_inline)) __m256i i8_lookup64(const __m256i *
     return _mm256_blendv_epi8(lo, hi, b5);
 }
 
+/* The 256-entry lookup of 8-bit indices w (t: the signed table's first 128 entries), by the
+ * table's antisymmetry ĉ[255 − w] = −ĉ[w] (iseg_setup checks it): w ≥ 128 looks up 255 − w
+ * (w xor 0xFF) and negates; eight vpshufb, seven vpblendvb on bits 4, 5 and 6. u: + 64 (the
+ * scores' unsigned operand). */
+static inline __attribute__((always_inline)) __m256i i8_lookup256(const __m256i *t, __m256i w, int u) {
+    __m256i m = _mm256_cmpgt_epi8(_mm256_setzero_si256(), w); /* w ≥ 128 */
+    __m256i x = _mm256_xor_si256(w, m);
+    __m256i b4 = _mm256_slli_epi16(x, 3), b5 = _mm256_slli_epi16(x, 2), b6 = _mm256_slli_epi16(x, 1);
+#define I8_L2(a, b) _mm256_blendv_epi8(_mm256_shuffle_epi8(t[a], x), _mm256_shuffle_epi8(t[b], x), b4)
+    __m256i lo = _mm256_blendv_epi8(I8_L2(0, 1), I8_L2(2, 3), b5), hi = _mm256_blendv_epi8(I8_L2(4, 5), I8_L2(6, 7), b5);
+#undef I8_L2
+    __m256i r = _mm256_sub_epi8(_mm256_xor_si256(_mm256_blendv_epi8(lo, hi, b6), m), m);
+    return u ? _mm256_add_epi8(r, _mm256_set1_epi8(64)) : r;
+}
+
 /* Block h of a segment of B-bit codes (T: trellis codes) at p (record + segment offset) →
- * out[4], 32 bytes each, byte p of the block (i8_pos) looked up in tab (tab[0]; 3-bit trellis
- * codes: tab[0..3]). A partial last block reads zeros past its bytes (code 0 at absent
- * coordinates: the queries are 0 there, the sums are not read). */
-static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const uint8_t *p, int h,
-                                                            const __m256i *tab, __m256i out[4], int B,
-                                                            int T) {
+ * out[4], 32 bytes each, byte p of the block (i8_pos) looked up in g's tables — u: tab_u (the
+ * scores'), else tab_s (tab[0]; 3-bit trellis codes: tab[0..3]; 4-bit: i8_lookup256). A
+ * partial last block reads zeros past its bytes (code 0 at absent coordinates: the queries
+ * are 0 there, the sums are not read). */
+static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const uint8_t *p, int h, int u,
+                                                            __m256i out[4], int B, int T) {
+    const __m256i *tab = u ? g->tab_u : g->tab_s;
     size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
     int n = rest < 16 * (size_t)B ? (int)rest : 16 * B;
     const uint8_t *src = p + at;
     const int prev = T && h ? src[-1] : 0; /* the stream's byte before the block */
-    if (T && B == 2) {
+    if (T && B == 4) {
+        /* A high nibble's window is its byte; a low nibble's is (its nibble, the high nibble of
+         * the byte before): the bytes shifted up one (byte 0: the byte before the block). */
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        __m256i v0 = simd_load32_upto(src, 0, n), v1 = simd_load32_upto(src, 32, n);
+        __m256i v0m1 = _mm256_alignr_epi8(v0, _mm256_permute2x128_si256(v0, v0, 0x08), 15);
+        v0m1 = _mm256_or_si256(v0m1, _mm256_setr_epi32(prev, 0, 0, 0, 0, 0, 0, 0));
+        __m256i v1m1 = _mm256_alignr_epi8(v1, _mm256_permute2x128_si256(v0, v1, 0x21), 15);
+#define I8_WLO(v, vm1) \
+    _mm256_or_si256(_mm256_andnot_si256(m4, _mm256_slli_epi16(v, 4)), _mm256_and_si256(_mm256_srli_epi16(vm1, 4), m4))
+        out[0] = i8_lookup256(g->tab_s, I8_WLO(v0, v0m1), u);
+        out[1] = i8_lookup256(g->tab_s, v0, u);
+        out[2] = i8_lookup256(g->tab_s, I8_WLO(v1, v1m1), u);
+        out[3] = i8_lookup256(g->tab_s, v1, u);
+#undef I8_WLO
+    } else if (T && B == 2) {
         /* words (byte j − 1, byte j): the block shifted up one byte, the byte before at 0 */
         __m256i v = simd_load32_upto(src, 0, n);
         __m256i vm1 = _mm256_alignr_epi8(v, _mm256_permute2x128_si256(v, v, 0x08), 15);
@@ -225,16 +264,16 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
 #define I8_W(r, c, b) (char)(3 + 3 * (c) + (b)), (char)(4 + 3 * (c) + (b))
 #define I8_W4(r, b) I8_W(r, 0, b), I8_W(r, 1, b), I8_W(r, 2, b), I8_W(r, 3, b)
 #define I8_WV(r0, b0, r1, b1) _mm256_setr_epi8(I8_W4(r0, b0), I8_W4(r1, b1), I8_W4(r0, b0), I8_W4(r1, b1))
-#define I8_MUL(k0, k1) _mm256_setr_epi16(1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), \
-                                         1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1), \
-                                         1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), 1 << (16 - k0), \
-                                         1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1), 1 << (16 - k1))
+#define I8_M(k) (short)(uint16_t)(1u << (16 - (k))) /* 2^(16 − k) as an unsigned word */
+#define I8_MUL(k0, k1) _mm256_setr_epi16(I8_M(k0), I8_M(k0), I8_M(k0), I8_M(k0), I8_M(k1), I8_M(k1), I8_M(k1), I8_M(k1), \
+                                         I8_M(k0), I8_M(k0), I8_M(k0), I8_M(k0), I8_M(k1), I8_M(k1), I8_M(k1), I8_M(k1))
         const __m256i c0 = I8_WV(0, 0, 1, 0), c1 = I8_WV(2, 1, 3, 1), c2 = I8_WV(4, 2, 5, 2), c3 = I8_WV(6, 2, 7, 2);
         const __m256i k0 = I8_MUL(5, 8), k1 = I8_MUL(3, 6), k2 = I8_MUL(1, 4), k3 = I8_MUL(7, 10);
 #undef I8_W
 #undef I8_W4
 #undef I8_WV
 #undef I8_MUL
+#undef I8_M
         const __m256i m6 = _mm256_set1_epi16(0x3F);
         for (int v = 0; v < 2; v++) {
             __m128i lo = v ? simd_load16_upto(src, 20, n)
@@ -352,7 +391,7 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int h = 0; h < nblk; h++) {
             __m256i d[4];
-            i8_decode(g, r, h, g->tab_u, d, B, T);
+            i8_decode(g, r, h, 1, d, B, T);
             for (int c = 0; c < 4; c += 2) {
                 size_t at = 128 * (size_t)h + 32 * (size_t)c;
 #define I8_Q(j, o) _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at + (o)))
@@ -441,6 +480,7 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 case 4: I8_RUN(4, 0); break;
                 case 3: I8_RUN(3, 0); break;
                 case 2: I8_RUN(2, 0); break;
+                case 8: I8_RUN(4, 1); break;
                 case 7: I8_RUN(3, 1); break;
                 default: I8_RUN(2, 1); break;
                 }
@@ -474,10 +514,10 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
             _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
             if (ah) simd_ahead_step(ah, 4);
             __m256i x0[4], x1[4], x2[4], x3[4];
-            i8_decode(g, r, h, g->tab_s, x0, B, T);
-            i8_decode(g, r + rb, h, g->tab_s, x1, B, T);
-            i8_decode(g, r + 2 * rb, h, g->tab_s, x2, B, T);
-            i8_decode(g, r + 3 * rb, h, g->tab_s, x3, B, T);
+            i8_decode(g, r, h, 0, x0, B, T);
+            i8_decode(g, r + rb, h, 0, x1, B, T);
+            i8_decode(g, r + 2 * rb, h, 0, x2, B, T);
+            i8_decode(g, r + 3 * rb, h, 0, x3, B, T);
             for (int c = 0; c < 4; c++) {
                 __m256i lo01 = _mm256_unpacklo_epi8(x0[c], x1[c]), hi01 = _mm256_unpackhi_epi8(x0[c], x1[c]);
                 __m256i lo23 = _mm256_unpacklo_epi8(x2[c], x3[c]), hi23 = _mm256_unpackhi_epi8(x2[c], x3[c]);
@@ -591,6 +631,7 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                     case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, 0, ahp); break;
                     case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, 0, ahp); break;
                     case 2: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, 0, ahp); break;
+                    case 8: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, 1, ahp); break;
                     case 7: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, 1, ahp); break;
                     default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, 1, ahp); break;
                     }
@@ -627,7 +668,7 @@ static void i8_init(void) {
     i8_table.name = I8_AVXVNNI ? "avx2-vnni" : "avx2-int8";
     i8_table.score_turbo_lanes = i8_score_turbo_lanes;
     i8_table.accum_turbo_lanes = i8_accum_turbo_lanes;
-    i8_table.trellis_lanes = 1 << 2 | 1 << 3; /* 4 bits: 256 values, the tile */
+    i8_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
 }
 
 #if I8_AVXVNNI

@@ -92,7 +92,7 @@ typedef struct tq_attn_kernels {
     int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                              size_t p_stride, int nq, float *acc, size_t acc_stride, tq_attn_ahead ahead);
     /* Bit B set: the two lane kernels also read trellis-coded segments of B bits
-     * (kernels/trellis.h; attn_vnni.c: 2 to 4 bits, attn_avx2_int8.c: 2 and 3); records with
+     * (kernels/trellis.h; attn_vnni.c and attn_avx2_int8.c: 2 to 4 bits); records with
      * a segment of a width not set take the tile (tq_attn_reads_lanes). */
     int trellis_lanes;
 } tq_attn_kernels;
