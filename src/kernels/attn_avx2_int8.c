@@ -162,14 +162,16 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
         int L = T && B == 3 ? I8_LAYOUT_T3 : B;
         const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
-        /* ĉ = round(v / α) (to nearest even, as lrintf), |ĉ| ≤ 63; 16 entries per register */
+        /* ĉ = round(v / α) (to nearest even, as lrintf), |ĉ| ≤ 63; 16 entries per register, the
+         * registers the decode reads: 1 (plain codes, 2-bit trellis), 4 (3-bit), 8 (4-bit) */
         _Alignas(32) int8_t ts[256];
-        for (int e = 0; e < 256; e++) ts[e] = (int8_t)lrintf(val[e & (nv - 1)] / g[s].alpha);
+        int ne = nv > 16 ? nv : 16;
+        for (int e = 0; e < ne; e++) ts[e] = (int8_t)lrintf(val[e & (nv - 1)] / g[s].alpha);
         if (nv == 256) /* i8_lookup256 reads entry 255 − e as −ĉ[e] */
             for (int e = 0; e < 128; e++)
                 if (ts[255 - e] != -ts[e]) return 0;
-        for (int k = 0; k < 8; k++) {
-            __m128i t = _mm_loadu_si128((const __m128i *)(const void *)(ts + 16 * (nv > 16 ? k : 0)));
+        for (int k = 0; k < ne / 16 && k < 8; k++) {
+            __m128i t = _mm_loadu_si128((const __m128i *)(const void *)(ts + 16 * k));
             g[s].tab_s[k] = _mm256_broadcastsi128_si256(t);
             g[s].tab_u[k] = _mm256_broadcastsi128_si256(_mm_add_epi8(t, _mm_set1_epi8(64)));
         }
@@ -187,6 +189,13 @@ static int iseg_setup(const tq_record *x, iseg *g) {
 static int i8_prepare(const tq_record *x, iseg *g, int *kl) {
     *kl = tq_record_lanes(x);
     return *kl > 0 && *kl <= 128 * I8_MAX_BLOCKS && iseg_setup(x, g);
+}
+
+/* The 32 bytes before those of v in the stream: v shifted up one byte across the halves, byte 0
+ * from `before` (the previous vector, its byte 31) or `prev` (the byte before the block). */
+static inline __attribute__((always_inline)) __m256i i8_shift_in(__m256i v, __m256i before, int prev) {
+    __m256i r = _mm256_alignr_epi8(v, _mm256_permute2x128_si256(before, v, 0x21), 15);
+    return _mm256_or_si256(r, _mm256_setr_epi32(prev, 0, 0, 0, 0, 0, 0, 0));
 }
 
 /* The 64-entry lookup of 6-bit indices: four 16-entry vpshufb, then vpblendvb on bit 4 (moved
@@ -230,9 +239,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
          * the byte before): the bytes shifted up one (byte 0: the byte before the block). */
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         __m256i v0 = simd_load32_upto(src, 0, n), v1 = simd_load32_upto(src, 32, n);
-        __m256i v0m1 = _mm256_alignr_epi8(v0, _mm256_permute2x128_si256(v0, v0, 0x08), 15);
-        v0m1 = _mm256_or_si256(v0m1, _mm256_setr_epi32(prev, 0, 0, 0, 0, 0, 0, 0));
-        __m256i v1m1 = _mm256_alignr_epi8(v1, _mm256_permute2x128_si256(v0, v1, 0x21), 15);
+        __m256i v0m1 = i8_shift_in(v0, _mm256_setzero_si256(), prev), v1m1 = i8_shift_in(v1, v0, 0);
 #define I8_WLO(v, vm1) \
     _mm256_or_si256(_mm256_andnot_si256(m4, _mm256_slli_epi16(v, 4)), _mm256_and_si256(_mm256_srli_epi16(vm1, 4), m4))
         out[0] = i8_lookup256(g->tab_s, I8_WLO(v0, v0m1), u);
@@ -243,8 +250,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
     } else if (T && B == 2) {
         /* words (byte j − 1, byte j): the block shifted up one byte, the byte before at 0 */
         __m256i v = simd_load32_upto(src, 0, n);
-        __m256i vm1 = _mm256_alignr_epi8(v, _mm256_permute2x128_si256(v, v, 0x08), 15);
-        vm1 = _mm256_or_si256(vm1, _mm256_setr_epi32(prev, 0, 0, 0, 0, 0, 0, 0));
+        __m256i vm1 = i8_shift_in(v, _mm256_setzero_si256(), prev);
         __m256i lo = _mm256_unpacklo_epi8(vm1, v), hi = _mm256_unpackhi_epi8(vm1, v);
         const __m256i m4 = _mm256_set1_epi16(0x0F);
 #define I8_T2(k, sh)                                                                                     \
