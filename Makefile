@@ -62,7 +62,7 @@ test-tsan:
 # The library and its kernel tests cross-built for aarch64 (gcc-aarch64-linux-gnu) and run under
 # qemu-aarch64-static: the NEON kernels against the scalar reference, bit for bit where the x86
 # ones are, and the library's own tests that stay short under emulation.
-ARM_TESTS = test_kernels|test_quants|test_attention_kernels|test_golden|test_errors|test_abi|test_key_transform|test_kvcache|test_cachefile|test_sink
+ARM_TESTS = test_kernels|test_quants|test_attention_kernels|test_attention_kernels_armv80|test_golden|test_errors|test_abi|test_key_transform|test_kvcache|test_cachefile|test_sink
 test-arm:
 	cmake -S . -B build-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DTQ_LIB_ONLY=ON \
 		-DCMAKE_BUILD_TYPE=Release

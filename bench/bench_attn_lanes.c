@@ -4,9 +4,10 @@
  * supports, for 4 query heads per KV head (GQA 4, as Gemma 3 and the d128 32q/8kv shape) over
  * NK records, in nanoseconds per record (best of several runs: the machine is shared). The
  * ratio columns are against the float table of the same width (avx2 for avx2-int8 and
- * avx2-vnni, avx512 for avx512-vnni), measured in the same run; neon (AArch64) stands alone.
+ * avx2-vnni, avx512 for avx512-vnni, neon for neon-dot), measured in the same run.
  *
- *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]   (default 30 ms, nk 4096, every shape)
+ *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t]]]]   (default 30 ms, nk 4096, every
+ *   shape; ":t": trellis-coded indices, timed on the tables that read them)
  *
  * With min_ms 0 each kernel is called once: under `valgrind --tool=callgrind` (x86) or
  * scripts/arm-instr-counts.sh (aarch64 under qemu) that gives instruction counts per record.
@@ -67,28 +68,37 @@ static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, 
 int main(int argc, char **argv) {
     double min_ms = argc > 1 ? atof(argv[1]) : 30.0;
     int nk = argc > 2 ? atoi(argv[2]) : 4096;
-    int only_dim = 0;
+    int only_dim = 0, only_tr = 0;
     float only_bits = 0;
-    if (argc > 3 && sscanf(argv[3], "%d:%f", &only_dim, &only_bits) != 2) nk = 0;
+    char tr_tag = 0;
+    if (argc > 3) {
+        int got = sscanf(argv[3], "%d:%f:%c", &only_dim, &only_bits, &tr_tag);
+        if (got < 2 || (got == 3 && tr_tag != 't')) nk = 0;
+        only_tr = got == 3;
+    }
     if (nk < 1 || nk > 1 << 20 || !(min_ms >= 0)) {
-        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS]]]\n");
+        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t]]]]\n");
         return 2;
     }
-    const tq_attn_kernels *tabs[6] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
+    const tq_attn_kernels *tabs[7] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
                                       tq_attn_kernels_avxvnni(), tq_attn_kernels_avx512(),
-                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_neon()};
-    const int need[6] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512,
-                         TQ_KERNELS_AVX512, TQ_KERNELS_NEON};
-    const int base[6] = {0, 0, 0, 3, 3, 5};
-    static const struct { int dim; float bits; } cfgs[] = {{128, 2}, {128, 3}, {128, 3.5f}, {128, 4},
-                                                           {256, 3}, {256, 4}, {64, 3}, {64, 2.5f}};
-    printf("%-12s %4s %5s %10s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
+                                      tq_attn_kernels_avx512_vnni(), tq_attn_kernels_neon(),
+                                      tq_attn_kernels_neon_dot()};
+    const int need[7] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512,
+                         TQ_KERNELS_AVX512, TQ_KERNELS_NEON, TQ_KERNELS_NEON};
+    const int base[7] = {0, 0, 0, 3, 3, 5, 5};
+    /* tr: trellis-coded indices (the tables that read them; the others skip the shape) */
+    static const struct { int dim; float bits; int tr; } cfgs[] = {
+        {128, 2, 0}, {128, 3, 0}, {128, 3.5f, 0}, {128, 4, 0}, {256, 3, 0}, {256, 4, 0}, {64, 3, 0},
+        {64, 2.5f, 0}, {128, 3, 1}, {128, 4, 1}, {256, 3, 1}, {256, 4, 1}};
+    printf("%-12s %4s %7s %10s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
            "score x", "accum x");
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         int d = cfgs[ci].dim;
-        if (only_dim && (d != only_dim || cfgs[ci].bits != only_bits)) continue;
+        if (only_dim && (d != only_dim || cfgs[ci].bits != only_bits || cfgs[ci].tr != only_tr)) continue;
         tq_codec_config cc;
         tq_codec_config_init(&cc, d, cfgs[ci].bits, TQ_VARIANT_MSE);
+        cc.trellis = cfgs[ci].tr;
         tq_codec *codec = NULL;
         if (tq_codec_create(&codec, &cc) != TQ_OK) return 1;
         tq_record kx, vx;
@@ -108,16 +118,19 @@ int main(int argc, char **argv) {
             tq_record_to_lanes(&kx, qn, q + (size_t)j * (size_t)kl);
         }
         for (size_t i = 0; i < (size_t)nk * NQ; i++) p[i] = (float)fabs(gauss()) / (float)nk;
-        double ns[6][2];
-        for (int ti = 0; ti < 6; ti++) {
+        double ns[7][2];
+        for (int ti = 0; ti < 7; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             ns[ti][0] = ns[ti][1] = 0;
-            if (!t || !tq_kernels_supported(need[ti]) || !t->score_turbo_lanes) continue;
+            if (!t || !tq_kernels_supported(need[ti]) || !t->score_turbo_lanes || !tq_attn_reads_lanes(t, &kx)) continue;
             ns[ti][0] = time_one(t, 0, &kx, rec, nk, q, kl, p, S, acc, min_ms);
             ns[ti][1] = time_one(t, 1, &vx, rec, nk, q, kl, p, S, acc, min_ms);
             double b0 = ns[base[ti]][0], b1 = ns[base[ti]][1];
-            printf("%-12s %4d %5g %10.2f %10.2f %8.2fx %8.2fx\n", t->name, d, (double)cfgs[ci].bits,
-                   ns[ti][0], ns[ti][1], b0 > 0 ? b0 / ns[ti][0] : 0.0, b1 > 0 ? b1 / ns[ti][1] : 0.0);
+            char r0[16] = "-", r1[16] = "-"; /* the float table reads no trellis codes */
+            if (b0 > 0) snprintf(r0, sizeof r0, "%.2fx", b0 / ns[ti][0]);
+            if (b1 > 0) snprintf(r1, sizeof r1, "%.2fx", b1 / ns[ti][1]);
+            printf("%-12s %4d %5g%-2s %10.2f %10.2f %9s %9s\n", t->name, d, (double)cfgs[ci].bits, cfgs[ci].tr ? ":t" : "",
+                   ns[ti][0], ns[ti][1], r0, r1);
         }
         free(rec), free(v), free(q), free(qn), free(p), free(S), free(acc);
         tq_codec_free(codec);

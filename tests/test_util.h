@@ -24,6 +24,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 /* SANITIZED: 1 in an AddressSanitizer build, whose tests may run shorter (and say so). */
 #if defined(__SANITIZE_ADDRESS__)
@@ -177,13 +181,15 @@ static inline int test_report(void) {
 /* ---- kernel sets: why one is not tested here ------------------------------------------------ */
 
 /* The features of `set` ("avx2", "avx512", "avx512-vnni": what src/kernels/dispatch.c and
- * attn_vnni.c ask cpuid for; "neon": AArch64) that this CPU lacks, space-separated into buf; ""
+ * attn_vnni.c ask cpuid for; "neon": AArch64; "neon-dot": AArch64 with the dot products) that this CPU lacks, space-separated into buf; ""
  * if none. */
 static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap) {
     buf[0] = '\0';
-    if (strcmp(set, "neon") == 0) { /* part of every AArch64 CPU */
+    if (strncmp(set, "neon", 4) == 0) { /* part of every AArch64 CPU; "neon-dot": HWCAP_ASIMDDP */
 #if !(defined(__aarch64__) && defined(__ARM_NEON))
         snprintf(buf, cap, "(not AArch64)");
+#elif defined(HWCAP_ASIMDDP)
+        if (set[4] == '-' && !(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) snprintf(buf, cap, "asimddp");
 #endif
         return buf;
     }
@@ -225,11 +231,11 @@ static inline const char *test_cpu_lacks(const char *set, char *buf, size_t cap)
     return buf;
 }
 
-/* 0 ref, 1 avx2 (avx2-int8 included) and neon, 2 avx512 (avx512-vnni included), 3 for anything
+/* 0 ref, 1 avx2 (avx2-int8 included) and neon (neon-dot included), 2 avx512 (avx512-vnni included), 3 for anything
  * else. */
 static inline int test_kernel_rank(const char *set) {
     if (strcmp(set, "ref") == 0) return 0;
-    if (strcmp(set, "neon") == 0) return 1;
+    if (strncmp(set, "neon", 4) == 0) return 1; /* neon, neon-dot */
     if (strncmp(set, "avx2", 4) == 0 && (set[4] == '\0' || strcmp(set + 4, "-int8") == 0 || strcmp(set + 4, "-vnni") == 0))
         return 1;
     if (strncmp(set, "avx512", 6) == 0) return 2;

@@ -92,8 +92,9 @@ TQ_API tq_status tq_set_kernels(tq_kernels_kind kind);
 TQ_API const char *tq_kernels_name(void);
 /* 1 if this CPU and build support the set, else 0. */
 TQ_API int tq_kernels_supported(tq_kernels_kind kind);
-/* Lets attention use the integer decode kernels (with the AVX2 set: vpmaddubsw; with the
- * AVX-512 set, on CPUs with AVX-512 VBMI and VNNI: vpdpbusd) when on != 0 (the default unless
+/* Lets attention use the integer decode kernels (with the AVX2 set: vpmaddubsw, or vpdpbusd
+ * with AVX-VNNI; with the AVX-512 set, on CPUs with AVX-512 VBMI and VNNI: vpdpbusd; with the
+ * NEON set, on CPUs with the ARMv8.2 dot products: sdot / udot) when on != 0 (the default unless
  * TQ_INT8_SCORES=0), the float kernels when 0; kept across tq_set_kernels. Select before
  * starting work, as tq_set_kernels. */
 TQ_API void tq_set_int8_scores(int on);

@@ -13,8 +13,9 @@
 extern "C" {
 #endif
 
-/* The attention kernel set in use: the codec set's name, or "avx512-vnni" (integer decode over
- * compressed K and V on CPUs with AVX-512 VBMI and VNNI, unless TQ_INT8_SCORES=0). */
+/* The attention kernel set in use: the codec set's name, or that of its integer decode kernels
+ * over compressed K and V ("avx2-int8", "avx2-vnni", "avx512-vnni", "neon-dot": the CPUs that
+ * have them, unless TQ_INT8_SCORES=0). */
 TQ_API const char *tq_attn_kernels_name(void);
 
 /* The two-phase rule: leading tokens held compressed at length len once compression started

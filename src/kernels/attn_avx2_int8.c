@@ -30,7 +30,7 @@
  * the 256-entry lookup uses the table's antisymmetry, ĉ[255 − w] = −ĉ[w]: eight vpshufb and
  * seven vpblendvb on w or 255 − w, then the sign (i8_lookup256). The first block's window reads
  * a zero code before the segment, as the encoder does. Where the integer path cannot go,
- * trellis codes take the float rows (attn_simd.h, simd_trellis_scores / simd_trellis_accum).
+ * trellis codes take the float rows (trellis_rows.h, trellis_rows_scores / trellis_rows_accum).
  *
  * Scores: q̂ = round(q / β), β = max|q| / Q per query row (Q = I8_QLEV: 63, or 127 with
  * AVX-VNNI), the table holds ĉ + 64 ∈ [1, 127]:
@@ -146,16 +146,10 @@ typedef struct iseg {
  * kernels). */
 static int iseg_setup(const tq_record *x, iseg *g) {
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
-        const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
-        float m = 0.0f;
+        int B = x->seg[s].bits;
         if (B < 2 || B > 4) return 0;
-        for (int i = 0; i < nv; i++) {
-            float a = fabsf(val[i]);
-            if (!(a <= 3.4e38f)) return 0;
-            m = a > m ? a : m;
-        }
-        if (m == 0.0f) return 0;
+        float m = tq_record_seg_absmax(x, s);
+        if (!(m > 0.0f)) return 0; /* not finite (−1), or only zeros */
         g[s].alpha = m / 63.0f;
     }
     for (int s = 0; s < x->n_seg; s++) {
@@ -422,12 +416,12 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
  * (the float kernels do not read them). */
 static int i8_float_scores(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs, int nq,
                            float *S, size_t ss, tq_attn_ahead ahead) {
-    if (tq_record_trellis(x)) return simd_trellis_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
+    if (tq_record_trellis(x)) return trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
     return tq_attn_kernels_avx2()->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
 }
 static int i8_float_accum(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps, int nq,
                           float *acc, size_t as, tq_attn_ahead ahead) {
-    if (tq_record_trellis(x)) return simd_trellis_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
+    if (tq_record_trellis(x)) return trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
     return tq_attn_kernels_avx2()->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
 }
 

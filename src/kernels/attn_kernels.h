@@ -1,7 +1,8 @@
 /*
  * The attention kernel table: the hot loops of attention on stored records (scores, softmax
  * pieces, value sums, decoding records to rows), as function pointers. attn_ref.c holds the
- * scalar reference, attn_avx2.c, attn_avx512.c, attn_vnni.c, attn_avx2_int8.c and attn_neon.c the fast tables; dispatch.c
+ * scalar reference, attn_avx2.c, attn_avx512.c, attn_vnni.c, attn_avx2_int8.c, attn_neon.c and
+ * attn_neon_dot.c the fast tables; dispatch.c
  * chooses one together with the codec table (tq_kernel_set). Kernels take a record description
  * (record.h) and plain pointers.
  */
@@ -92,7 +93,7 @@ typedef struct tq_attn_kernels {
     int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                              size_t p_stride, int nq, float *acc, size_t acc_stride, tq_attn_ahead ahead);
     /* Bit B set: the two lane kernels also read trellis-coded segments of B bits
-     * (kernels/trellis.h; attn_vnni.c and attn_avx2_int8.c: 2 to 4 bits); records with
+     * (kernels/trellis.h; attn_vnni.c, attn_avx2_int8.c and attn_neon_dot.c: 2 to 4 bits); records with
      * a segment of a width not set take the tile (tq_attn_reads_lanes). */
     int trellis_lanes;
 } tq_attn_kernels;
@@ -125,6 +126,10 @@ const tq_attn_kernels *tq_attn_kernels_avx2_int8(void);
 const tq_attn_kernels *tq_attn_kernels_avxvnni(void);
 /* The AArch64 table (attn_neon.c): NULL unless built for AArch64. */
 const tq_attn_kernels *tq_attn_kernels_neon(void);
+/* The AArch64 table with score_turbo_lanes and accum_turbo_lanes in integers (attn_neon_dot.c:
+ * int8 queries and code values, uint8 weights, sdot / udot; attn_vnni.c's error bounds): NULL
+ * when not built or when the CPU lacks the ARMv8.2-A dot products. */
+const tq_attn_kernels *tq_attn_kernels_neon_dot(void);
 
 /* The kernels in use: the codec table and the attention table, chosen together, once
  * (dispatch.c; tq_set_kernels, tq_set_int8_scores and the environment switch both at once). */

@@ -5,8 +5,8 @@
  * scaling, fp16 → f32, and the TurboQuant lane kernels (record.h, tq_record_lanes: four lanes
  * per vector, centroids looked up with one vqtbl4q per four coordinates, float multiply-adds).
  * The softmax pieces (exp_sum, shift_scale_max) and the q8_0 / q4_0 decoders stay the
- * reference's, which keeps their bit-exactness rules trivially. Integer (sdot) paths are not
- * written yet.
+ * reference's, which keeps their bit-exactness rules trivially. The integer lane kernels
+ * (sdot / udot, CPUs with the ARMv8.2 dot products) are attn_neon_dot.c's.
  */
 #include "attn_kernels.h"
 

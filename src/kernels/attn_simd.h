@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "attn_kernels.h"
-#include "trellis.h"
+#include "trellis_rows.h"
 
 /* The fp16 value at p (any alignment, native order). */
 static inline float simd_load_f16(const uint8_t *p) {
@@ -83,65 +83,6 @@ static inline int simd_rec_scales_run(const tq_record *x, const uint8_t *rec, in
         if (sc[t] < 0.0f) bad = 1, sc[t] = 0.0f;
     }
     return !bad;
-}
-
-/* Trellis-coded records (kernels/trellis.h) in floats, row by row, for the integer kernels
- * (attn_vnni.c, attn_avx2_int8.c) where their integer path cannot go (non-finite inputs, a last
- * group of fewer than four tokens, widths they do not decode): the float kernels do not read
- * trellis codes. SIMD_LANE_ROW_MAX: the longest lane-layout row (head dims ≤ 1024, 2 segments,
- * 128-coordinate blocks). */
-#define SIMD_LANE_ROW_MAX (128 * 9)
-
-/* Record r of trellis-coded x decoded into the lane layout (kl floats); 0 for a corrupt norm
- * (row zero). */
-static inline int simd_trellis_lane_row(const tq_record *x, const uint8_t *r, float *lane) {
-    float row[TQ_MAX_DIM];
-    float sc = simd_rec_scale(x, r);
-    if (sc < 0.0f) {
-        memset(row, 0, sizeof(float) * (size_t)x->dim);
-        tq_record_to_lanes(x, row, lane);
-        return 0;
-    }
-    for (int s = 0; s < x->n_seg; s++)
-        tq_trellis_unpack(r + x->seg[s].off, x->seg[s].count, x->seg[s].bits, x->seg[s].pairs, sc,
-                          row + x->seg[s].start);
-    tq_record_to_lanes(x, row, lane);
-    return 1;
-}
-
-/* score_turbo_lanes / accum_turbo_lanes in floats for trellis-coded x (row by row). */
-static inline int simd_trellis_scores(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                                size_t qs, int nq, float *S, size_t ss, int kl) {
-    int ok = 1;
-    float lane[SIMD_LANE_ROW_MAX];
-    for (int t = 0; t < nk; t++) {
-        int good = simd_trellis_lane_row(x, rec + (size_t)t * x->rec_bytes, lane);
-        ok &= good;
-        for (int j = 0; j < nq; j++) {
-            const float *qj = q + (size_t)j * qs;
-            float acc = 0.0f;
-            for (int i = 0; i < kl && good; i++) acc += qj[i] * lane[i];
-            S[(size_t)j * ss + (size_t)t] = acc; /* a corrupt row scores 0 */
-        }
-    }
-    return ok;
-}
-
-static inline int simd_trellis_accum(const tq_record *x, const uint8_t *rec, int nk, const float *p,
-                               size_t ps, int nq, float *acc, size_t as, int kl) {
-    int ok = 1;
-    float lane[SIMD_LANE_ROW_MAX];
-    for (int t = 0; t < nk; t++) {
-        if (!simd_trellis_lane_row(x, rec + (size_t)t * x->rec_bytes, lane)) {
-            ok = 0; /* a corrupt row adds nothing */
-            continue;
-        }
-        for (int j = 0; j < nq; j++) {
-            float w = p[(size_t)j * ps + (size_t)t], *A = acc + (size_t)j * as;
-            for (int i = 0; i < kl; i++) A[i] += w * lane[i];
-        }
-    }
-    return ok;
 }
 
 #if defined(__AVX2__)

@@ -56,30 +56,14 @@ typedef struct vseg {
     size_t off, bytes;
 } vseg;
 
-/* The values a segment's codes stand for: its centroids (2^B) or its pair values (4^B). */
-static inline const float *vseg_values(const tq_record *x, int s, int *n) {
-    int B = x->seg[s].bits;
-    *n = x->seg[s].pairs ? 1 << (2 * B) : 1 << B;
-    return x->seg[s].pairs ? x->seg[s].pairs : x->seg[s].centroids;
-}
-
 /* α and the segments' state; 0 if some centroid is not finite (then the float kernel). */
 static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
-    float m = 0.0f;
-    for (int s = 0; s < x->n_seg; s++) {
-        int nv;
-        const float *val = vseg_values(x, s, &nv);
-        for (int i = 0; i < nv; i++) {
-            float a = fabsf(val[i]);
-            if (!(a <= 3.4e38f)) return 0;
-            m = a > m ? a : m;
-        }
-    }
-    if (m == 0.0f) return 0;
+    float m = tq_record_absmax(x);
+    if (!(m > 0.0f)) return 0; /* a value not finite (−1), or only zeros */
     *alpha = m / 127.0f;
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits, nv, tr = x->seg[s].pairs != NULL;
-        const float *val = vseg_values(x, s, &nv);
+        const float *val = tq_record_seg_values(x, s, &nv);
         if (tr && (B < 2 || B > 4)) return 0; /* not reached: tq_attn_reads_lanes */
         int wide = tr && B == 4, ne = wide ? 256 : 64;
         uint8_t align[64], lo[64], hi[64], lo2[64], table[256];
@@ -255,7 +239,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     float alpha;
     const int tr = tq_record_trellis(x);
     if (!vnni_prepare(x, g, &alpha, &kl))
-        return tr ? simd_trellis_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
+        return tr ? trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
                   : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
@@ -269,7 +253,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
         for (int k = 0; k < m4 && fin; k++)
             fin = quant_query(q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], &bias[k]);
         if (!fin) {
-            ok &= tr ? simd_trellis_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
+            ok &= tr ? trellis_rows_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
                      : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
             continue;
         }
@@ -390,7 +374,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     float alpha;
     const int tr = tq_record_trellis(x);
     if (!vnni_prepare(x, g, &alpha, &kl))
-        return tr ? simd_trellis_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
+        return tr ? trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
                   : fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
@@ -430,7 +414,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
                     ag[k][g0 / VNNI_GROUP] = alpha * (mx / 255.0f);
                 }
             if (!fin) {
-                ok &= tr ? simd_trellis_accum(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
+                ok &= tr ? trellis_rows_accum(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
                                                acc + (size_t)j * as, as, kl)
                          : fallback->accum_turbo_lanes(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4,
                                                        acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);
@@ -464,7 +448,7 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             /* the last n % 4 tokens: the float kernel */
             if (n % 4) {
                 int t = n / 4 * 4;
-                ok &= tr ? simd_trellis_accum(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
+                ok &= tr ? trellis_rows_accum(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
                                                acc + (size_t)j * as, as, kl)
                          : fallback->accum_turbo_lanes(x, r0 + (size_t)t * rb, n - t, p + (size_t)j * ps + (size_t)(c0 + t), ps, m4,
                                                        acc + (size_t)j * as, as, TQ_ATTN_NO_AHEAD);

@@ -13,9 +13,10 @@
 #include "kernels.h"
 #include "turboquant.h"
 
-/* The prepared sets: one per codec kind, and the AVX2 and AVX-512 ones with the integer
- * attention kernels (the same as SET_AVX2 / SET_AVX512 where the CPU or build lacks them). */
-enum { SET_REF, SET_AVX2, SET_AVX2_INT8, SET_AVX512, SET_AVX512_INT8, SET_NEON, N_SETS };
+/* The prepared sets: one per codec kind, and the AVX2, AVX-512 and NEON ones with the integer
+ * attention kernels (the same as SET_AVX2 / SET_AVX512 / SET_NEON where the CPU or build lacks
+ * them). */
+enum { SET_REF, SET_AVX2, SET_AVX2_INT8, SET_AVX512, SET_AVX512_INT8, SET_NEON, SET_NEON_INT8, N_SETS };
 static tq_kernel_set sets[N_SETS];
 static _Atomic(const tq_kernel_set *) current;
 static atomic_int cur_kind = TQ_KERNELS_REF; /* the codec kind in use: REF, AVX2 or AVX512 */
@@ -89,7 +90,7 @@ static void select_set(void) {
     int i8 = atomic_load(&int8_on);
     int s = k == TQ_KERNELS_AVX512 ? (i8 ? SET_AVX512_INT8 : SET_AVX512)
             : k == TQ_KERNELS_AVX2 ? (i8 ? SET_AVX2_INT8 : SET_AVX2)
-            : k == TQ_KERNELS_NEON ? SET_NEON
+            : k == TQ_KERNELS_NEON ? (i8 ? SET_NEON_INT8 : SET_NEON)
                                    : SET_REF;
     atomic_store_explicit(&current, &sets[s], memory_order_release);
 }
@@ -111,6 +112,8 @@ static void init_once(void) {
     sets[SET_AVX512_INT8] = sets[SET_AVX512];
     const tq_attn_kernels *an = tq_attn_kernels_neon();
     sets[SET_NEON] = (tq_kernel_set){tq_kernels_neon(), an ? an : ref};
+    sets[SET_NEON_INT8] = sets[SET_NEON];
+    if (cpu_has(TQ_KERNELS_NEON) && tq_attn_kernels_neon_dot()) sets[SET_NEON_INT8].attn = tq_attn_kernels_neon_dot();
     if (cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
         sets[SET_AVX512_INT8].attn = tq_attn_kernels_avx512_vnni();
     int k = resolve(kind);
@@ -151,7 +154,8 @@ void tq_set_int8_scores(int on) {
 int tq_int8_scores(void) {
     const tq_kernel_set *s = tq_kernel_set_get();
     return (s == &sets[SET_AVX512_INT8] && s->attn != sets[SET_AVX512].attn) ||
-           (s == &sets[SET_AVX2_INT8] && s->attn != sets[SET_AVX2].attn);
+           (s == &sets[SET_AVX2_INT8] && s->attn != sets[SET_AVX2].attn) ||
+           (s == &sets[SET_NEON_INT8] && s->attn != sets[SET_NEON].attn);
 }
 
 const char *tq_kernels_name(void) { return tq_kernels()->name; }

@@ -84,6 +84,39 @@ static inline int tq_record_trellis(const tq_record *x) {
     return 0;
 }
 
+/* The values the codes of segment s stand for — its centroids (2^bits), or the pair values of
+ * trellis codes (4^bits) — and their count in *n. */
+static inline const float *tq_record_seg_values(const tq_record *x, int s, int *n) {
+    int B = x->seg[s].bits;
+    *n = x->seg[s].pairs ? 1 << (2 * B) : 1 << B;
+    return x->seg[s].pairs ? x->seg[s].pairs : x->seg[s].centroids;
+}
+
+/* The largest |value| of segment s (tq_record_seg_values), or −1 if one is not finite: the
+ * scale the integer kernels round the values by. */
+static inline float tq_record_seg_absmax(const tq_record *x, int s) {
+    int n;
+    const float *v = tq_record_seg_values(x, s, &n);
+    float m = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = v[i] < 0.0f ? -v[i] : v[i];
+        if (!(a <= 3.4e38f)) return -1.0f;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* The largest |value| over every segment of x, −1 if one is not finite. */
+static inline float tq_record_absmax(const tq_record *x) {
+    float m = 0.0f;
+    for (int s = 0; s < x->n_seg; s++) {
+        float a = tq_record_seg_absmax(x, s);
+        if (a < 0.0f) return -1.0f;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
 /* 1 if the fused TURBO kernels of Lloyd-Max indices (score_turbo / accum_turbo, and the lane
  * kernels where tq_record_lanes(x) > 0) handle x: a small TURBO record (≤ 16 centroids: one
  * vpermps register) without trellis codes. Trellis-coded records take the lane kernels of a

@@ -1,0 +1,584 @@
+/*
+ * Decode attention in integers on AArch64 CPUs with the ARMv8.2-A dot products (sdot / udot:
+ * four byte products summed into each int32 lane), table "neon-dot": key scores and value sums on
+ * the lane layout (record.h, tq_record_lanes), plain Lloyd-Max codes of 1 to 4 bits and trellis
+ * codes of 2 to 4 bits. The rest of the table is attn_neon.c's. GCC sets the target for this file
+ * only; clang builds it only when the command line targets the dot products (as
+ * engine/quants_neon_dotprod.c); dispatch.c uses it where getauxval says HWCAP_ASIMDDP.
+ *
+ * The float kernel (attn_neon.c) decodes each record to a row of floats and multiplies it with
+ * every query head. Here the rotated query is rounded to int8 once per call (q̂ = round(q / β),
+ * β = max|q| / 127, per head) and the code values to int8 (ĉ = round(c / α), α = the largest
+ * |value| of the tensor / 127), so one sdot does 16 multiply-adds of one head:
+ *
+ *   ⟨q, row⟩ ≈ scale · α · β · Σ ĉ_i · q̂_i     (exact in int32)
+ *
+ * A block of 128 coordinates (16·B bytes) is read as eight vectors of 16 indices: vector r, byte
+ * i holds the code at stream position pos(B, r, i) (B = 4: 32⌊r/2⌋ + 2i + r mod 2, the low or
+ * high nibbles of one 16-byte load; B = 2: 64⌊r/4⌋ + 4i + r mod 4; B = 1 and 3: 8i + r, B = 3 by
+ * one vld3q that puts bytes 3i, 3i + 1, 3i + 2 in three vectors), each by a shift, an or and a
+ * mask at most, then looked up in the table of ĉ with one tbl. The query is stored once in the
+ * same order (ND_PERM), so the order of the products does not matter. Trellis codes (trellis.h)
+ * look up the 2B-bit window that ends with the code (the code and the one before it; the byte
+ * before each byte comes from vext with the previous load, or the byte before the block, zero
+ * for the segment's first block): 16 entries for 2 bits (one tbl), 64 for 3 (one tbl of four
+ * registers), 256 for 4 (one tbl and three tbx).
+ *
+ * The error bound is attn_vnni.c's (centroids and queries of 127 levels):
+ *   scores: scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4);
+ *   values (weights w = p · scale in uint8 per group of 32 tokens, γ = the group's largest w /
+ *   255, summed by udot against the biased codes ĉ + 128): Σ_t (γ_t/2 · |c_ti| + (w_t + γ_t/2) ·
+ *   α/2);
+ * tests/test_attention.c holds the kernels to them. A non-finite query coordinate or weight
+ * sends its group of four heads to the float kernel; a last group of fewer than four tokens
+ * takes the float kernel in the value sums.
+ */
+#include "attn_kernels.h"
+
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(__clang__)
+#pragma GCC target("arch=armv8.2-a+dotprod")
+#define ND_BUILD 1
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#define ND_BUILD 1
+#endif
+
+#if defined(ND_BUILD)
+
+#include <arm_neon.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/auxv.h>
+#if defined(__linux__)
+#include <asm/hwcap.h>
+#endif
+
+#include "trellis_rows.h"
+
+#define ND_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
+
+typedef struct ndseg {
+    uint8x16x4_t ts[4]; /* entry e: ĉ[e mod n] as int8 (scores); 16, 64 or 256 entries */
+    uint8x16x4_t tu[4]; /* entry e: 128 + ĉ[e mod n] (values, the unsigned operand of udot) */
+    const uint8_t *perm; /* code order (16r + i) → lane-layout offset in the block (nd_perm) */
+    int B, trellis, nblk;
+    size_t off, bytes;
+} ndseg;
+
+/* The stream position of byte i of index vector r of a block, for codes of B bits. */
+static int nd_pos(int B, int r, int i) {
+    switch (B) {
+    case 4: return 32 * (r >> 1) + 2 * i + (r & 1);
+    case 2: return 64 * (r >> 2) + 4 * i + (r & 3);
+    default: return 8 * i + r;
+    }
+}
+
+/* nd_perm[B][16r + i]: the lane-layout offset (16k + l) of the block's coordinate 8l + k at
+ * nd_pos(B, r, i); filled once (nd_init). */
+static uint8_t nd_perm[5][128];
+
+/* α and the segments' state; 0 if the lane row is longer than ND_MAX_BLOCKS blocks, some code
+ * value is not finite, or all are 0 (then the float kernels). */
+static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
+    if (tq_record_lanes(x) > 128 * ND_MAX_BLOCKS) return 0;
+    float m = tq_record_absmax(x);
+    if (!(m > 0.0f)) return 0; /* a value not finite (−1), or only zeros */
+    *alpha = m / 127.0f;
+    for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits, tr = x->seg[s].pairs != NULL;
+        if (B < 1 || B > 4 || (tr && B < 2)) return 0; /* not reached: tq_attn_reads_lanes */
+        int nv, w = tr ? 2 * B : B;
+        int ne = w <= 4 ? 16 : w <= 6 ? 64 : 256; /* the entries nd_lookup reads */
+        const float *val = tq_record_seg_values(x, s, &nv);
+        uint8_t ts[256], tu[256];
+        memset(ts, 0, sizeof ts);
+        memset(tu, 0, sizeof tu);
+        for (int e = 0; e < ne; e++) {
+            int c = vcvtns_s32_f32(val[e & (nv - 1)] / *alpha); /* |c| ≤ 127 */
+            ts[e] = (uint8_t)(int8_t)c;
+            tu[e] = (uint8_t)(128 + c);
+        }
+        for (int k = 0; k < 4; k++)
+            for (int v = 0; v < 4; v++) {
+                g[s].ts[k].val[v] = vld1q_u8(ts + 64 * k + 16 * v);
+                g[s].tu[k].val[v] = vld1q_u8(tu + 64 * k + 16 * v);
+            }
+        g[s].perm = nd_perm[B];
+        g[s].B = B;
+        g[s].trellis = tr;
+        g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].off = x->seg[s].off;
+        g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+    }
+    return 1;
+}
+
+/* Block h of a segment at p (record + segment offset), given full (the block lies within the
+ * segment's bytes; only a last block may not): the block itself, or a copy in blk (64 bytes)
+ * zero past the segment's bytes; *prev = the byte before it (0 for the first block; trellis
+ * codes only). */
+static inline __attribute__((always_inline)) const uint8_t *nd_block(const ndseg *g, const uint8_t *p, int h, int full,
+                                                                     uint8_t *blk, uint8_t *prev, int B, int tr) {
+    size_t at = (size_t)h * 16 * (size_t)B;
+    *prev = tr && h ? p[at - 1] : 0;
+    if (full) return p + at;
+    /* a partial block: n < 16·B bytes, a multiple of 4 (no library call on this path) */
+    const uint8_t *src = p + at;
+    size_t n = g->bytes - at, i = 0;
+    const uint8x16_t z = vdupq_n_u8(0);
+    vst1q_u8(blk, z), vst1q_u8(blk + 16, z), vst1q_u8(blk + 32, z), vst1q_u8(blk + 48, z);
+    for (; i + 16 <= n; i += 16) vst1q_u8(blk + i, vld1q_u8(src + i));
+    switch ((n - i) / 4) {
+    case 3: memcpy(blk + i, src + i, 12); break;
+    case 2: memcpy(blk + i, src + i, 8); break;
+    case 1: memcpy(blk + i, src + i, 4); break;
+    default: break;
+    }
+    return blk;
+}
+static inline int nd_full(const ndseg *g, int h) { return (size_t)(h + 1) * 16 * (size_t)g->B <= g->bytes; }
+
+static inline __attribute__((always_inline)) uint8x16_t nd_shr(uint8x16_t v, int s) {
+    return s ? vshlq_u8(v, vdupq_n_s8((int8_t)-s)) : v;
+}
+static inline __attribute__((always_inline)) uint8x16_t nd_shl(uint8x16_t v, int s) {
+    return s ? vshlq_u8(v, vdupq_n_s8((int8_t)s)) : v;
+}
+
+/* Bits [s, s + w) of each lane of the byte stream lo, hi (s < 8, or s < 0 with lo the bytes
+ * before), 0 < w ≤ 8. */
+static inline __attribute__((always_inline)) uint8x16_t nd_bits(uint8x16_t lo, uint8x16_t hi, int s, int w) {
+    uint8x16_t v = nd_shr(lo, s);
+    if (s + w > 8) v = vorrq_u8(v, nd_shl(hi, 8 - s));
+    if (s + w != 8) v = vandq_u8(v, vdupq_n_u8((uint8_t)((1u << w) - 1u)));
+    return v;
+}
+
+/* Index vector r of a block b (prev: the byte before it): the codes (plain) or their 2B-bit
+ * windows (trellis) at nd_pos(B, r, ·). */
+static inline __attribute__((always_inline)) uint8x16_t nd_idx(const uint8_t *b, uint8_t prev, int r, int B,
+                                                               int tr) {
+    const int w = tr ? 2 * B : B;
+    if (B == 3) {
+        uint8x16x3_t t = vld3q_u8(b); /* triple i: bytes 3i, 3i + 1, 3i + 2 = codes 8i … 8i + 7 */
+        int s = 3 * r - (tr ? 3 : 0), k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
+        uint8x16_t by[4] = {vextq_u8(vdupq_n_u8(prev), t.val[2], 15), t.val[0], t.val[1], t.val[2]};
+        uint8x16_t nx = k + 2 < 4 ? by[k + 2] : by[3];
+        return nd_bits(by[k + 1], nx, sh, w);
+    }
+    const int per = 8 / B, ld = r / per, j = r % per; /* per codes per byte */
+    uint8x16_t v = vld1q_u8(b + 16 * ld);
+    int s = B * j - (tr ? B : 0);
+    if (s >= 0) return nd_bits(v, v, s, w);
+    uint8x16_t before = vextq_u8(ld ? vld1q_u8(b + 16 * ld - 16) : vdupq_n_u8(prev), v, 15);
+    return nd_bits(before, v, 8 + s, w);
+}
+
+/* The table entries t[idx] of an index vector of w-bit entries. */
+static inline __attribute__((always_inline)) uint8x16_t nd_lookup(const uint8x16x4_t *t, uint8x16_t idx, int w) {
+    if (w <= 4) return vqtbl1q_u8(t[0].val[0], idx);
+    if (w <= 6) return vqtbl4q_u8(t[0], idx);
+    uint8x16_t r = vqtbl4q_u8(t[0], idx);
+    r = vqtbx4q_u8(r, t[1], vsubq_u8(idx, vdupq_n_u8(64)));
+    r = vqtbx4q_u8(r, t[2], vsubq_u8(idx, vdupq_n_u8(128)));
+    return vqtbx4q_u8(r, t[3], vsubq_u8(idx, vdupq_n_u8(192)));
+}
+
+/* The scale of a record's row (norm · inv_sqrt_dim); 0 and *ok = 0 for a corrupt norm. */
+static inline float nd_scale(const tq_record *x, const uint8_t *r, int *ok) {
+    float n = tq_record_load_norm(x, r + x->norm_off);
+    if (!tq_record_norm_ok(n)) {
+        *ok = 0;
+        return 0.0f;
+    }
+    return n * x->inv_sqrt_dim;
+}
+
+/* One query row in the lane layout (kl floats) → q̂ in code order (block H, byte 16r + i: the
+ * coordinate at perm); sets β; 0 if a coordinate is not finite. */
+static int nd_quant_query(const tq_record *x, const ndseg *g, const float *q, int kl, int8_t *out, float *beta) {
+    float32x4_t m = vdupq_n_f32(0.0f);
+    uint32x4_t good = vdupq_n_u32(~0u);
+    for (int i = 0; i < kl; i += 4) {
+        float32x4_t a = vabsq_f32(vld1q_f32(q + i));
+        good = vandq_u32(good, vcleq_f32(a, vdupq_n_f32(3.4e38f))); /* NaN fails */
+        m = vmaxq_f32(m, a);
+    }
+    if (vminvq_u32(good) == 0) return 0;
+    float mx = vmaxvq_f32(m);
+    const float32x4_t inv = vdupq_n_f32(mx > 0.0f ? 127.0f / mx : 0.0f);
+    int H = 0;
+    for (int s = 0; s < x->n_seg; s++)
+        for (int h = 0; h < g[s].nblk; h++, H++) {
+            /* rounded in the lane layout's order, then permuted with tbl (indices ≥ 64 read the
+             * second half) */
+            uint8x16x4_t lo, hi;
+            uint8x16_t *dst[8] = {&lo.val[0], &lo.val[1], &lo.val[2], &lo.val[3], &hi.val[0], &hi.val[1], &hi.val[2], &hi.val[3]};
+            for (int v = 0; v < 8; v++) {
+                const float *src = q + 128 * H + 16 * v;
+                int16x8_t a = vcombine_s16(vmovn_s32(vcvtnq_s32_f32(vmulq_f32(vld1q_f32(src), inv))),
+                                           vmovn_s32(vcvtnq_s32_f32(vmulq_f32(vld1q_f32(src + 4), inv))));
+                int16x8_t b = vcombine_s16(vmovn_s32(vcvtnq_s32_f32(vmulq_f32(vld1q_f32(src + 8), inv))),
+                                           vmovn_s32(vcvtnq_s32_f32(vmulq_f32(vld1q_f32(src + 12), inv))));
+                *dst[v] = vreinterpretq_u8_s8(vcombine_s8(vmovn_s16(a), vmovn_s16(b))); /* |q̂| ≤ 127 */
+            }
+            for (int v = 0; v < 8; v++) {
+                uint8x16_t ix = vld1q_u8(g[s].perm + 16 * v);
+                uint8x16_t r = vqtbx4q_u8(vqtbl4q_u8(lo, ix), hi, vsubq_u8(ix, vdupq_n_u8(64)));
+                vst1q_u8((uint8_t *)out + 128 * H + 16 * v, r);
+            }
+        }
+    *beta = mx / 127.0f;
+    return 1;
+}
+
+/* Segment g of n records (record t at base + t·rb) against four queries (qp[j], code order,
+ * this segment's blocks from H0): part[t] lane j = (first ? 0 : part[t] lane j) + the int32
+ * products of query j. */
+#define ND_RUN 64 /* records per pass of the score kernel */
+static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, const uint8_t *base, size_t rb, int n,
+                                                               const int8_t *const qp[4], int H0,
+                                                               int32x4_t *part, int first, int B, int tr) {
+    uint8_t blk[64];
+    const int w = tr ? 2 * B : B;
+    for (int h = 0; h < g->nblk; h++) {
+        const size_t o = 128 * (size_t)(H0 + h);
+        const int8_t *q0 = qp[0] + o, *q1 = qp[1] + o, *q2 = qp[2] + o, *q3 = qp[3] + o;
+        const int full = nd_full(g, h);
+        for (int t = 0; t < n; t++) {
+            uint8_t prev;
+            const uint8_t *b = nd_block(g, base + (size_t)t * rb + g->off, h, full, blk, &prev, B, tr);
+            int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx(b, prev, r, B, tr), w));
+                a0 = vdotq_s32(a0, c, vld1q_s8(q0 + 16 * r));
+                a1 = vdotq_s32(a1, c, vld1q_s8(q1 + 16 * r));
+                a2 = vdotq_s32(a2, c, vld1q_s8(q2 + 16 * r));
+                a3 = vdotq_s32(a3, c, vld1q_s8(q3 + 16 * r));
+            }
+            int32x4_t sum = vpaddq_s32(vpaddq_s32(a0, a1), vpaddq_s32(a2, a3));
+            part[t] = first && h == 0 ? sum : vaddq_s32(part[t], sum);
+        }
+    }
+}
+
+/* Calls FN(args…, B, trellis) with the segment's width and kind as constants (each its own
+ * specialized loop). */
+#define ND_BY_WIDTH(g, FN, ...)                                                                     \
+    switch ((g)->B * 2 + (g)->trellis) {                                                            \
+    case 8: FN(__VA_ARGS__, 4, 0); break;                                                           \
+    case 9: FN(__VA_ARGS__, 4, 1); break;                                                           \
+    case 6: FN(__VA_ARGS__, 3, 0); break;                                                           \
+    case 7: FN(__VA_ARGS__, 3, 1); break;                                                           \
+    case 4: FN(__VA_ARGS__, 2, 0); break;                                                           \
+    case 5: FN(__VA_ARGS__, 2, 1); break;                                                           \
+    default: FN(__VA_ARGS__, 1, 0); break;                                                          \
+    }
+
+static void nd_score_dispatch(const ndseg *g, const uint8_t *base, size_t rb, int n, const int8_t *const qp[4],
+                              int H0, int32x4_t *part, int first) {
+    ND_BY_WIDTH(g, nd_score_run, g, base, rb, n, qp, H0, part, first)
+}
+
+/* The float kernels for what the integer path leaves: trellis rows or attn_neon.c's lanes. */
+static int nd_float_scores(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs, int nq,
+                           float *S, size_t ss) {
+    if (tq_record_trellis(x)) return trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
+    return tq_attn_kernels_neon()->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, TQ_ATTN_NO_AHEAD);
+}
+static int nd_float_accum(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps, int nq,
+                          float *acc, size_t as) {
+    if (tq_record_trellis(x)) return trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
+    return tq_attn_kernels_neon()->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, TQ_ATTN_NO_AHEAD);
+}
+
+static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs,
+                                int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
+    ndseg g[2];
+    float alpha;
+    int kl = tq_record_lanes(x);
+    if (!nd_setup(x, g, &alpha)) return nd_float_scores(x, rec, nk, q, qs, nq, S, ss);
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4, fin = 1;
+        _Alignas(16) int8_t qb[4][128 * ND_MAX_BLOCKS];
+        float beta[4];
+        for (int k = 0; k < m4 && fin; k++) fin = nd_quant_query(x, g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k]);
+        if (!fin) {
+            ok &= nd_float_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
+            continue;
+        }
+        /* absent heads (a last group of fewer than four) repeat the first; their sums are dropped */
+        const int8_t *qp[4];
+        float ab[4];
+        for (int k = 0; k < 4; k++) {
+            int kk = k < m4 ? k : 0;
+            qp[k] = qb[kk];
+            ab[k] = alpha * beta[kk];
+        }
+        for (int t0 = 0; t0 < nk; t0 += ND_RUN) {
+            int n = nk - t0 < ND_RUN ? nk - t0 : ND_RUN;
+            const uint8_t *base = rec + (size_t)t0 * x->rec_bytes;
+            int32x4_t part[ND_RUN];
+            float sc[ND_RUN];
+            int H0 = 0;
+            for (int s = 0; s < x->n_seg; s++) {
+                nd_score_dispatch(&g[s], base, x->rec_bytes, n, qp, H0, part, s == 0);
+                H0 += g[s].nblk;
+            }
+            for (int t = 0; t < n; t++) sc[t] = nd_scale(x, base + (size_t)t * x->rec_bytes, &ok);
+            /* four tokens at a time: token rows (lane j: head j) scaled, transposed to head rows */
+            int t = 0;
+            for (; t + 4 <= n; t += 4) {
+                float32x4_t r0 = vmulq_n_f32(vcvtq_f32_s32(part[t]), sc[t]), r1 = vmulq_n_f32(vcvtq_f32_s32(part[t + 1]), sc[t + 1]),
+                            r2 = vmulq_n_f32(vcvtq_f32_s32(part[t + 2]), sc[t + 2]), r3 = vmulq_n_f32(vcvtq_f32_s32(part[t + 3]), sc[t + 3]);
+                float32x4_t e0 = vtrn1q_f32(r0, r1), o0 = vtrn2q_f32(r0, r1), e1 = vtrn1q_f32(r2, r3), o1 = vtrn2q_f32(r2, r3);
+                float32x4_t hr[4] = {
+                    vreinterpretq_f32_f64(vzip1q_f64(vreinterpretq_f64_f32(e0), vreinterpretq_f64_f32(e1))),
+                    vreinterpretq_f32_f64(vzip1q_f64(vreinterpretq_f64_f32(o0), vreinterpretq_f64_f32(o1))),
+                    vreinterpretq_f32_f64(vzip2q_f64(vreinterpretq_f64_f32(e0), vreinterpretq_f64_f32(e1))),
+                    vreinterpretq_f32_f64(vzip2q_f64(vreinterpretq_f64_f32(o0), vreinterpretq_f64_f32(o1)))};
+                for (int k = 0; k < m4; k++) vst1q_f32(S + (size_t)(j + k) * ss + (size_t)(t0 + t), vmulq_n_f32(hr[k], ab[k]));
+            }
+            for (; t < n; t++) {
+                float o[4];
+                vst1q_f32(o, vmulq_f32(vmulq_n_f32(vcvtq_f32_s32(part[t]), sc[t]), vld1q_f32(ab)));
+                for (int k = 0; k < m4; k++) S[(size_t)(j + k) * ss + (size_t)(t0 + t)] = o[k];
+            }
+        }
+    }
+    return ok;
+}
+
+/* ---- values: acc_j += Σ_t p_j[t] · row_t, weights in uint8 ----
+ *
+ * Per group of ND_GROUP tokens and head j, ŵ = round(w / γ_j) (w = p · scale, γ_j = the group's
+ * largest w / 255). Four tokens' index vectors r of a block are looked up in the biased table
+ * (128 + ĉ) and transposed 4 × 4 (two rounds of zips): each int32 lane then holds the four
+ * tokens' bytes of one coordinate, and one udot by element against the four tokens' weights of a
+ * head (one word of a vector that holds the four heads' words) adds Σ_m ŵ_m (ĉ_m + 128) (exact in
+ * uint32). Per group the sums, times α·γ_j, are added to a float buffer in code order, which the
+ * end of the call adds to acc in the lane layout, less the bias: 128 · Σ ŵ of each group times
+ * its α·γ_j, the same for every coordinate, summed over the groups once (the float sums carry
+ * it: their rounding, ~2^-24 of 128·α·Σw, stays far inside the bound). */
+#define ND_GROUP 32
+#define ND_CALL 256
+
+/* Tokens [0, nt) (a multiple of 4) of index vector r, block h (token t's block at bp + t·bs,
+ * the byte before it at bp + t·bs − 1 for h > 0): a[j][q] += their udot sums. */
+static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g, const uint8_t *bp, size_t bs, int nt,
+                                                                 const uint8_t *W, int h, int r, uint32x4_t a[4][4],
+                                                                 int B, int tr) {
+    const int w = tr ? 2 * B : B;
+    for (int t = 0; t < nt; t += 4) {
+        uint8x16_t xv[4];
+        for (int m = 0; m < 4; m++) {
+            const uint8_t *b = bp + (size_t)(t + m) * bs;
+            xv[m] = nd_lookup(g->tu, nd_idx(b, tr && h ? b[-1] : 0, r, B, tr), w);
+        }
+        uint8x16_t z01l = vzip1q_u8(xv[0], xv[1]), z01h = vzip2q_u8(xv[0], xv[1]);
+        uint8x16_t z23l = vzip1q_u8(xv[2], xv[3]), z23h = vzip2q_u8(xv[2], xv[3]);
+        uint16x8_t l01 = vreinterpretq_u16_u8(z01l), h01 = vreinterpretq_u16_u8(z01h);
+        uint16x8_t l23 = vreinterpretq_u16_u8(z23l), h23 = vreinterpretq_u16_u8(z23h);
+        uint8x16_t y[4] = {vreinterpretq_u8_u16(vzip1q_u16(l01, l23)), vreinterpretq_u8_u16(vzip2q_u16(l01, l23)),
+                           vreinterpretq_u8_u16(vzip1q_u16(h01, h23)), vreinterpretq_u8_u16(vzip2q_u16(h01, h23))};
+        /* the four heads' weights of tokens t … t + 3: word j = head j; udot by element */
+        const uint8x16_t wv = vld1q_u8(W + 4 * (size_t)t);
+        for (int q = 0; q < 4; q++) {
+            a[0][q] = vdotq_laneq_u32(a[0][q], y[q], wv, 0);
+            a[1][q] = vdotq_laneq_u32(a[1][q], y[q], wv, 1);
+            a[2][q] = vdotq_laneq_u32(a[2][q], y[q], wv, 2);
+            a[3][q] = vdotq_laneq_u32(a[3][q], y[q], wv, 3);
+        }
+    }
+}
+
+/* One segment over n tokens (a multiple of 4; records r0 + t·rb), four heads: F[j] (code order,
+ * this segment's blocks from H0) += α·γ · the biased sums, group by group. A partial block (the
+ * last of a segment whose count is not a multiple of 128) is copied once per group, with the
+ * byte before it, to a zero-padded stage that the eight index vectors then read. */
+#define ND_STAGE 80 /* stage stride: the byte before the block at 15, the block at 16 */
+static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, const uint8_t *r0, size_t rb, int n,
+                                                               const uint8_t *W, const float (*ag)[ND_CALL / ND_GROUP],
+                                                               int H0, float (*F)[128 * ND_MAX_BLOCKS], int B, int tr) {
+    _Alignas(16) uint8_t stage[ND_GROUP * ND_STAGE];
+    for (int h = 0; h < g->nblk; h++) {
+        const int full = nd_full(g, h);
+        const size_t at = (size_t)h * 16 * (size_t)B;
+        for (int t0 = 0; t0 < n; t0 += ND_GROUP) {
+            int nt = (t0 + ND_GROUP < n ? t0 + ND_GROUP : n) - t0, gi = t0 / ND_GROUP;
+            const uint8_t *bp = r0 + (size_t)t0 * rb + g->off + at;
+            size_t bs = rb;
+            if (!full) {
+                for (int t = 0; t < nt; t++) {
+                    uint8_t *d = stage + (size_t)t * ND_STAGE, prev;
+                    nd_block(g, r0 + (size_t)(t0 + t) * rb + g->off, h, 0, d + 16, &prev, B, tr);
+                    d[15] = prev;
+                }
+                bp = stage + 16, bs = ND_STAGE;
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                uint32x4_t a[4][4];
+                for (int j = 0; j < 4; j++)
+                    for (int q = 0; q < 4; q++) a[j][q] = vdupq_n_u32(0);
+                nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, tr);
+                for (int j = 0; j < 4; j++) {
+                    float *f = F[j] + 128 * (size_t)(H0 + h) + 16 * (size_t)r;
+                    for (int q = 0; q < 4; q++)
+                        vst1q_f32(f + 4 * q, vfmaq_n_f32(vld1q_f32(f + 4 * q), vcvtq_f32_u32(a[j][q]), ag[j][gi]));
+                }
+            }
+        }
+    }
+}
+
+/* A[perm[i]] += F[i] − bias for a block (nd_perm[B]): F's vectors 16r + 4q hold code positions
+ * 4q … 4q + 3 of index vector r. B = 1, 3: the identity. B = 4: lane i' of vector (r, q) goes
+ * to 32i' + 16(r mod 2) + 4⌊r/2⌋ + q, a 4 × 4 transpose per r. B = 2: to 64(i' mod 2) +
+ * 16(r mod 4) + 8⌊r/4⌋ + 2q + ⌊i'/2⌋, the even / odd lanes of vector pairs (uzp). */
+static void nd_flush(int B, const float *F, float *A, float bias) {
+    const float32x4_t vb = vdupq_n_f32(bias);
+    if (B != 2 && B != 4) {
+        for (int i = 0; i < 128; i += 4) vst1q_f32(A + i, vaddq_f32(vld1q_f32(A + i), vsubq_f32(vld1q_f32(F + i), vb)));
+        return;
+    }
+    for (int r = 0; r < 8; r++) {
+        const float *f = F + 16 * r;
+        float32x4_t v0 = vld1q_f32(f), v1 = vld1q_f32(f + 4), v2 = vld1q_f32(f + 8), v3 = vld1q_f32(f + 12);
+        float32x4_t o[4];
+        int at[4];
+        if (B == 4) {
+            float32x4_t e0 = vtrn1q_f32(v0, v1), o0 = vtrn2q_f32(v0, v1), e1 = vtrn1q_f32(v2, v3), o1 = vtrn2q_f32(v2, v3);
+            o[0] = vreinterpretq_f32_f64(vzip1q_f64(vreinterpretq_f64_f32(e0), vreinterpretq_f64_f32(e1)));
+            o[1] = vreinterpretq_f32_f64(vzip1q_f64(vreinterpretq_f64_f32(o0), vreinterpretq_f64_f32(o1)));
+            o[2] = vreinterpretq_f32_f64(vzip2q_f64(vreinterpretq_f64_f32(e0), vreinterpretq_f64_f32(e1)));
+            o[3] = vreinterpretq_f32_f64(vzip2q_f64(vreinterpretq_f64_f32(o0), vreinterpretq_f64_f32(o1)));
+            for (int i = 0; i < 4; i++) at[i] = 32 * i + 16 * (r & 1) + 4 * (r >> 1);
+        } else {
+            o[0] = vuzp1q_f32(v0, v1), o[1] = vuzp1q_f32(v2, v3); /* lanes i' = 0, 2 */
+            o[2] = vuzp2q_f32(v0, v1), o[3] = vuzp2q_f32(v2, v3); /* lanes i' = 1, 3 */
+            int c = 16 * (r & 3) + 8 * (r >> 2);
+            at[0] = c, at[1] = c + 4, at[2] = 64 + c, at[3] = 64 + c + 4;
+        }
+        for (int i = 0; i < 4; i++) vst1q_f32(A + at[i], vaddq_f32(vld1q_f32(A + at[i]), vsubq_f32(o[i], vb)));
+    }
+}
+
+static void nd_accum_dispatch(const ndseg *g, const uint8_t *r0, size_t rb, int n, const uint8_t *W,
+                              const float (*ag)[ND_CALL / ND_GROUP], int H0, float (*F)[128 * ND_MAX_BLOCKS]) {
+    ND_BY_WIDTH(g, nd_accum_seg, g, r0, rb, n, W, ag, H0, F)
+}
+
+static int nd_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps,
+                                int nq, float *acc, size_t as, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
+    ndseg g[2];
+    float alpha;
+    int kl = tq_record_lanes(x);
+    if (!nd_setup(x, g, &alpha)) return nd_float_accum(x, rec, nk, p, ps, nq, acc, as);
+    size_t rb = x->rec_bytes;
+    int ok = 1;
+    float sc[ND_CALL];
+    _Alignas(16) uint8_t W[4 * ND_CALL]; /* ŵ of token quad u, head k, token m at 16u + 4k + m */
+    float ag[4][ND_CALL / ND_GROUP];
+    int32_t ws[4][ND_CALL / ND_GROUP];
+    _Alignas(16) float F[4][128 * ND_MAX_BLOCKS];
+    for (int c0 = 0; c0 < nk; c0 += ND_CALL) {
+        int n = nk - c0 < ND_CALL ? nk - c0 : ND_CALL, nfull = n / 4 * 4;
+        const uint8_t *r0 = rec + (size_t)c0 * rb;
+        for (int t = 0; t < n; t++) sc[t] = nd_scale(x, r0 + (size_t)t * rb, &ok);
+        for (int j = 0; j < nq; j += 4) {
+            int m4 = nq - j < 4 ? nq - j : 4, fin = 1;
+            /* ŵ of the four heads over the whole quads [0, nfull) (absent heads: 0), eight at a
+             * time (a group is a multiple of 8 tokens but for the last, a multiple of 4) */
+            for (int k = 0; k < 4; k++)
+                for (int g0 = 0; g0 < nfull; g0 += ND_GROUP) {
+                    int gn = nfull - g0 < ND_GROUP ? nfull - g0 : ND_GROUP;
+                    const float *pk = p + (size_t)(j + (k < m4 ? k : 0)) * ps + (size_t)(c0 + g0);
+                    const float32x4_t zero = vdupq_n_f32(k < m4 ? 1.0f : 0.0f); /* absent heads: 0 */
+                    float32x4_t wv[ND_GROUP / 4], m = vdupq_n_f32(0.0f);
+                    uint32x4_t good = vdupq_n_u32(~0u);
+                    for (int i = 0; i < gn / 4; i++) {
+                        wv[i] = vmulq_f32(vmulq_f32(vld1q_f32(pk + 4 * i), vld1q_f32(sc + g0 + 4 * i)), zero);
+                        /* w ∈ [0, FLT_MAX]: fails for NaN, ±Inf and negatives */
+                        good = vandq_u32(good, vandq_u32(vcgeq_f32(wv[i], vdupq_n_f32(0.0f)), vcleq_f32(wv[i], vdupq_n_f32(3.4e38f))));
+                        m = vmaxq_f32(m, wv[i]);
+                    }
+                    if (vminvq_u32(good) == 0) fin = 0;
+                    float mx = fin ? vmaxvq_f32(m) : 0.0f;
+                    float32x4_t inv = vdupq_n_f32(mx > 0.0f ? 255.0f / mx : 0.0f);
+                    uint32_t sum = 0;
+                    for (int i = 0; i < gn / 4; i++) {
+                        uint32x4_t u = vminq_u32(vcvtnq_u32_f32(vmulq_f32(wv[i], inv)), vdupq_n_u32(255));
+                        uint8x8_t b = vmovn_u16(vcombine_u16(vmovn_u32(u), vdup_n_u16(0)));
+                        vst1_lane_u32((uint32_t *)(void *)&W[4 * (g0 + 4 * i) + 4 * k], vreinterpret_u32_u8(b), 0);
+                        sum += vaddvq_u32(u);
+                    }
+                    ws[k][g0 / ND_GROUP] = (int32_t)sum;
+                    ag[k][g0 / ND_GROUP] = alpha * (mx / 255.0f);
+                }
+            if (!fin) {
+                ok &= nd_float_accum(x, r0, n, p + (size_t)j * ps + (size_t)c0, ps, m4, acc + (size_t)j * as, as);
+                continue;
+            }
+            for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
+            int H0 = 0;
+            for (int s = 0; s < x->n_seg; s++) {
+                nd_accum_dispatch(&g[s], r0, rb, nfull, W,
+                                  (const float(*)[ND_CALL / ND_GROUP])ag, H0, F);
+                H0 += g[s].nblk;
+            }
+            /* code order → lane layout, less the bias: Σ over the groups of α·γ · 128 · Σ ŵ, the
+             * same for every coordinate */
+            for (int k = 0; k < m4; k++) {
+                float *A = acc + (size_t)(j + k) * as, bias = 0.0f;
+                for (int g0 = 0; g0 < nfull; g0 += ND_GROUP) bias += ag[k][g0 / ND_GROUP] * (float)(128 * ws[k][g0 / ND_GROUP]);
+                int H = 0;
+                for (int s = 0; s < x->n_seg; s++)
+                    for (int h = 0; h < g[s].nblk; h++, H++) nd_flush(g[s].B, F[k] + 128 * H, A + 128 * H, bias);
+            }
+            /* the last n % 4 tokens: the float kernel */
+            if (n % 4)
+                ok &= nd_float_accum(x, r0 + (size_t)nfull * rb, n - nfull, p + (size_t)j * ps + (size_t)(c0 + nfull), ps, m4,
+                                     acc + (size_t)j * as, as);
+        }
+    }
+    return ok;
+}
+
+static tq_attn_kernels nd_table;
+static pthread_once_t nd_once = PTHREAD_ONCE_INIT;
+
+static void nd_init(void) {
+    for (int B = 1; B <= 4; B++)
+        for (int r = 0; r < 8; r++)
+            for (int i = 0; i < 16; i++) {
+                int c = nd_pos(B, r, i); /* coordinate 8l + k of the block */
+                nd_perm[B][16 * r + i] = (uint8_t)(16 * (c % 8) + c / 8);
+            }
+    nd_table = *tq_attn_kernels_neon();
+    nd_table.name = "neon-dot";
+    nd_table.score_turbo_lanes = nd_score_turbo_lanes;
+    nd_table.accum_turbo_lanes = nd_accum_turbo_lanes;
+    nd_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
+}
+
+const tq_attn_kernels *tq_attn_kernels_neon_dot(void) {
+#if defined(HWCAP_ASIMDDP)
+    if (!(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) return NULL;
+#else
+    return NULL;
+#endif
+    pthread_once(&nd_once, nd_init);
+    return &nd_table;
+}
+
+#else
+
+const tq_attn_kernels *tq_attn_kernels_neon_dot(void) { return NULL; }
+
+#endif
