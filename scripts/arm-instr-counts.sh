@@ -22,10 +22,14 @@ ranges=$(aarch64-linux-gnu-nm -S --defined-only "$bin" |
   awk '$4 ~ /^neon_(score|accum)_turbo_lanes$|^neon_dot_multi$|^neon_accum_rows$|^nd_(score|accum)_turbo_lanes$|^nd_setup$|^nd_flush$|^nd_float_(scores|accum)$/ { print $1, $2 }' |
   while read -r a s; do printf '0x%x+0x%x,' $((base + 0x$a)) $((0x$s)); done)
 [ -n "$ranges" ] || { echo "arm-instr-counts: kernel symbols not found in $bin" >&2; exit 1; }
+# the cross package's C library (-L), unless Debian's arm64 multiarch libc is installed: then
+# that one (cmake/aarch64-linux-gnu.cmake says why)
+qemu_prefix=(-L /usr/aarch64-linux-gnu)
+[ -e /lib/ld-linux-aarch64.so.1 ] && qemu_prefix=()
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for shape in ${SHAPES:-128:2 128:3 128:4 256:3 256:4 64:3 128:3:t 128:4:t 256:3:t 256:4:t}; do
-  qemu-aarch64-static -L /usr/aarch64-linux-gnu -d in_asm,exec,nochain -dfilter "${ranges%,}" -D "$tmp/log" \
+  qemu-aarch64-static "${qemu_prefix[@]}" -d in_asm,exec,nochain -dfilter "${ranges%,}" -D "$tmp/log" \
     "$bin" 0 "$nk" "$shape" >/dev/null
   python3 - "$tmp/log" "$nk" "$shape" <<'EOF'
 import re, sys

@@ -17,6 +17,10 @@ n=${1:-4096}
 bin=build-arm/bench_quant_calls
 [ -x "$bin" ] || { echo "arm-quant-instr-counts: $bin missing (make test-arm builds it)" >&2; exit 1; }
 command -v qemu-aarch64-static >/dev/null || { echo "arm-quant-instr-counts: qemu-aarch64-static missing (apt-get install qemu-user-static)" >&2; exit 1; }
+# the cross package's C library (-L), unless Debian's arm64 multiarch libc is installed: then
+# that one (cmake/aarch64-linux-gnu.cmake says why)
+qemu_prefix=(-L /usr/aarch64-linux-gnu)
+[ -e /lib/ld-linux-aarch64.so.1 ] && qemu_prefix=()
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/count.py" <<'PY'
@@ -37,7 +41,7 @@ for line in open(sys.argv[1], errors="replace"):
 print(total)
 PY
 count() { # SET TYPE NX -> instructions executed by the whole run
-  qemu-aarch64-static -L /usr/aarch64-linux-gnu -d in_asm,exec,nochain -D "$tmp/log" "$bin" "$1" "$2" "$n" "$3" >/dev/null
+  qemu-aarch64-static "${qemu_prefix[@]}" -d in_asm,exec,nochain -D "$tmp/log" "$bin" "$1" "$2" "$n" "$3" >/dev/null
   python3 "$tmp/count.py" "$tmp/log"
 }
 sets="ref neon neon-dotprod"

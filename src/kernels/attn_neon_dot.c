@@ -35,6 +35,9 @@
  */
 #include "attn_kernels.h"
 
+#if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
+#define ND_BASELINE 1 /* the command line targets the dot products (before the pragma sets them) */
+#endif
 #if defined(__aarch64__) && defined(__ARM_NEON) && !defined(__clang__)
 #pragma GCC target("arch=armv8.2-a+dotprod")
 #define ND_BUILD 1
@@ -48,9 +51,9 @@
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/auxv.h>
 #if defined(__linux__)
 #include <asm/hwcap.h>
+#include <sys/auxv.h>
 #endif
 
 #include "trellis_rows.h"
@@ -568,10 +571,12 @@ static void nd_init(void) {
 }
 
 const tq_attn_kernels *tq_attn_kernels_neon_dot(void) {
-#if defined(HWCAP_ASIMDDP)
+#if defined(ND_BASELINE)
+    /* the whole build targets the dot products: the CPUs it runs on have them */
+#elif defined(__linux__) && defined(HWCAP_ASIMDDP)
     if (!(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) return NULL;
 #else
-    return NULL;
+    return NULL; /* no way to ask the CPU */
 #endif
     pthread_once(&nd_once, nd_init);
     return &nd_table;
