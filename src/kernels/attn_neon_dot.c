@@ -236,34 +236,44 @@ static int nd_quant_query(const tq_record *x, const ndseg *g, const float *q, in
     return 1;
 }
 
+#define ND_RUN 64 /* records per pass of the score kernel */
+/* Record t's block h against four queries (q[j]: the block's bytes of query j): part[t] as
+ * nd_score_run says (init: the first contribution). full: nd_full, a constant per call site, so
+ * that whole blocks take no branch for the copy of a partial one. */
+static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g, const uint8_t *base, size_t rb, int t,
+                                                                  int h, int full, const int8_t *const q[4],
+                                                                  int32x4_t *part, int init, int B, int tr) {
+    uint8_t blk[64], prev;
+    const uint8_t *b = nd_block(g, base + (size_t)t * rb + g->off, h, full, blk, &prev, B, tr);
+    const int w = tr ? 2 * B : B;
+    int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx(b, prev, r, B, tr), w));
+        a0 = vdotq_s32(a0, c, vld1q_s8(q[0] + 16 * r));
+        a1 = vdotq_s32(a1, c, vld1q_s8(q[1] + 16 * r));
+        a2 = vdotq_s32(a2, c, vld1q_s8(q[2] + 16 * r));
+        a3 = vdotq_s32(a3, c, vld1q_s8(q[3] + 16 * r));
+    }
+    int32x4_t sum = vpaddq_s32(vpaddq_s32(a0, a1), vpaddq_s32(a2, a3));
+    part[t] = init ? sum : vaddq_s32(part[t], sum);
+}
+
 /* Segment g of n records (record t at base + t·rb) against four queries (qp[j], code order,
  * this segment's blocks from H0): part[t] lane j = (first ? 0 : part[t] lane j) + the int32
- * products of query j. */
-#define ND_RUN 64 /* records per pass of the score kernel */
+ * products of query j. (Two records per pass, one load of each query vector for both, counted
+ * more instructions: GCC spills.) */
 static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, const uint8_t *base, size_t rb, int n,
                                                                const int8_t *const qp[4], int H0,
                                                                int32x4_t *part, int first, int B, int tr) {
-    uint8_t blk[64];
-    const int w = tr ? 2 * B : B;
     for (int h = 0; h < g->nblk; h++) {
         const size_t o = 128 * (size_t)(H0 + h);
-        const int8_t *q0 = qp[0] + o, *q1 = qp[1] + o, *q2 = qp[2] + o, *q3 = qp[3] + o;
-        const int full = nd_full(g, h);
-        for (int t = 0; t < n; t++) {
-            uint8_t prev;
-            const uint8_t *b = nd_block(g, base + (size_t)t * rb + g->off, h, full, blk, &prev, B, tr);
-            int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
-                int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx(b, prev, r, B, tr), w));
-                a0 = vdotq_s32(a0, c, vld1q_s8(q0 + 16 * r));
-                a1 = vdotq_s32(a1, c, vld1q_s8(q1 + 16 * r));
-                a2 = vdotq_s32(a2, c, vld1q_s8(q2 + 16 * r));
-                a3 = vdotq_s32(a3, c, vld1q_s8(q3 + 16 * r));
-            }
-            int32x4_t sum = vpaddq_s32(vpaddq_s32(a0, a1), vpaddq_s32(a2, a3));
-            part[t] = first && h == 0 ? sum : vaddq_s32(part[t], sum);
-        }
+        const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
+        const int init = first && h == 0;
+        if (nd_full(g, h))
+            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 1, q, part, init, B, tr);
+        else
+            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 0, q, part, init, B, tr);
     }
 }
 
