@@ -22,7 +22,8 @@
  * look up the 2B-bit window that ends with the code (the code and the one before it; the byte
  * before each byte comes from vext with the previous load, or the byte before the block, zero
  * for the segment's first block): 16 entries for 2 bits (one tbl), 64 for 3 (one tbl of four
- * registers), 256 for 4 (one tbl and three tbx).
+ * registers), 256 for 4 (by the pair table's antisymmetry, ĉ[255 − w] = −ĉ[w], checked at
+ * setup: one tbl and one tbx of four registers on w or w ^ 255, then the sign).
  *
  * The error bound is attn_vnni.c's (centroids and queries of 127 levels):
  *   scores: scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4);
@@ -61,8 +62,9 @@
 #define ND_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 
 typedef struct ndseg {
-    uint8x16x4_t ts[4]; /* entry e: ĉ[e mod n] as int8 (scores); 16, 64 or 256 entries */
-    uint8x16x4_t tu[4]; /* entry e: 128 + ĉ[e mod n] (values, the unsigned operand of udot) */
+    uint8x16x4_t ts[2]; /* entry e: ĉ[e mod n] as int8 (scores); 16, 64 or 128 entries (of
+                           256 for 4-bit trellis codes: nd_lookup) */
+    uint8x16x4_t tu[2]; /* entry e: 128 + ĉ[e mod n] (values, the unsigned operand of udot) */
     const uint8_t *perm; /* code order (16r + i) → lane-layout offset in the block (nd_perm) */
     int B, trellis, nblk;
     size_t off, bytes;
@@ -102,7 +104,10 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
             ts[e] = (uint8_t)(int8_t)c;
             tu[e] = (uint8_t)(128 + c);
         }
-        for (int k = 0; k < 4; k++)
+        if (ne == 256) /* nd_lookup reads entry 255 − e as −ĉ[e]: else the float kernels */
+            for (int e = 0; e < 128; e++)
+                if ((int8_t)ts[255 - e] != -(int8_t)ts[e]) return 0;
+        for (int k = 0; k < 2; k++)
             for (int v = 0; v < 4; v++) {
                 g[s].ts[k].val[v] = vld1q_u8(ts + 64 * k + 16 * v);
                 g[s].tu[k].val[v] = vld1q_u8(tu + 64 * k + 16 * v);
@@ -182,10 +187,13 @@ static inline __attribute__((always_inline)) uint8x16_t nd_idx(const uint8_t *b,
 static inline __attribute__((always_inline)) uint8x16_t nd_lookup(const uint8x16x4_t *t, uint8x16_t idx, int w) {
     if (w <= 4) return vqtbl1q_u8(t[0].val[0], idx);
     if (w <= 6) return vqtbl4q_u8(t[0], idx);
-    uint8x16_t r = vqtbl4q_u8(t[0], idx);
-    r = vqtbx4q_u8(r, t[1], vsubq_u8(idx, vdupq_n_u8(64)));
-    r = vqtbx4q_u8(r, t[2], vsubq_u8(idx, vdupq_n_u8(128)));
-    return vqtbx4q_u8(r, t[3], vsubq_u8(idx, vdupq_n_u8(192)));
+    /* 256 entries by the table's antisymmetry (nd_setup checks it): entry e ≥ 128 is the
+     * negative (mod 256: also for the biased table, 128 + ĉ) of entry 255 − e = e ^ 255, so a
+     * 128-entry lookup (eight registers) of e or e ^ 255, then the sign */
+    const uint8x16_t neg = vreinterpretq_u8_s8(vshrq_n_s8(vreinterpretq_s8_u8(idx), 7));
+    const uint8x16_t i2 = veorq_u8(idx, neg);
+    uint8x16_t r = vqtbx4q_u8(vqtbl4q_u8(t[0], i2), t[1], vsubq_u8(i2, vdupq_n_u8(64)));
+    return vsubq_u8(veorq_u8(r, neg), neg);
 }
 
 /* The scale of a record's row (norm · inv_sqrt_dim); 0 and *ok = 0 for a corrupt norm. */
