@@ -126,8 +126,24 @@ static int i8_pos(int L, int p) {
  * four tokens of decoded byte 32c + 16(d / 4) + 4r + d % 4 (the 4 × 4 byte transpose). */
 static inline int i8_slot_byte(int slot, int d) { return 32 * (slot / 4) + 16 * (d / 4) + 4 * (slot % 4) + d % 4; }
 
-/* i8_pos and the value buffer's order → lane positions, per B (filled once, i8_init). */
-static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_back_tab[I8_LAYOUTS][128];
+/* How the value pass's sums reach the lane layout, per layout (i8_init checks each against
+ * i8_pos): slot s (4q + s') of a block holds the four tokens of eight decoded bytes d
+ * (i8_slot_byte), whose lane positions are
+ *   I8_RUNS  the eight from that of d = 0 on (B = 3, 3-bit trellis): the sums go there at once;
+ *   I8_T4X4  base_q + s' + 32(d % 4) + 4⌊d / 4⌋ (B = 4): per four slots a 4 × 4 transpose in
+ *            each 128-bit half;
+ *   I8_PAIRS base_q + 2s' + 64(d % 2) + ⌊d / 2⌋ % 2 + 8⌊d / 4⌋ (B = 2): per four slots a pair
+ *            shuffle, an unpack of float pairs and a swap of halves;
+ *   I8_SCALAR any other (none now): one position at a time.
+ * i8_slot_tab[L][s]: where slot s's sums go in F (I8_RUNS: their lane position; else 8s); 
+ * i8_base_tab[L][q]: base_q. Filled once, i8_init. */
+enum { I8_RUNS, I8_T4X4, I8_PAIRS, I8_SCALAR };
+static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_slot_tab[I8_LAYOUTS][16], i8_base_tab[I8_LAYOUTS][4];
+static int i8_back_kind[I8_LAYOUTS];
+
+/* A segment's last block: whole (128 coordinates), half (64, B ≥ 3: i8_decode's first two
+ * vectors hold them all) or another part (loads stop at its bytes). */
+enum { I8_PART, I8_WHOLE, I8_HALF };
 
 typedef struct iseg {
     float alpha;      /* this segment's centroid step: its largest |centroid| (pair value) / 63 */
@@ -136,9 +152,11 @@ typedef struct iseg {
     __m256i tab_s[8]; /* ĉ, likewise (values: the signed operand); 4-bit trellis: ĉ[16k + e],
                          the first 128 of the 256 pair values (the rest: their negatives) */
     int B, T, nblk;   /* T: trellis codes */
+    int last;         /* the last block: I8_WHOLE, I8_HALF (64 coordinates, B ≥ 3) or I8_PART */
     size_t off, bytes;
-    const uint8_t *pos;  /* i8_pos(layout, ·) */
-    const uint8_t *back; /* value buffer index 8·slot + d → lane position (i8_slot_byte, pos) */
+    int L;                /* the layout (i8_pos) */
+    const uint8_t *pos;   /* i8_pos(L, ·) */
+    const uint8_t *at;    /* i8_slot_tab[L] */
 } iseg;
 
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
@@ -172,10 +190,14 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         g[s].B = B;
         g[s].T = T;
         g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].last = x->seg[s].count % 128 == 0                ? I8_WHOLE
+                    : x->seg[s].count % 128 == 64 && B >= 3 ? I8_HALF
+                                                              : I8_PART;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+        g[s].L = L;
         g[s].pos = i8_pos_tab[L];
-        g[s].back = i8_back_tab[L];
+        g[s].at = i8_slot_tab[L];
     }
     return 1;
 }
@@ -222,24 +244,29 @@ static inline __attribute__((always_inline)) __m256i i8_lookup256(const __m256i 
  * partial last block reads zeros past its bytes (code 0 at absent coordinates: the queries
  * are 0 there, the sums are not read). */
 static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const uint8_t *p, int h, int u,
-                                                            __m256i out[4], int B, int T) {
+                                                            __m256i out[4], int B, int T, int full, int nv) {
     const __m256i *tab = u ? g->tab_u : g->tab_s;
     size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
-    int n = rest < 16 * (size_t)B ? (int)rest : 16 * B;
+    /* full (a whole block; a constant where the caller knows): every load is a plain one; nv = 2
+     * (B ≥ 3, a block of 64 coordinates): out[0], out[1] only (coordinates 0–63) */
+    int n = full ? 16 * B : rest < 16 * (size_t)B ? (int)rest : 16 * B;
     const uint8_t *src = p + at;
     const int prev = T && h ? src[-1] : 0; /* the stream's byte before the block */
     if (T && B == 4) {
         /* A high nibble's window is its byte; a low nibble's is (its nibble, the high nibble of
          * the byte before): the bytes shifted up one (byte 0: the byte before the block). */
         const __m256i m4 = _mm256_set1_epi8(0x0F);
-        __m256i v0 = simd_load32_upto(src, 0, n), v1 = simd_load32_upto(src, 32, n);
-        __m256i v0m1 = i8_shift_in(v0, _mm256_setzero_si256(), prev), v1m1 = i8_shift_in(v1, v0, 0);
+        __m256i v0 = simd_load32_upto(src, 0, n);
+        __m256i v0m1 = i8_shift_in(v0, _mm256_setzero_si256(), prev);
 #define I8_WLO(v, vm1) \
     _mm256_or_si256(_mm256_andnot_si256(m4, _mm256_slli_epi16(v, 4)), _mm256_and_si256(_mm256_srli_epi16(vm1, 4), m4))
         out[0] = i8_lookup256(g->tab_s, I8_WLO(v0, v0m1), u);
         out[1] = i8_lookup256(g->tab_s, v0, u);
-        out[2] = i8_lookup256(g->tab_s, I8_WLO(v1, v1m1), u);
-        out[3] = i8_lookup256(g->tab_s, v1, u);
+        if (nv > 2) {
+            __m256i v1 = simd_load32_upto(src, 32, n), v1m1 = i8_shift_in(v1, v0, 0);
+            out[2] = i8_lookup256(g->tab_s, I8_WLO(v1, v1m1), u);
+            out[3] = i8_lookup256(g->tab_s, v1, u);
+        }
 #undef I8_WLO
     } else if (T && B == 2) {
         /* words (byte j − 1, byte j): the block shifted up one byte, the byte before at 0 */
@@ -275,7 +302,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
 #undef I8_MUL
 #undef I8_M
         const __m256i m6 = _mm256_set1_epi16(0x3F);
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < nv / 2; v++) {
             __m128i lo = v ? simd_load16_upto(src, 20, n)
                            : _mm_alignr_epi8(simd_load16_upto(src, 0, n), _mm_set1_epi8((char)prev), 12);
             __m128i hi = simd_load16_upto(src, v ? 32 : 8, n);
@@ -288,11 +315,13 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
     } else if (B == 4) {
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         __m256i v0 = simd_load32_upto(src, 0, n);
-        __m256i v1 = simd_load32_upto(src, 32, n);
         out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v0, m4));
         out[1] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4));
-        out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v1, m4));
-        out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
+        if (nv > 2) {
+            __m256i v1 = simd_load32_upto(src, 32, n);
+            out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v1, m4));
+            out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
+        }
     } else if (B == 2) {
         const __m256i m2 = _mm256_set1_epi8(0x03);
         __m256i v = simd_load32_upto(src, 0, n);
@@ -319,7 +348,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         const __m256i shP = _mm256_setr_epi32(0, 3, 1, 4, 0, 3, 1, 4);
         const __m256i shQ = _mm256_setr_epi32(4, 5, 2, 5, 4, 5, 2, 5);
         const __m256i m3 = _mm256_set1_epi8(0x07);
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < nv / 2; v++) {
             __m128i lo = simd_load16_upto(src, 24 * v, n);
             __m128i hi = simd_load16_upto(src, v ? 32 : 12, n);
             __m256i S = _mm256_shuffle_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1),
@@ -382,7 +411,8 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
 static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, const uint8_t *rec, size_t rb,
                                                                int n, const int8_t *const qb[4],
                                                                __m128i vbias, __m128 vab, float (*P)[4],
-                                                               int first, int B, int T, int NB, simd_ahead *ah) {
+                                                               int first, int B, int T, int NB, int LAST,
+                                                               simd_ahead *ah) {
     const int nblk = NB ? NB : g->nblk; /* NB: the block count when known at compile time */
     for (int t = 0; t < n; t++) {
         const uint8_t *r = rec + (size_t)t * rb + g->off;
@@ -391,8 +421,9 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int h = 0; h < nblk; h++) {
             __m256i d[4];
-            i8_decode(g, r, h, 1, d, B, T);
-            for (int c = 0; c < 4; c += 2) {
+            int nv = LAST == I8_HALF && h + 1 == nblk ? 2 : 4;
+            i8_decode(g, r, h, 1, d, B, T, LAST == I8_WHOLE || h + 1 < nblk, nv);
+            for (int c = 0; c < nv; c += 2) {
                 size_t at = 128 * (size_t)h + 32 * (size_t)c;
 #define I8_Q(j, o) _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at + (o)))
 #define I8_DOT(acc, j) I8_DPBUSD2(acc, d[c], I8_Q(j, 0), d[c + 1], I8_Q(j, 32))
@@ -469,12 +500,18 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             for (int s = 0; s < x->n_seg; s++) {
                 const int8_t *qp[4];
                 for (int k = 0; k < 4; k++) qp[k] = qb[k < m4 ? k : 0] + 128 * H0;
-                int first = s == 0, one = g[s].nblk == 1;
+                int first = s == 0, one = g[s].nblk == 1, last = g[s].last;
                 simd_ahead *ahp = j == 0 && first ? &ah : NULL;
 #define I8_RUN(B, T)                                                                           \
     do {                                                                                       \
-        if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, ahp); \
-        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, ahp);      \
+        if (one && last == I8_WHOLE)                                                                     \
+            i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, I8_WHOLE, ahp);      \
+        else if (one && last == I8_HALF)                                                                 \
+            i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, I8_HALF, ahp);       \
+        else if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, I8_PART, ahp); \
+        else if (last == I8_WHOLE)                                                                       \
+            i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, I8_WHOLE, ahp);      \
+        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, I8_PART, ahp);      \
     } while (0)
                 switch (4 * g[s].T + g[s].B) {
                 case 4: I8_RUN(4, 0); break;
@@ -496,15 +533,60 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
     return ok;
 }
 
+/* A[lane position] += F[i] for one block of F (as i8_accum_block leaves it) of layout L. */
+static void i8_back_add(int L, const float *F, float *A) {
+#define I8_ADD(o, v) _mm256_storeu_ps(A + (o), _mm256_add_ps(_mm256_loadu_ps(A + (o)), (v)))
+    switch (i8_back_kind[L]) {
+    case I8_RUNS:
+        for (int i = 0; i < 128; i += 8) I8_ADD(i, _mm256_load_ps(F + i));
+        break;
+    case I8_T4X4:
+        for (int q = 0; q < 4; q++) {
+            const float *f = F + 32 * q;
+            __m256 v0 = _mm256_load_ps(f), v1 = _mm256_load_ps(f + 8), v2 = _mm256_load_ps(f + 16),
+                   v3 = _mm256_load_ps(f + 24);
+            __m256 l01 = _mm256_unpacklo_ps(v0, v1), h01 = _mm256_unpackhi_ps(v0, v1);
+            __m256 l23 = _mm256_unpacklo_ps(v2, v3), h23 = _mm256_unpackhi_ps(v2, v3);
+            int b = i8_base_tab[L][q];
+            I8_ADD(b, _mm256_shuffle_ps(l01, l23, 0x44));
+            I8_ADD(b + 32, _mm256_shuffle_ps(l01, l23, 0xEE));
+            I8_ADD(b + 64, _mm256_shuffle_ps(h01, h23, 0x44));
+            I8_ADD(b + 96, _mm256_shuffle_ps(h01, h23, 0xEE));
+        }
+        break;
+    case I8_PAIRS:
+        for (int q = 0; q < 4; q++) {
+            const float *f = F + 32 * q;
+            /* per half: d' = 0 1 2 3 → (t, e) = 00 10 01 11; to 00 01 10 11, then pairs of t */
+            __m256d p0 = _mm256_castps_pd(_mm256_permute_ps(_mm256_load_ps(f), 0xD8));
+            __m256d p1 = _mm256_castps_pd(_mm256_permute_ps(_mm256_load_ps(f + 8), 0xD8));
+            __m256d p2 = _mm256_castps_pd(_mm256_permute_ps(_mm256_load_ps(f + 16), 0xD8));
+            __m256d p3 = _mm256_castps_pd(_mm256_permute_ps(_mm256_load_ps(f + 24), 0xD8));
+            __m256d e01 = _mm256_unpacklo_pd(p0, p1), o01 = _mm256_unpackhi_pd(p0, p1);
+            __m256d e23 = _mm256_unpacklo_pd(p2, p3), o23 = _mm256_unpackhi_pd(p2, p3);
+            int b = i8_base_tab[L][q];
+            I8_ADD(b, _mm256_castpd_ps(_mm256_permute2f128_pd(e01, e23, 0x20)));
+            I8_ADD(b + 8, _mm256_castpd_ps(_mm256_permute2f128_pd(e01, e23, 0x31)));
+            I8_ADD(b + 64, _mm256_castpd_ps(_mm256_permute2f128_pd(o01, o23, 0x20)));
+            I8_ADD(b + 72, _mm256_castpd_ps(_mm256_permute2f128_pd(o01, o23, 0x31)));
+        }
+        break;
+    default:
+        for (int i = 0; i < 128; i++) A[i8_pos(L, i8_slot_byte(i / 8, i % 8))] += F[i];
+    }
+#undef I8_ADD
+}
+
 /* One block h of one segment over n tokens (a multiple of 4; records r0 + t·rb), four
- * queries: F[j][8·slot + d] += α_s·γ · the int32 sums. */
+ * queries: F[j][at[slot] + d] += α_s·γ · the int32 sums (i8_back_add then reads F). */
 static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, const uint8_t *r0, size_t rb,
                                                                  int n, int h,
                                                                  const uint8_t (*W)[I8_CALL],
                                                                  const float (*ag)[I8_CALL / I8_GROUP],
-                                                                 float *const F[4], int B, int T,
+                                                                 float *const F[4], int B, int T, int LAST,
                                                                  simd_ahead *ah) {
     const float al = g->alpha;
+    const int nv = LAST == I8_HALF ? 2 : 4; /* the decoded vectors (and slots / 4) that matter */
     _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
     for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
         int t1 = t0 + I8_GROUP < n ? t0 + I8_GROUP : n, nquad = (t1 - t0) / 4;
@@ -514,11 +596,11 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
             _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
             if (ah) simd_ahead_step(ah, 4);
             __m256i x0[4], x1[4], x2[4], x3[4];
-            i8_decode(g, r, h, 0, x0, B, T);
-            i8_decode(g, r + rb, h, 0, x1, B, T);
-            i8_decode(g, r + 2 * rb, h, 0, x2, B, T);
-            i8_decode(g, r + 3 * rb, h, 0, x3, B, T);
-            for (int c = 0; c < 4; c++) {
+            i8_decode(g, r, h, 0, x0, B, T, LAST == I8_WHOLE, nv);
+            i8_decode(g, r + rb, h, 0, x1, B, T, LAST == I8_WHOLE, nv);
+            i8_decode(g, r + 2 * rb, h, 0, x2, B, T, LAST == I8_WHOLE, nv);
+            i8_decode(g, r + 3 * rb, h, 0, x3, B, T, LAST == I8_WHOLE, nv);
+            for (int c = 0; c < nv; c++) {
                 __m256i lo01 = _mm256_unpacklo_epi8(x0[c], x1[c]), hi01 = _mm256_unpackhi_epi8(x0[c], x1[c]);
                 __m256i lo23 = _mm256_unpacklo_epi8(x2[c], x3[c]), hi23 = _mm256_unpackhi_epi8(x2[c], x3[c]);
                 _mm256_store_si256((__m256i *)(void *)buf[u][4 * c], _mm256_unpacklo_epi16(lo01, lo23));
@@ -530,7 +612,7 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
         const __m256 s0 = _mm256_set1_ps(al * ag[0][t0 / I8_GROUP]), s1 = _mm256_set1_ps(al * ag[1][t0 / I8_GROUP]),
                      s2 = _mm256_set1_ps(al * ag[2][t0 / I8_GROUP]), s3 = _mm256_set1_ps(al * ag[3][t0 / I8_GROUP]);
         /* two slots at a time: eight accumulators, each weight broadcast serves both */
-        for (int sl = 0; sl < 16; sl += 2) {
+        for (int sl = 0; sl < 4 * nv; sl += 2) {
             __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             for (int u = 0; u < nquad; u++) {
                 __m256i y = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl]);
@@ -551,15 +633,15 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                 I8_ACC(b3, w, z);
 #undef I8_ACC
             }
-            float *f0 = F[0] + 8 * sl, *f1 = F[1] + 8 * sl, *f2 = F[2] + 8 * sl, *f3 = F[3] + 8 * sl;
-            _mm256_storeu_ps(f0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), s0, _mm256_loadu_ps(f0)));
-            _mm256_storeu_ps(f1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), s1, _mm256_loadu_ps(f1)));
-            _mm256_storeu_ps(f2, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a2), s2, _mm256_loadu_ps(f2)));
-            _mm256_storeu_ps(f3, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a3), s3, _mm256_loadu_ps(f3)));
-            _mm256_storeu_ps(f0 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b0), s0, _mm256_loadu_ps(f0 + 8)));
-            _mm256_storeu_ps(f1 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b1), s1, _mm256_loadu_ps(f1 + 8)));
-            _mm256_storeu_ps(f2 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b2), s2, _mm256_loadu_ps(f2 + 8)));
-            _mm256_storeu_ps(f3 + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b3), s3, _mm256_loadu_ps(f3 + 8)));
+            int oa = g->at[sl], ob = g->at[sl + 1];
+            _mm256_store_ps(F[0] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), s0, _mm256_load_ps(F[0] + oa)));
+            _mm256_store_ps(F[1] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), s1, _mm256_load_ps(F[1] + oa)));
+            _mm256_store_ps(F[2] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a2), s2, _mm256_load_ps(F[2] + oa)));
+            _mm256_store_ps(F[3] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a3), s3, _mm256_load_ps(F[3] + oa)));
+            _mm256_store_ps(F[0] + ob, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b0), s0, _mm256_load_ps(F[0] + ob)));
+            _mm256_store_ps(F[1] + ob, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b1), s1, _mm256_load_ps(F[1] + ob)));
+            _mm256_store_ps(F[2] + ob, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b2), s2, _mm256_load_ps(F[2] + ob)));
+            _mm256_store_ps(F[3] + ob, _mm256_fmadd_ps(_mm256_cvtepi32_ps(b3), s3, _mm256_load_ps(F[3] + ob)));
         }
     }
 }
@@ -627,24 +709,30 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                     simd_ahead *ahp = j == 0 && s == 0 && h == 0 ? &ah : NULL;
                     float *Fp[4] = {F[0] + 128 * (H0 + h), F[1] + 128 * (H0 + h), F[2] + 128 * (H0 + h),
                                     F[3] + 128 * (H0 + h)};
+                    int last = h + 1 < g[s].nblk ? I8_WHOLE : g[s].last;
+#define I8_BLK(B, T)                                                                                   \
+    do {                                                                                               \
+        if (last == I8_WHOLE) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_WHOLE, ahp); \
+        else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, ahp); \
+        else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, ahp);                 \
+    } while (0)
                     switch (4 * g[s].T + g[s].B) {
-                    case 4: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, 0, ahp); break;
-                    case 3: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, 0, ahp); break;
-                    case 2: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, 0, ahp); break;
-                    case 8: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 4, 1, ahp); break;
-                    case 7: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 3, 1, ahp); break;
-                    default: i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, 2, 1, ahp); break;
+                    case 4: I8_BLK(4, 0); break;
+                    case 3: I8_BLK(3, 0); break;
+                    case 2: I8_BLK(2, 0); break;
+                    case 8: I8_BLK(4, 1); break;
+                    case 7: I8_BLK(3, 1); break;
+                    default: I8_BLK(2, 1); break;
                     }
+#undef I8_BLK
                 }
                 H0 += g[s].nblk;
             }
-            /* buffer order → lane layout */
             for (int k = 0; k < m4; k++) {
                 float *A = acc + (size_t)(j + k) * as;
                 H0 = 0;
                 for (int s = 0; s < x->n_seg; s++)
-                    for (int h = 0; h < g[s].nblk; h++, H0++)
-                        for (int i = 0; i < 128; i++) A[128 * H0 + g[s].back[i]] += F[k][128 * H0 + i];
+                    for (int h = 0; h < g[s].nblk; h++, H0++) i8_back_add(g[s].L, F[k] + 128 * H0, A + 128 * H0);
             }
             /* the last n % 4 tokens: the float kernel */
             if (n > nfull)
@@ -659,11 +747,21 @@ static tq_attn_kernels i8_table;
 static pthread_once_t i8_once = PTHREAD_ONCE_INIT;
 
 static void i8_init(void) {
-    for (int L = 2; L < I8_LAYOUTS; L++)
-        for (int p = 0; p < 128; p++) {
-            i8_pos_tab[L][p] = (uint8_t)i8_pos(L, p);
-            i8_back_tab[L][p] = (uint8_t)i8_pos(L, i8_slot_byte(p / 8, p % 8));
-        }
+    for (int L = 2; L < I8_LAYOUTS; L++) {
+        int runs = 1, t4x4 = 1, pairs = 1;
+        for (int p = 0; p < 128; p++) i8_pos_tab[L][p] = (uint8_t)i8_pos(L, p);
+        for (int q = 0; q < 4; q++) i8_base_tab[L][q] = (uint8_t)i8_pos(L, i8_slot_byte(4 * q, 0));
+        for (int sl = 0; sl < 16; sl++)
+            for (int d = 0; d < 8; d++) {
+                int at = i8_pos(L, i8_slot_byte(sl, d)), b = i8_base_tab[L][sl / 4], s1 = sl % 4;
+                runs &= at == i8_pos(L, i8_slot_byte(sl, 0)) + d;
+                t4x4 &= at == b + s1 + 32 * (d % 4) + 4 * (d / 4);
+                pairs &= at == b + 2 * s1 + 64 * (d % 2) + d / 2 % 2 + 8 * (d / 4);
+            }
+        i8_back_kind[L] = runs ? I8_RUNS : t4x4 ? I8_T4X4 : pairs ? I8_PAIRS : I8_SCALAR;
+        for (int sl = 0; sl < 16; sl++)
+            i8_slot_tab[L][sl] = (uint8_t)(runs ? i8_pos(L, i8_slot_byte(sl, 0)) : 8 * sl);
+    }
     i8_table = *tq_attn_kernels_avx2();
     i8_table.name = I8_AVXVNNI ? "avx2-vnni" : "avx2-int8";
     i8_table.score_turbo_lanes = i8_score_turbo_lanes;
