@@ -28,6 +28,9 @@
  * bit 8 − B + Bk of the lane for code k: its low 2B bits are the window, and the table (entry
  * e: the pair value of e mod 2^(2B), quantized with α from the largest |pair value|) reads it
  * as vpermb reads the plain codes. The same instructions per block as Lloyd-Max codes.
+ *
+ * Segments of exactly 64 coordinates with plain codes (SmolLM2's heads, turbo3.5's halves at
+ * d 128) put two records in one vector (vnni_2x4_half, vnni_accum_halves): the same int32 sums.
  */
 #include "attn_kernels.h"
 
@@ -51,8 +54,13 @@ typedef struct vseg {
     __m512i table[4];     /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand); wide: 256
                              entries in four registers, else [0] */
     __m512i table_s[4];   /* entry e: ĉ[e mod 2^B] (values: signed operand), likewise */
+    __m512i align2;       /* half (below): vpermt2b, lanes 0–7 ← align of one record's block,
+                             lanes 8–15 ← the same of another's */
     int B, nblk, trellis; /* trellis: the codes are trellis-coded, ĉ the pair values */
     int wide;             /* 4-bit trellis codes: 8-bit windows, a 256-entry table */
+    int half;             /* one block of 64 coordinates, plain codes (SmolLM2's heads, the
+                             halves of turbo3.5's split at d 128): lanes 8–15 are padding, so
+                             two records share one vector (vnni_score_halves) */
     size_t off, bytes;
 } vseg;
 
@@ -68,8 +76,12 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
         int wide = tr && B == 4, ne = wide ? 256 : 64;
         uint8_t align[64], lo[64], hi[64], lo2[64], table[256];
         int8_t table_s[256];
+        uint8_t align2[64];
         for (int l = 0; l < 16; l++)
-            for (int j = 0; j < 4; j++) align[4 * l + j] = (uint8_t)(B * l + j);
+            for (int j = 0; j < 4; j++) {
+                align[4 * l + j] = (uint8_t)(B * l + j);
+                align2[4 * l + j] = (uint8_t)(l < 8 ? B * l + j : 64 + B * (l - 8) + j);
+            }
         /* Trellis: the window ending with the code — B < 4 in the block loaded one byte early
          * (+8 − B), B = 4 in the block as stored (−4: an even lane's code 0 wraps; lo2 reads
          * it from the block loaded four bytes early, where it sits at bit 28). */
@@ -88,6 +100,7 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
             table[e] = (uint8_t)(128 + table_s[e]);
         }
         g[s].align = _mm512_loadu_si512(align);
+        g[s].align2 = _mm512_loadu_si512(align2);
         g[s].lo = _mm512_loadu_si512(lo);
         g[s].hi = _mm512_loadu_si512(hi);
         g[s].lo2 = _mm512_loadu_si512(lo2);
@@ -99,6 +112,7 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
         g[s].wide = wide;
         g[s].trellis = tr;
         g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].half = x->seg[s].count == 64 && !tr;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
@@ -189,17 +203,24 @@ static int quant_query(const float *q, int kl, int8_t *out, float *beta, int32_t
     return 1;
 }
 
+/* The in-lane rounds of hsum16 (attn_simd.h) in int32 for 4·nu vectors: u[i] per 128-bit lane
+ * L = the sums of a[4i], …, a[4i + 3] over lane L. */
+static inline void hsum_in_lanes_i32(const __m512i *a, int nu, __m512i *u) {
+#define SHUF(x, y, imm) _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), imm))
+    for (int i = 0; i < nu; i++) {
+        __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[4 * i], a[4 * i + 1]),
+                                      _mm512_unpackhi_epi32(a[4 * i], a[4 * i + 1]));
+        __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[4 * i + 2], a[4 * i + 3]),
+                                      _mm512_unpackhi_epi32(a[4 * i + 2], a[4 * i + 3]));
+        u[i] = _mm512_add_epi32(SHUF(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)), SHUF(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+#undef SHUF
+}
+
 /* hsum16 (attn_simd.h) in int32. */
 static inline __m512i hsum16_i32(const __m512i a[16]) {
-#define SHUF(x, y, imm) _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), imm))
-    __m512i t[8], u[4];
-    for (int i = 0; i < 8; i++)
-        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
-                                _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
-    for (int i = 0; i < 4; i++)
-        u[i] = _mm512_add_epi32(SHUF(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                SHUF(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-#undef SHUF
+    __m512i u[4];
+    hsum_in_lanes_i32(a, 4, u);
     __m512i v01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
     __m512i v23 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], _MM_SHUFFLE(2, 0, 2, 0)),
@@ -229,6 +250,40 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
             a[12 + m] = _mm512_dpbusd_epi32(a[12 + m], ch, _mm512_loadu_si512(q3 + 64));
         }
     }
+}
+
+/* Half blocks: records r[0], r[1] (then r[2], r[3]) of a segment with g->half in one vector,
+ * lanes 0–7 the first's codes, 8–15 the second's, against the queries' first 64 coordinates in
+ * both halves (qd[k][u]: query k, half u, this segment's block); a[2k + p] += the products of
+ * query k with pair p. The same instructions per vector as a whole block: half as many per
+ * record. */
+static inline __attribute__((always_inline)) void vnni_2x4_half(const vseg *g, const uint8_t *const r[4],
+                                                                const int8_t (*qd)[2][64], __m512i a[8],
+                                                                int B) {
+    const __mmask64 mk = ((__mmask64)1 << (8 * B)) - 1;
+    for (int p = 0; p < 2; p++) {
+        vblk blk;
+        blk.raw2 = _mm512_setzero_si512();
+        blk.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(mk, r[2 * p] + g->off), g->align2,
+                                           _mm512_maskz_loadu_epi8(mk, r[2 * p + 1] + g->off));
+        __m512i cl = vseg_half(g, blk, 0, g->table, 4), ch = vseg_half(g, blk, 1, g->table, 4);
+        for (int k = 0; k < 4; k++) {
+            a[2 * k + p] = _mm512_dpbusd_epi32(a[2 * k + p], cl, _mm512_load_si512(qd[k][0]));
+            a[2 * k + p] = _mm512_dpbusd_epi32(a[2 * k + p], ch, _mm512_load_si512(qd[k][1]));
+        }
+    }
+}
+
+/* The 16 sums of vnni_2x4_half's accumulators, lane 4k + m = query k, record m. */
+static inline __m512i hsum8_halves_i32(const __m512i a[8]) {
+    __m512i u[2];
+    hsum_in_lanes_i32(a, 2, u);
+    /* 128-bit lanes 0, 1: record 2p, lanes 2, 3: record 2p + 1 of accumulator 2k + p; after the
+     * sum, lane 8(k / 2) + 4(m % 2) + 2(k % 2) + m / 2 holds query k, record m */
+    __m512i v = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    return _mm512_permutexvar_epi32(order, v);
 }
 
 static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
@@ -269,6 +324,17 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
         }
         const __m512i vbias = _mm512_loadu_si512(b16);
         const __m512 vab = _mm512_loadu_ps(ab);
+        /* every segment half: two records per vector, the queries' halves duplicated */
+        int halves = 1;
+        for (int s = 0; s < x->n_seg; s++) halves &= g[s].half;
+        _Alignas(64) int8_t qd[2][4][2][64];
+        if (halves)
+            for (int s = 0; s < x->n_seg; s++)
+                for (int k = 0; k < 4; k++)
+                    for (int u = 0; u < 2; u++) {
+                        __m512i v = _mm512_load_si512(qp[k] + 128 * s + 64 * u);
+                        _mm512_store_si512(qd[s][k][u], _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 0, 1, 0)));
+                    }
         for (int t = 0; t < nk; t += 4) {
             int n4 = nk - t < 4 ? nk - t : 4;
             const uint8_t *r[4];
@@ -276,19 +342,33 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             for (int m = 0; m < 4; m++) r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
             if (j == 0) simd_ahead_step(&ah, 4);
             ok &= simd_rec_scales(x, r, 4, n4, sc);
-            __m512i a[16];
+            __m512i a[16], sums;
             for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
-            int H0 = 0;
-            for (int s = 0; s < x->n_seg; s++) {
-                switch (g[s].B) {
-                case 4: vnni_4x4_seg(&g[s], r, qp, H0, a, 4); break;
-                case 3: vnni_4x4_seg(&g[s], r, qp, H0, a, 3); break;
-                case 2: vnni_4x4_seg(&g[s], r, qp, H0, a, 2); break;
-                default: vnni_4x4_seg(&g[s], r, qp, H0, a, 1); break;
+            if (halves) {
+                for (int s = 0; s < x->n_seg; s++) {
+                    const int8_t(*qs2)[2][64] = (const int8_t(*)[2][64])qd[s];
+                    switch (g[s].B) {
+                    case 4: vnni_2x4_half(&g[s], r, qs2, a, 4); break;
+                    case 3: vnni_2x4_half(&g[s], r, qs2, a, 3); break;
+                    case 2: vnni_2x4_half(&g[s], r, qs2, a, 2); break;
+                    default: vnni_2x4_half(&g[s], r, qs2, a, 1); break;
+                    }
                 }
-                H0 += g[s].nblk;
+                sums = hsum8_halves_i32(a);
+            } else {
+                int H0 = 0;
+                for (int s = 0; s < x->n_seg; s++) {
+                    switch (g[s].B) {
+                    case 4: vnni_4x4_seg(&g[s], r, qp, H0, a, 4); break;
+                    case 3: vnni_4x4_seg(&g[s], r, qp, H0, a, 3); break;
+                    case 2: vnni_4x4_seg(&g[s], r, qp, H0, a, 2); break;
+                    default: vnni_4x4_seg(&g[s], r, qp, H0, a, 1); break;
+                    }
+                    H0 += g[s].nblk;
+                }
+                sums = hsum16_i32(a);
             }
-            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hsum16_i32(a), vbias)), vab);
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, vbias)), vab);
             if (m4 == 4 && n4 == 4) {
                 store16(v, sc, S + (size_t)j * ss + (size_t)t, ss);
                 continue;
@@ -324,6 +404,18 @@ static inline __attribute__((always_inline)) __m512i vnni_decode_half(const vseg
     return vseg_half(g, vseg_load(g, r, h, B), u, g->table_s, B);
 }
 
+/* The 4 × 4 byte transpose of the value pass (two rounds of unpacks): per 128-bit lane, dword i
+ * of y[q] holds byte 4q + i of x0, x1, x2 and x3, in that order. */
+static inline __attribute__((always_inline)) void transpose_bytes4(__m512i x0, __m512i x1, __m512i x2, __m512i x3,
+                                                                   __m512i y[4]) {
+    __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
+    __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
+    y[0] = _mm512_unpacklo_epi16(lo01, lo23);
+    y[1] = _mm512_unpackhi_epi16(lo01, lo23);
+    y[2] = _mm512_unpacklo_epi16(hi01, hi23);
+    y[3] = _mm512_unpackhi_epi16(hi01, hi23);
+}
+
 /* One segment, half u of every block, over n tokens (a multiple of 4; records r0 + t·rb), four
  * queries: F[(H·2 + u)·4 + r][16] += α·γ · the int32 sums. */
 static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, const uint8_t *r0,
@@ -344,10 +436,8 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
                     __m512i x0 = vnni_decode_half(g, r, h, u, B), x1 = vnni_decode_half(g, r + rb, h, u, B),
                             x2 = vnni_decode_half(g, r + 2 * rb, h, u, B),
                             x3 = vnni_decode_half(g, r + 3 * rb, h, u, B);
-                    __m512i lo01 = _mm512_unpacklo_epi8(x0, x1), hi01 = _mm512_unpackhi_epi8(x0, x1);
-                    __m512i lo23 = _mm512_unpacklo_epi8(x2, x3), hi23 = _mm512_unpackhi_epi8(x2, x3);
-                    __m512i y[4] = {_mm512_unpacklo_epi16(lo01, lo23), _mm512_unpackhi_epi16(lo01, lo23),
-                                    _mm512_unpacklo_epi16(hi01, hi23), _mm512_unpackhi_epi16(hi01, hi23)};
+                    __m512i y[4];
+                    transpose_bytes4(x0, x1, x2, x3, y);
                     for (int j = 0; j < 4; j++) {
                         uint32_t wq;
                         memcpy(&wq, &W[j][t], 4);
@@ -361,6 +451,72 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
                     for (int q = 0; q < 4; q++)
                         _mm512_storeu_ps(f + 16 * q, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[4 * j + q]), sc,
                                                                      _mm512_loadu_ps(f + 16 * q)));
+                }
+            }
+        }
+}
+
+/* Two records' half block (vnni_2x4_half's layout) of half u: lanes 0–7 record a's table values
+ * (t: g->table_s), 8–15 record b's. */
+static inline __attribute__((always_inline)) __m512i vnni_decode_pair(const vseg *g, const uint8_t *ra,
+                                                                      const uint8_t *rb, int u, int B) {
+    const __mmask64 mk = ((__mmask64)1 << (8 * B)) - 1;
+    vblk blk;
+    blk.raw2 = _mm512_setzero_si512();
+    blk.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(mk, ra + g->off), g->align2,
+                                       _mm512_maskz_loadu_epi8(mk, rb + g->off));
+    return vseg_half(g, blk, u, g->table_s, 4);
+}
+
+/* vnni_accum_seg for a segment with g->half: eight records per step in four vectors of two
+ * (x01 … x67); after the transpose a dword of 128-bit lanes 0–1 holds records 0, 2, 4, 6 of one
+ * coordinate, the same dword of lanes 2–3 records 1, 3, 5, 7, so the weight vector has the
+ * even records' bytes in its low half and the odd ones' in its high half; per group the two
+ * halves are added (the block's first 64 coordinates: F's first 8 floats per vector). n: a
+ * multiple of 4; a last step of 4 repeats its records with weight 0. */
+static inline __attribute__((always_inline)) void vnni_accum_halves(const vseg *g, const uint8_t *r0, size_t rb,
+                                                                    int n, const uint8_t (*W)[VNNI_CALL],
+                                                                    const float (*ag)[VNNI_CALL / VNNI_GROUP],
+                                                                    int H0, float *const F[4], int B,
+                                                                    simd_ahead *ah) {
+    const __m512i spread = _mm512_set_epi8(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1,
+                                           15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1,
+                                           14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0,
+                                           14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    for (int u = 0; u < 2; u++)
+        for (int t0 = 0; t0 < n; t0 += VNNI_GROUP) {
+            int t1 = t0 + VNNI_GROUP < n ? t0 + VNNI_GROUP : n;
+            __m512i a[16];
+            for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
+            for (int t = t0; t < t1; t += 8) {
+                const int four = t + 8 > t1; /* records t + 4 … t + 7 absent */
+                const uint8_t *r = r0 + (size_t)t * rb, *r4 = four ? r : r + 4 * rb;
+                if (ah && u == 0) simd_ahead_step(ah, four ? 4 : 8);
+                __m512i x01 = vnni_decode_pair(g, r, r + rb, u, B), x23 = vnni_decode_pair(g, r + 2 * rb, r + 3 * rb, u, B),
+                        x45 = vnni_decode_pair(g, r4, r4 + rb, u, B),
+                        x67 = vnni_decode_pair(g, r4 + 2 * rb, r4 + 3 * rb, u, B);
+                __m512i y[4];
+                transpose_bytes4(x01, x23, x45, x67, y);
+                for (int j = 0; j < 4; j++) {
+                    uint64_t w8;
+                    if (four) {
+                        uint32_t w4;
+                        memcpy(&w4, &W[j][t], 4);
+                        w8 = w4;
+                    } else {
+                        memcpy(&w8, &W[j][t], 8);
+                    }
+                    __m512i wb = _mm512_shuffle_epi8(_mm512_set1_epi64((long long)w8), spread);
+                    for (int q = 0; q < 4; q++) a[4 * j + q] = _mm512_dpbusd_epi32(a[4 * j + q], wb, y[q]);
+                }
+            }
+            for (int j = 0; j < 4; j++) {
+                __m256 sc = _mm256_set1_ps(ag[j][t0 / VNNI_GROUP]);
+                float *f = F[j] + ((size_t)H0 * 2 + (size_t)u) * 64;
+                for (int q = 0; q < 4; q++) {
+                    __m256i both = _mm256_add_epi32(_mm512_castsi512_si256(a[4 * j + q]),
+                                                    _mm512_extracti64x4_epi64(a[4 * j + q], 1));
+                    _mm256_storeu_ps(f + 16 * q, _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), sc, _mm256_loadu_ps(f + 16 * q)));
                 }
             }
         }
@@ -426,6 +582,16 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             const float(*agc)[VNNI_CALL / VNNI_GROUP] = (const float(*)[VNNI_CALL / VNNI_GROUP])ag;
             int H0 = 0;
             for (int s = 0; s < x->n_seg; s++) {
+                if (g[s].half) {
+                    switch (g[s].B) {
+                    case 4: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4, j == 0 && s == 0 ? &ah : NULL); break;
+                    case 3: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3, j == 0 && s == 0 ? &ah : NULL); break;
+                    case 2: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 2, j == 0 && s == 0 ? &ah : NULL); break;
+                    default: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 1, j == 0 && s == 0 ? &ah : NULL); break;
+                    }
+                    H0 += 1;
+                    continue;
+                }
                 switch (g[s].B) {
                 case 4: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4, j == 0 && s == 0 ? &ah : NULL); break;
                 case 3: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3, j == 0 && s == 0 ? &ah : NULL); break;
