@@ -25,6 +25,12 @@
  * registers), 256 for 4 (by the pair table's antisymmetry, ĉ[255 − w] = −ĉ[w], checked at
  * setup: one tbl and one tbx of four registers on w or w ^ 255, then the sign).
  *
+ * A segment of exactly 64 coordinates with plain codes of 2–4 bits (SmolLM2's heads, the halves
+ * of turbo3.5's split at d 128) is read in place, not staged: index vectors 0–3 hold its codes
+ * at 2 and 4 bits; at 3 bits bytes 0–7 of every vector do, so the score pass puts two records
+ * in one vector (vld3 of each record's 24 bytes, combined) and the value pass skips the
+ * transposed vectors of bytes 8–15 (nd_score_half, nd_accum_seg). The same int32 sums.
+ *
  * The error bound is attn_vnni.c's (centroids and queries of 127 levels):
  *   scores: scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4);
  *   values (weights w = p · scale in uint8 per group of 32 tokens, γ = the group's largest w /
@@ -67,6 +73,9 @@ typedef struct ndseg {
     uint8x16x4_t tu[2]; /* entry e: 128 + ĉ[e mod n] (values, the unsigned operand of udot) */
     const uint8_t *perm; /* code order (16r + i) → lane-layout offset in the block (nd_perm) */
     int B, trellis, nblk;
+    int half; /* one block of 64 coordinates, plain codes of 2–4 bits (SmolLM2's heads, the
+                 halves of turbo3.5's split at d 128): index vectors r < 4 hold them all (2, 4
+                 bits), or bytes 0–7 of every vector (3 bits: two records share one) */
     size_t off, bytes;
 } ndseg;
 
@@ -116,6 +125,7 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
         g[s].B = B;
         g[s].trellis = tr;
         g[s].nblk = (x->seg[s].count + 127) / 128;
+        g[s].half = x->seg[s].count == 64 && !tr && B >= 2;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
@@ -165,16 +175,28 @@ static inline __attribute__((always_inline)) uint8x16_t nd_bits(uint8x16_t lo, u
 
 /* Index vector r of a block b (prev: the byte before it): the codes (plain) or their 2B-bit
  * windows (trellis) at nd_pos(B, r, ·). */
+/* nd_idx for B = 3 from the block's triples t (vld3q: triple i = bytes 3i … 3i + 2, codes 8i …
+ * 8i + 7). */
+static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int tr) {
+    int s = 3 * r - (tr ? 3 : 0), k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
+    uint8x16_t by[4] = {vextq_u8(vdupq_n_u8(prev), t.val[2], 15), t.val[0], t.val[1], t.val[2]};
+    uint8x16_t nx = k + 2 < 4 ? by[k + 2] : by[3];
+    return nd_bits(by[k + 1], nx, sh, tr ? 6 : 3);
+}
+
+/* The triples of two records' half blocks of 3 bits (24 bytes each at a and b): triples 0–7
+ * from a, 8–15 from b. */
+static inline __attribute__((always_inline)) uint8x16x3_t nd_pair3(const uint8_t *a, const uint8_t *b) {
+    uint8x8x3_t ta = vld3_u8(a), tb = vld3_u8(b);
+    uint8x16x3_t t;
+    for (int k = 0; k < 3; k++) t.val[k] = vcombine_u8(ta.val[k], tb.val[k]);
+    return t;
+}
+
 static inline __attribute__((always_inline)) uint8x16_t nd_idx(const uint8_t *b, uint8_t prev, int r, int B,
                                                                int tr) {
     const int w = tr ? 2 * B : B;
-    if (B == 3) {
-        uint8x16x3_t t = vld3q_u8(b); /* triple i: bytes 3i, 3i + 1, 3i + 2 = codes 8i … 8i + 7 */
-        int s = 3 * r - (tr ? 3 : 0), k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
-        uint8x16_t by[4] = {vextq_u8(vdupq_n_u8(prev), t.val[2], 15), t.val[0], t.val[1], t.val[2]};
-        uint8x16_t nx = k + 2 < 4 ? by[k + 2] : by[3];
-        return nd_bits(by[k + 1], nx, sh, w);
-    }
+    if (B == 3) return nd_idx3(vld3q_u8(b), prev, r, tr);
     const int per = 8 / B, ld = r / per, j = r % per; /* per codes per byte */
     uint8x16_t v = vld1q_u8(b + 16 * ld);
     int s = B * j - (tr ? B : 0);
@@ -250,13 +272,13 @@ static int nd_quant_query(const tq_record *x, const ndseg *g, const float *q, in
  * that whole blocks take no branch for the copy of a partial one. */
 static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g, const uint8_t *base, size_t rb, int t,
                                                                   int h, int full, const int8_t *const q[4],
-                                                                  int32x4_t *part, int init, int B, int tr) {
+                                                                  int32x4_t *part, int init, int B, int tr, int nr) {
     uint8_t blk[64], prev;
     const uint8_t *b = nd_block(g, base + (size_t)t * rb + g->off, h, full, blk, &prev, B, tr);
     const int w = tr ? 2 * B : B;
     int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; r++) {
+    for (int r = 0; r < nr; r++) { /* nr: 8, or 4 for a half block of 2 or 4 bits */
         int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx(b, prev, r, B, tr), w));
         a0 = vdotq_s32(a0, c, vld1q_s8(q[0] + 16 * r));
         a1 = vdotq_s32(a1, c, vld1q_s8(q[1] + 16 * r));
@@ -267,6 +289,43 @@ static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g
     part[t] = init ? sum : vaddq_s32(part[t], sum);
 }
 
+/* nd_score_run for a segment with g->half (one block): 2 and 4 bits, index vectors 0–3 of each
+ * record (its bytes only); 3 bits, two records per vector (nd_pair3) against the queries' bytes
+ * 0–7 of each vector in both halves: lanes 0–1 of a sum record t, lanes 2–3 record t + 1. */
+static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, const uint8_t *base, size_t rb, int n,
+                                                                const int8_t *const q[4], int32x4_t *part, int init,
+                                                                int B) {
+    if (B != 3) {
+        for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, 0, 1, q, part, init, B, 0, 4);
+        return;
+    }
+    _Alignas(16) int8_t qd[4][8][16];
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < 8; r++) {
+            int8x8_t lo = vld1_s8(q[k] + 16 * r);
+            vst1q_s8(qd[k][r], vcombine_s8(lo, lo));
+        }
+    for (int t = 0; t < n; t += 2) {
+        const int two = t + 1 < n; /* else the last record pairs with itself, its twin dropped */
+        const uint8_t *ra = base + (size_t)t * rb + g->off, *rb2 = two ? ra + rb : ra;
+        uint8x16x3_t tp = nd_pair3(ra, rb2);
+        int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx3(tp, 0, r, 0), 3));
+            a0 = vdotq_s32(a0, c, vld1q_s8(qd[0][r]));
+            a1 = vdotq_s32(a1, c, vld1q_s8(qd[1][r]));
+            a2 = vdotq_s32(a2, c, vld1q_s8(qd[2][r]));
+            a3 = vdotq_s32(a3, c, vld1q_s8(qd[3][r]));
+        }
+        /* [q0 t, q0 t+1, q1 t, q1 t+1] and the same for q2, q3 */
+        int32x4_t x01 = vpaddq_s32(a0, a1), x23 = vpaddq_s32(a2, a3);
+        int32x4_t sa = vuzp1q_s32(x01, x23), sb = vuzp2q_s32(x01, x23);
+        part[t] = init ? sa : vaddq_s32(part[t], sa);
+        if (two) part[t + 1] = init ? sb : vaddq_s32(part[t + 1], sb);
+    }
+}
+
 /* Segment g of n records (record t at base + t·rb) against four queries (qp[j], code order,
  * this segment's blocks from H0): part[t] lane j = (first ? 0 : part[t] lane j) + the int32
  * products of query j. (Two records per pass, one load of each query vector for both, counted
@@ -274,14 +333,20 @@ static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g
 static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, const uint8_t *base, size_t rb, int n,
                                                                const int8_t *const qp[4], int H0,
                                                                int32x4_t *part, int first, int B, int tr) {
+    if (!tr && B >= 2 && g->half) {
+        const size_t o = 128 * (size_t)H0;
+        const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
+        nd_score_half(g, base, rb, n, q, part, first, B);
+        return;
+    }
     for (int h = 0; h < g->nblk; h++) {
         const size_t o = 128 * (size_t)(H0 + h);
         const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
         const int init = first && h == 0;
         if (nd_full(g, h))
-            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 1, q, part, init, B, tr);
+            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 1, q, part, init, B, tr, 8);
         else
-            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 0, q, part, init, B, tr);
+            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 0, q, part, init, B, tr, 8);
     }
 }
 
@@ -392,13 +457,15 @@ static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
  * the byte before it at bp + t·bs − 1 for h > 0): a[j][q] += their udot sums. */
 static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g, const uint8_t *bp, size_t bs, int nt,
                                                                  const uint8_t *W, int h, int r, uint32x4_t a[4][4],
-                                                                 int B, int tr) {
+                                                                 int B, int tr, int half3) {
     const int w = tr ? 2 * B : B;
     for (int t = 0; t < nt; t += 4) {
         uint8x16_t xv[4];
         for (int m = 0; m < 4; m++) {
             const uint8_t *b = bp + (size_t)(t + m) * bs;
-            xv[m] = nd_lookup(g->tu, nd_idx(b, tr && h ? b[-1] : 0, r, B, tr), w);
+            /* half3 (a half block of 3 bits): its 24 bytes only, codes in bytes 0–7 */
+            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, 0) : nd_idx(b, tr && h ? b[-1] : 0, r, B, tr);
+            xv[m] = nd_lookup(g->tu, ix, w);
         }
         uint8x16_t z01l = vzip1q_u8(xv[0], xv[1]), z01h = vzip2q_u8(xv[0], xv[1]);
         uint8x16_t z23l = vzip1q_u8(xv[2], xv[3]), z23h = vzip2q_u8(xv[2], xv[3]);
@@ -408,7 +475,7 @@ static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g,
                            vreinterpretq_u8_u16(vzip1q_u16(h01, h23)), vreinterpretq_u8_u16(vzip2q_u16(h01, h23))};
         /* the four heads' weights of tokens t … t + 3: word j = head j; udot by element */
         const uint8x16_t wv = vld1q_u8(W + 4 * (size_t)t);
-        for (int q = 0; q < 4; q++) {
+        for (int q = 0; q < (half3 ? 2 : 4); q++) { /* half3: y[2], y[3] hold no code */
             a[0][q] = vdotq_laneq_u32(a[0][q], y[q], wv, 0);
             a[1][q] = vdotq_laneq_u32(a[1][q], y[q], wv, 1);
             a[2][q] = vdotq_laneq_u32(a[2][q], y[q], wv, 2);
@@ -426,8 +493,11 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
                                                                const uint8_t *W, const float (*ag)[ND_CALL / ND_GROUP],
                                                                int H0, float (*F)[128 * ND_MAX_BLOCKS], int B, int tr) {
     _Alignas(16) uint8_t stage[ND_GROUP * ND_STAGE];
+    /* a half block (ndseg.half) is read in place: index vectors 0–3 (2, 4 bits) or its 24
+     * bytes (3 bits), nothing past its bytes */
+    const int half = !tr && B >= 2 && g->half, half3 = half && B == 3, nr = half && !half3 ? 4 : 8;
     for (int h = 0; h < g->nblk; h++) {
-        const int full = nd_full(g, h);
+        const int full = nd_full(g, h) || half;
         const size_t at = (size_t)h * 16 * (size_t)B;
         for (int t0 = 0; t0 < n; t0 += ND_GROUP) {
             int nt = (t0 + ND_GROUP < n ? t0 + ND_GROUP : n) - t0, gi = t0 / ND_GROUP;
@@ -442,11 +512,12 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
                 bp = stage + 16, bs = ND_STAGE;
             }
 #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < nr; r++) {
                 uint32x4_t a[4][4];
                 for (int j = 0; j < 4; j++)
                     for (int q = 0; q < 4; q++) a[j][q] = vdupq_n_u32(0);
-                nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, tr);
+                if (half3) nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, tr, 1);
+                else nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, tr, 0);
                 for (int j = 0; j < 4; j++) {
                     float *f = F[j] + 128 * (size_t)(H0 + h) + 16 * (size_t)r;
                     for (int q = 0; q < 4; q++)
