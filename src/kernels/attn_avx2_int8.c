@@ -159,6 +159,18 @@ typedef struct iseg {
     const uint8_t *at;    /* i8_slot_tab[L] */
 } iseg;
 
+/* Runs the statement macro M(B, T) with the segment's width and kind as constants (each its own
+ * specialized loop). */
+#define I8_BY_WIDTH(g, M)           \
+    switch (4 * (g)->T + (g)->B) {  \
+    case 4: M(4, 0); break;         \
+    case 3: M(3, 0); break;         \
+    case 2: M(2, 0); break;         \
+    case 8: M(4, 1); break;         \
+    case 7: M(3, 1); break;         \
+    default: M(2, 1); break;        \
+    }
+
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
  * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
  * kernels). */
@@ -513,14 +525,7 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, I8_WHOLE, ahp);      \
         else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, I8_PART, ahp);      \
     } while (0)
-                switch (4 * g[s].T + g[s].B) {
-                case 4: I8_RUN(4, 0); break;
-                case 3: I8_RUN(3, 0); break;
-                case 2: I8_RUN(2, 0); break;
-                case 8: I8_RUN(4, 1); break;
-                case 7: I8_RUN(3, 1); break;
-                default: I8_RUN(2, 1); break;
-                }
+                I8_BY_WIDTH(&g[s], I8_RUN);
 #undef I8_RUN
                 H0 += g[s].nblk;
             }
@@ -716,14 +721,7 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
         else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, ahp); \
         else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, ahp);                 \
     } while (0)
-                    switch (4 * g[s].T + g[s].B) {
-                    case 4: I8_BLK(4, 0); break;
-                    case 3: I8_BLK(3, 0); break;
-                    case 2: I8_BLK(2, 0); break;
-                    case 8: I8_BLK(4, 1); break;
-                    case 7: I8_BLK(3, 1); break;
-                    default: I8_BLK(2, 1); break;
-                    }
+                    I8_BY_WIDTH(&g[s], I8_BLK);
 #undef I8_BLK
                 }
                 H0 += g[s].nblk;

@@ -173,8 +173,6 @@ static inline __attribute__((always_inline)) uint8x16_t nd_bits(uint8x16_t lo, u
     return v;
 }
 
-/* Index vector r of a block b (prev: the byte before it): the codes (plain) or their 2B-bit
- * windows (trellis) at nd_pos(B, r, ·). */
 /* nd_idx for B = 3 from the block's triples t (vld3q: triple i = bytes 3i … 3i + 2, codes 8i …
  * 8i + 7). */
 static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int tr) {
@@ -193,6 +191,8 @@ static inline __attribute__((always_inline)) uint8x16x3_t nd_pair3(const uint8_t
     return t;
 }
 
+/* Index vector r of a block b (prev: the byte before it): the codes (plain) or their 2B-bit
+ * windows (trellis) at nd_pos(B, r, ·). */
 static inline __attribute__((always_inline)) uint8x16_t nd_idx(const uint8_t *b, uint8_t prev, int r, int B,
                                                                int tr) {
     const int w = tr ? 2 * B : B;
