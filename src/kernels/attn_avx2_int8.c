@@ -619,6 +619,7 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
         /* two slots at a time: eight accumulators, each weight broadcast serves both */
         for (int sl = 0; sl < 4 * nv; sl += 2) {
             __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+#pragma GCC unroll 8
             for (int u = 0; u < nquad; u++) {
                 __m256i y = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl]);
                 __m256i z = _mm256_load_si256((const __m256i *)(const void *)buf[u][sl + 1]);
