@@ -265,6 +265,57 @@ static void test_quantize_pack(void) {
     }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* trellis_quantize_pack: bit-exact (the same path, bytes and Σ value²)                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The fast sets' Viterbi searches (vectors of states, two chains merged: trellis_search.h)
+ * against the reference's scalar one, on random pair tables and inputs, and on tables and
+ * inputs of a few small integers where many paths tie exactly — the lowest index must win
+ * there as in the reference — plus huge values (infinite costs) and a NaN. */
+static void test_trellis_quantize_pack(void) {
+    float xs[1024], pairs[256];
+    static const float scales[] = {1.0f, 0.5f, 2.0f};
+    for (int t = 0; t < n_fast; t++) {
+        for (int bits = 2; bits <= 4; bits++) {
+            const int L = 1 << bits;
+            for (int s = 0; s < N_SIZES; s++) {
+                int n = sizes[s];
+                for (int rep = 0; rep < 6; rep++) {
+                    float scale = scales[rep % 3];
+                    const int ties = rep >= 3;
+                    for (int j = 0; j < L * L; j++)
+                        pairs[j] = ties ? (float)((int)rng_below(5) - 2) : rng_unit() * 3.0f;
+                    for (int i = 0; i < n; i++)
+                        xs[i] = ties ? (float)((int)rng_below(7) - 3) * 0.5f : rng_value();
+                    if (rep == 2 && n > 4) xs[n / 2] = NAN;
+                    size_t nbytes = tq_group_bytes((size_t)n, bits), ooff = (size_t)(rep & 3);
+                    uint8_t want[1024];
+                    float want_sq = ref->trellis_quantize_pack(xs, scale, n, bits, pairs, want);
+                    void *xbase, *pbase;
+                    const float *x = exact_copy(xs, (size_t)n * sizeof(float), (size_t)(s & 3) * 4, &xbase);
+                    const float *pt = exact_copy(pairs, (size_t)(L * L) * 4, (size_t)rep * 4, &pbase);
+                    uint8_t *obuf = malloc(ooff + nbytes + GUARD);
+                    memset(obuf, GUARD_BYTE, ooff + nbytes + GUARD);
+                    float got_sq = fast_tables[t]->trellis_quantize_pack(x, scale, n, bits, pt, obuf + ooff);
+                    CHECK_MSG(memcmp(obuf + ooff, want, nbytes) == 0,
+                              "%s trellis_quantize_pack bits=%d n=%d rep=%d: bytes differ", fast_tables[t]->name,
+                              bits, n, rep);
+                    CHECK_MSG(memcmp(&got_sq, &want_sq, sizeof got_sq) == 0,
+                              "%s trellis_quantize_pack bits=%d n=%d rep=%d: sum %.9g vs %.9g",
+                              fast_tables[t]->name, bits, n, rep, (double)got_sq, (double)want_sq);
+                    CHECK_MSG(guard_ok(obuf, ooff) && guard_ok(obuf + ooff + nbytes, GUARD),
+                              "%s trellis_quantize_pack bits=%d n=%d wrote past the group",
+                              fast_tables[t]->name, bits, n);
+                    free(obuf);
+                    free(xbase);
+                    free(pbase);
+                }
+            }
+        }
+    }
+}
+
 /* A sorted codebook with every x in the tie-free interior: the indices are also the exact
  * count of boundaries below (the definition in kernels.h and doc/codec.md, "MSE"), checked
  * against a linear count. */
@@ -451,6 +502,7 @@ int main(void) {
     RUN_TEST(test_sumsq);
     RUN_TEST(test_quantize_pack);
     RUN_TEST(test_quantize_definition);
+    RUN_TEST(test_trellis_quantize_pack);
     RUN_TEST(test_unpack_lookup);
     RUN_TEST(test_dot_codes);
     RUN_TEST(test_axpy_codes);

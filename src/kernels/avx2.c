@@ -16,12 +16,19 @@
  * (levels 2..4 of any width) and from gathers below that.
  */
 #include "kernels.h"
-#include "trellis_search.h"
 
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 #include <string.h>
+#define TQ_TRELLIS_VW 8 /* floats per vector: the trellis search's width */
+#define TQ_TRELLIS_NARROW_NATIVE(src, dst)                                                            \
+    do {                                                                                              \
+        __m256i a_ = _mm256_loadu_si256((const __m256i *)(src));                                      \
+        __m128i w_ = _mm_packus_epi32(_mm256_castsi256_si128(a_), _mm256_extracti128_si256(a_, 1)); \
+        _mm_storel_epi64((__m128i *)(void *)(dst), _mm_packus_epi16(w_, w_));                       \
+    } while (0)
+#include "trellis_search.h"
 
 #define TQ_INLINE static inline __attribute__((always_inline))
 
@@ -530,7 +537,7 @@ static void avx2_axpy_codes(const uint8_t *in, int n, int bits, const float *cen
 /* The trellis encoder at this set's vector width (trellis_search.h). */
 static float avx2_trellis_quantize_pack(const float *x, float scale, int n, int bits,
                                     const float *pairs, uint8_t *out) {
-    return tq_trellis_encode(x, scale, n, bits, pairs, out);
+    return tq_trellis_encode(x, scale, n, bits, pairs, out, 1);
 }
 
 static const tq_kernel_table avx2_table = {

@@ -19,12 +19,13 @@
  * registers: the first six levels of any width) and from gathers below that.
  */
 #include "kernels.h"
-#include "trellis_search.h"
 
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 #include <string.h>
+#define TQ_TRELLIS_VW 16 /* floats per vector: the trellis search's width */
+#include "trellis_search.h"
 
 #define TQ_INLINE static inline __attribute__((always_inline))
 
@@ -559,7 +560,7 @@ static void avx512_axpy_codes(const uint8_t *in, int n, int bits, const float *c
 /* The trellis encoder at this set's vector width (trellis_search.h). */
 static float avx512_trellis_quantize_pack(const float *x, float scale, int n, int bits,
                                     const float *pairs, uint8_t *out) {
-    return tq_trellis_encode(x, scale, n, bits, pairs, out);
+    return tq_trellis_encode(x, scale, n, bits, pairs, out, 1);
 }
 
 static const tq_kernel_table avx512_table = {
