@@ -411,8 +411,14 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
         bias[s] = 64 * _mm_cvtsi128_si32(s4);
-        for (int h = 0; h < g[s].nblk; h++, H++)
-            for (int p = 0; p < 128; p++) out[128 * H + p] = qi[128 * H + g[s].pos[p]];
+        for (int h = 0; h < g[s].nblk; h++, H++) {
+            const uint8_t *pos = g[s].pos;
+            const int8_t *src = qi + 128 * H;
+            int8_t *dst = out + 128 * H;
+            /* once per call of up to a page of records, four queries: keep it a plain gather */
+#pragma GCC unroll 16
+            for (int p = 0; p < 128; p++) dst[p] = src[pos[p]];
+        }
     }
     *beta = mx / (float)I8_QLEV;
     return 1;
