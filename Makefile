@@ -56,8 +56,8 @@ test-san:
 
 test-tsan:
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_TSAN=ON
-	cmake --build build-tsan -j $(JOBS) --target test_attention test_kvcache_fork test_contexts test_context_fork test_threadpool test_batch tq
-	cd build-tsan && { ctest --output-on-failure -R 'test_attention_threads|test_kvcache_fork_threads|test_contexts|test_context_fork|test_threadpool|test_batch|tq_serve'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+	cmake --build build-tsan -j $(JOBS) --target test_attention test_kvcache_fork test_kvcache test_contexts test_context_fork test_threadpool test_batch tq
+	cd build-tsan && { ctest --output-on-failure -R 'test_attention_threads|test_kvcache_fork_threads|test_kvcache_pool|test_contexts|test_context_fork|test_threadpool|test_batch|tq_serve'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 # The library and its kernel tests cross-built for aarch64 (gcc-aarch64-linux-gnu) and run under
 # qemu-aarch64-static: the NEON kernels against the scalar reference, bit for bit where the x86

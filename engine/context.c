@@ -364,7 +364,7 @@ static model_status attend_seq(const fwd *f, const fwd_seq *q, int il, const tq_
      * scale from the queries seen so far (tq_kv_cache_observe_queries). */
     tq_status ts = tq_kv_cache_observe_queries(m->kv, il, qr, c->n_head, n);
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_cache_append(m->kv, il, kr, vr, n);
+    ts = tq_kv_cache_append_pool(m->kv, il, kr, vr, n, m->pool);
     if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)q->pos0 + n)
         ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));

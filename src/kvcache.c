@@ -355,19 +355,17 @@ tq_status tq_kv_sink_alloc(const tq_kv_cache *c, tq_kv_layer *l) {
     return l->sink ? TQ_OK : TQ_ERR_NOMEM;
 }
 
-/* Compresses raw tokens [n_comp, target), K and V of each token in one pass. */
-static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
-    if (target <= l->n_comp) return TQ_OK;
-    tq_status st = tq_kv_ensure_cpages(c, l, l->n_comp, target);
-    if (!st) st = tq_kv_own_cpages(c, l, l->n_comp, target);
-    if (!st) st = tq_kv_sink_alloc(c, l);
-    if (st) return st;
-    fit_keys(c, l);
+/* Encodes tokens [t0, t1) of a layer whose pages and key transform are ready, K and V of each
+ * token in one pass (the sinks' fp16 copies too); *bad = the first token that failed (t1 if
+ * none) and its status. Each record is a function of its token alone, so any split of a range
+ * writes the same bytes. */
+static tq_status compress_range(const tq_kv_cache *c, const tq_kv_layer *l, size_t t0, size_t t1,
+                                size_t *bad) {
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
     float kraw[TQ_MAX_DIM], kbuf[TQ_MAX_DIM], vbuf[TQ_MAX_DIM];
-    size_t t = l->n_comp;
-    for (; t < target; t++) {
-        for (int h = 0; h < H; h++) {
+    tq_status st = TQ_OK;
+    for (size_t t = t0; t < t1; t++) {
+        for (int h = 0; h < H && !st; h++) {
             const uint16_t *kr = tq_kv_kraw(c, l, t, h), *vr = tq_kv_vraw(c, l, t, h);
             if (l->sink && t < (size_t)c->cfg.scheme.sink) { /* an attention sink: kept exact */
                 memcpy((uint16_t *)tq_kv_ksink(c, l, t, h), kr, (size_t)dk * sizeof *kr);
@@ -378,11 +376,65 @@ static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target) {
             for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
             st = tq_kv_tensor_encode(&l->k, l->kt ? kbuf : kraw, (uint8_t *)tq_kv_krec(c, l, t, h));
             if (!st) st = tq_kv_tensor_encode(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
-            if (st) break;
         }
-        if (st) break;
+        if (st) return *bad = t, st;
     }
-    l->n_comp = t;
+    *bad = t1;
+    return TQ_OK;
+}
+
+/* Tokens per task of a pooled compression, and the fewest tokens worth a pool run. */
+#define COMPRESS_TASK_TOKENS 32
+#define COMPRESS_POOL_MIN 128
+
+typedef struct compress_job {
+    const tq_kv_cache *c;
+    const tq_kv_layer *l;
+    size_t t0, t1;
+    size_t *bad;      /* per task: its first failing token, or its end */
+    tq_status *st;    /* per task */
+} compress_job;
+
+static void compress_task(void *ctx, size_t task, int thread) {
+    (void)thread;
+    const compress_job *j = ctx;
+    size_t a = j->t0 + task * COMPRESS_TASK_TOKENS, b = a + COMPRESS_TASK_TOKENS < j->t1 ? a + COMPRESS_TASK_TOKENS : j->t1;
+    j->st[task] = compress_range(j->c, j->l, a, b, &j->bad[task]);
+}
+
+/* Compresses raw tokens [n_comp, target), K and V of each token in one pass; with a pool of
+ * several threads and many tokens, in tasks of COMPRESS_TASK_TOKENS over its threads. On an
+ * error the tokens from the first failing one stay raw, as in one pass (later tasks' records
+ * are written but not counted). */
+static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target, tq_threadpool *pool) {
+    if (target <= l->n_comp) return TQ_OK;
+    tq_status st = tq_kv_ensure_cpages(c, l, l->n_comp, target);
+    if (!st) st = tq_kv_own_cpages(c, l, l->n_comp, target);
+    if (!st) st = tq_kv_sink_alloc(c, l);
+    if (st) return st;
+    fit_keys(c, l);
+    size_t n = target - l->n_comp, reached = target;
+    size_t n_tasks = (n + COMPRESS_TASK_TOKENS - 1) / COMPRESS_TASK_TOKENS;
+    size_t *bad = NULL;
+    tq_status *sts = NULL;
+    if (pool && tq_threadpool_size(pool) > 1 && n >= COMPRESS_POOL_MIN) {
+        bad = malloc(n_tasks * sizeof *bad);
+        sts = malloc(n_tasks * sizeof *sts);
+    }
+    if (bad && sts) {
+        compress_job j = {c, l, l->n_comp, target, bad, sts};
+        tq_threadpool_run(pool, compress_task, &j, n_tasks);
+        for (size_t i = 0; i < n_tasks; i++) /* tasks in token order: the first failure */
+            if (sts[i]) {
+                st = sts[i], reached = bad[i];
+                break;
+            }
+    } else {
+        st = compress_range(c, l, l->n_comp, target, &reached); /* no pool, few tokens, or no memory for one */
+    }
+    free(bad);
+    free(sts);
+    l->n_comp = reached;
     /* Raw pages wholly below the compressed boundary go to the spare list. */
     tq_kv_spare_raw_below(l, l->n_comp);
     if (l->n_rpages == 0) l->raw_base = l->n_comp / TQ_KV_P * TQ_KV_P;
@@ -425,6 +477,11 @@ static tq_status store_raw(tq_kv_cache *c, tq_kv_layer *l, const float *k, const
 
 tq_status tq_kv_cache_append(tq_kv_cache *c, int layer, const float *k, const float *v,
                              size_t n_tokens) {
+    return tq_kv_cache_append_pool(c, layer, k, v, n_tokens, NULL);
+}
+
+tq_status tq_kv_cache_append_pool(tq_kv_cache *c, int layer, const float *k, const float *v,
+                                  size_t n_tokens, tq_threadpool *pool) {
     if (!c) return TQ_ERR_NULL;
     if (layer < 0 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     if (n_tokens == 0) return TQ_OK;
@@ -439,10 +496,12 @@ tq_status tq_kv_cache_append(tq_kv_cache *c, int layer, const float *k, const fl
      * step (a single-token append), unless prefill_raw is off. */
     if (n_tokens == 1 || !c->cfg.scheme.prefill_raw) l->compress_started = 1;
     if (!l->compress_started) return TQ_OK;
-    return compress_to(c, l, compress_target(c, l, l->len));
+    return compress_to(c, l, compress_target(c, l, l->len), pool);
 }
 
-tq_status tq_kv_cache_compress(tq_kv_cache *c, int layer) {
+tq_status tq_kv_cache_compress(tq_kv_cache *c, int layer) { return tq_kv_cache_compress_pool(c, layer, NULL); }
+
+tq_status tq_kv_cache_compress_pool(tq_kv_cache *c, int layer, tq_threadpool *pool) {
     if (!c) return TQ_ERR_NULL;
     if (layer < -1 || layer >= c->cfg.n_layers) return TQ_ERR_INVALID;
     tq_status first = TQ_OK;
@@ -450,7 +509,7 @@ tq_status tq_kv_cache_compress(tq_kv_cache *c, int layer) {
         tq_kv_layer *l = &c->layers[i];
         if (l->compress_none) continue;
         l->compress_started = 1;
-        tq_status st = compress_to(c, l, compress_target(c, l, l->len));
+        tq_status st = compress_to(c, l, compress_target(c, l, l->len), pool);
         if (st && !first) first = st;
     }
     return first;

@@ -824,11 +824,80 @@ static void test_trim(void) {
     tq_kv_cache_free(b);
 }
 
-int main(void) {
+/* The whole state of a cache as its cache file's bytes (NULL on failure; *n its length). */
+static uint8_t *saved(const tq_kv_cache *c, size_t *n) {
+    *n = tq_kv_cache_save_bound(c);
+    uint8_t *b = *n ? malloc(*n) : NULL;
+    size_t w = 0;
+    if (b && (tq_kv_cache_save_memory(c, b, *n, &w) != TQ_OK || w != *n)) free(b), b = NULL;
+    return b;
+}
+
+static int same_bytes(const tq_kv_cache *a, const tq_kv_cache *b) {
+    size_t na, nb;
+    uint8_t *x = saved(a, &na), *y = saved(b, &nb);
+    int eq = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+/* Compression split over a pool's threads (tq_kv_cache_append_pool, tq_kv_cache_compress_pool)
+ * writes the bytes one pass writes — every kind of scheme, trellis codes, sinks, the key split,
+ * two layers — and stops at the same token with the same status when a token's norm is beyond
+ * fp16. Also run under ThreadSanitizer (test_kvcache_pool). */
+static void test_compress_pool(void) {
+    tq_threadpool *pool = NULL;
+    CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
+    const char *schemes[] = {"turbo3", "turbo4:trellis=1", "turbo3.5", "q4_0r", "q8_0", "turbo2:sink=8"};
+    for (size_t si = 0; si < sizeof schemes / sizeof *schemes; si++) {
+        tq_kv_cache *a = cache_for(schemes[si], 2), *b = cache_for(schemes[si], 2);
+        tq_kv_cache *c = cache_for(schemes[si], 2), *d = cache_for(schemes[si], 2);
+        CHECK(a && b && c && d);
+        if (!a || !b || !c || !d) break;
+        /* a prompt prefilled raw, then the first decode step compresses it */
+        for (int l = 0; l < 2; l++) {
+            CHECK(tq_kv_cache_append(a, l, kat(0), vat(0), NT - 1) == TQ_OK);
+            CHECK(tq_kv_cache_append_pool(b, l, kat(0), vat(0), NT - 1, pool) == TQ_OK);
+            CHECK(tq_kv_cache_append(a, l, kat(NT - 1), vat(NT - 1), 1) == TQ_OK);
+            CHECK(tq_kv_cache_append_pool(b, l, kat(NT - 1), vat(NT - 1), 1, pool) == TQ_OK);
+            CHECK(tq_kv_cache_append(c, l, kat(0), vat(0), NT) == TQ_OK);
+            CHECK(tq_kv_cache_append(d, l, kat(0), vat(0), NT) == TQ_OK);
+        }
+        CHECK(tq_kv_cache_compressed_length(b, 1) >= 640);
+        CHECK_MSG(same_bytes(a, b), "%s: append_pool wrote other bytes", schemes[si]);
+        CHECK(tq_kv_cache_compress(c, -1) == TQ_OK && tq_kv_cache_compress_pool(d, -1, pool) == TQ_OK);
+        CHECK(tq_kv_cache_compressed_length(d, 0) >= 640);
+        CHECK_MSG(same_bytes(c, d), "%s: compress_pool wrote other bytes", schemes[si]);
+        tq_kv_cache_free(a), tq_kv_cache_free(b), tq_kv_cache_free(c), tq_kv_cache_free(d);
+    }
+    /* token 300 of 600 has a key norm beyond fp16 (its coordinates are not): both stop there */
+    static float kbig[600 * H * D];
+    memcpy(kbig, Kd, sizeof kbig);
+    for (int i = 0; i < D; i++) kbig[300 * H * D + i] = 30000.0f;
+    tq_kv_cache *a = cache_for("turbo3", 1), *b = cache_for("turbo3", 1);
+    CHECK(a && b);
+    if (a && b) {
+        CHECK(tq_kv_cache_append(a, 0, kbig, Vd, 600) == TQ_OK && tq_kv_cache_append(b, 0, kbig, Vd, 600) == TQ_OK);
+        tq_status sa = tq_kv_cache_compress(a, 0), sb = tq_kv_cache_compress_pool(b, 0, pool);
+        CHECK_MSG(sa == TQ_ERR_RANGE && sb == sa, "statuses %s / %s", tq_error_name(sa), tq_error_name(sb));
+        CHECK_MSG(tq_kv_cache_compressed_length(a, 0) == 300 && tq_kv_cache_compressed_length(b, 0) == 300,
+                  "compressed %zu / %zu", tq_kv_cache_compressed_length(a, 0), tq_kv_cache_compressed_length(b, 0));
+        CHECK(same_state(a, b));
+    }
+    tq_kv_cache_free(a), tq_kv_cache_free(b);
+    tq_threadpool_free(pool);
+}
+
+int main(int argc, char **argv) {
     /* Fast vs reference within fp32 rounding: float key scores (test_attention.c tests the
      * integer ones). Read at the first attention call. */
     setenv("TQ_INT8_SCORES", "0", 1);
     make_data();
+    if (argc > 1 && !strcmp(argv[1], "pool")) { /* the ThreadSanitizer run */
+        RUN_TEST(test_compress_pool);
+        return test_report();
+    }
     RUN_TEST(test_parse);
     RUN_TEST(test_parse_numbers);
     RUN_TEST(test_bytes);
@@ -844,5 +913,6 @@ int main(void) {
     RUN_TEST(test_rotated_formats);
     RUN_TEST(test_windowed);
     RUN_TEST(test_trim);
+    RUN_TEST(test_compress_pool);
     return test_report();
 }

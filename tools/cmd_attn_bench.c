@@ -119,7 +119,7 @@ static int exact_attention(const bench *b, int layer, const float *q, const tq_a
  * first decode step. Recorded data also hands the cache the queries of the first positions,
  * as the engine does before each append (random data: none, so the key scale comes from the
  * keys alone). */
-static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache **out) {
+static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_threadpool *pool, tq_kv_cache **out) {
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, b->L, b->G, b->D, b->D);
     cfg.scheme = *s;
@@ -146,7 +146,7 @@ static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_kv_cache 
             if (!st) st = tq_kv_cache_append(*out, l, k, v, n);
         }
     }
-    if (!st) st = tq_kv_cache_compress(*out, -1);
+    if (!st) st = tq_kv_cache_compress_pool(*out, -1, pool);
     free(k), free(v);
     if (st) {
         tq_kv_cache_free(*out);
@@ -397,7 +397,7 @@ int cmd_attn_bench(int argc, char **argv) {
     double f16_gflops = 0.0;
     for (int s = 0; s < n_s && !rc; s++) {
         tq_kv_cache *c = NULL;
-        tq_status st = build_cache(&b, &schemes[s], &c);
+        tq_status st = build_cache(&b, &schemes[s], pool, &c);
         if (st) {
             fprintf(stderr, "tq attn-bench: building the %s cache: %s\n", names[s], tq_error_message(st));
             rc = 1;

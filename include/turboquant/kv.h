@@ -12,6 +12,9 @@
 extern "C" {
 #endif
 
+/* The thread pool (below, "Thread pool"): attention and compression may take one. */
+typedef struct tq_threadpool tq_threadpool;
+
 /* ---- Schemes (doc/kvcache.md §2) --------------------------------------------------------- */
 
 #define TQ_KV_PAGE_TOKENS 256 /* tokens per page: memory grows a page at a time, never copies */
@@ -148,6 +151,13 @@ TQ_API tq_status tq_kv_cache_append(tq_kv_cache *cache, int layer, const float *
 /* Compresses every pending raw token the scheme allows now, for one layer or all (layer -1).
  * Errors: TQ_ERR_NULL, TQ_ERR_INVALID, TQ_ERR_RANGE (tokens from the failing one stay raw). */
 TQ_API tq_status tq_kv_cache_compress(tq_kv_cache *cache, int layer);
+/* tq_kv_cache_append / tq_kv_cache_compress with the compression split over pool's threads
+ * where it has 128 tokens or more (the first decode step after a long prompt): the same
+ * records, bit for bit, and the same errors. pool may be NULL (then they are the calls above);
+ * never call them from inside a task of pool. */
+TQ_API tq_status tq_kv_cache_append_pool(tq_kv_cache *cache, int layer, const float *k,
+                                         const float *v, size_t n_tokens, tq_threadpool *pool);
+TQ_API tq_status tq_kv_cache_compress_pool(tq_kv_cache *cache, int layer, tq_threadpool *pool);
 
 /* Records the channel energies of n query positions q (n, n_q_heads, head_dim_k) of one layer
  * for its key scale; call before the append that goes with them. No effect once the scale is
@@ -244,8 +254,6 @@ TQ_API tq_status tq_kv_cache_load_expect(const char *path, const tq_kv_cache_con
                                          tq_kv_cache **out);
 
 /* ---- Thread pool ------------------------------------------------------------------------- */
-
-typedef struct tq_threadpool tq_threadpool;
 
 /* One task of a parallel for: thread < the pool's size, distinct among concurrent tasks. */
 typedef void (*tq_task_fn)(void *ctx, size_t task, int thread);
