@@ -301,6 +301,18 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     /* Attention sinks: keys below ns are read exact from the sink store, as the raw part is
      * (fp16 rows, the raw kernels and accumulator); a block is sink, compressed or raw. */
     const size_t ns = tq_kv_sink_len(c, l);
+    /* Decode on the integer lane kernels: each row's queries prepared once for all the task's
+     * pages (prep_turbo_lanes), in the key panels' scratch, which decode does not use. */
+    void *qprep[FUSED_QUERIES] = {NULL};
+    if (few && fk_c == FUSED_TURBO && x->lanes_k && ak->prep_turbo_lanes) {
+        size_t pb = ak->lanes_prep_bytes(&l->k, G);
+        if (pb && pb * (i1 - i0) <= KB * (size_t)pl->kt * sizeof(float))
+            for (size_t i = i0; i < i1; i++) {
+                qprep[i - i0] = (char *)(void *)panels + (i - i0) * pb;
+                const size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
+                ak->prep_turbo_lanes(&l->k, x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, qprep[i - i0]);
+            }
+    }
     for (size_t b0 = t0; b0 < t1;) {
         int comp = b0 < l->n_comp && b0 >= ns;
         size_t bl = big && comp ? KB_FUSED : KB;
@@ -352,8 +364,12 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                 /* ahead: the values of these keys, summed next */
                 tq_attn_ahead next = fv == FUSED_TURBO ? (tq_attn_ahead){tq_kv_vrec(c, l, v0, h), (v1 - v0) * l->v.rec_bytes}
                                                        : TQ_ATTN_NO_AHEAD;
-                if (!ak->score_turbo_lanes(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0),
-                                           x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, Si, sb, next))
+                const float *ql = x->qlane + qrow * (size_t)pl->kl;
+                const uint8_t *kr = tq_kv_krec(c, l, v0, h);
+                if (!(qprep[i - i0] ? ak->score_turbo_lanes_prepared(&l->k, kr, (int)(v1 - v0), qprep[i - i0], ql,
+                                                                     (size_t)pl->kl, G, Si, sb, next)
+                                    : ak->score_turbo_lanes(&l->k, kr, (int)(v1 - v0), ql, (size_t)pl->kl, G, Si, sb,
+                                                            next)))
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_TURBO) {
                 if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0), qv,

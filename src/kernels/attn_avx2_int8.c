@@ -474,41 +474,81 @@ static int i8_float_accum(const tq_record *x, const uint8_t *rec, int nk, const 
     return tq_attn_kernels_avx2()->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
 }
 
-static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                                size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
-    int kl;
+/* What the scores of a call make of its queries before reading a record, kept so that calls on
+ * many pages of records reuse it (tq_attn_kernels.prep_turbo_lanes): the segment tables and,
+ * per group of four queries, q̂ in block order, its bias and α·β. */
+typedef struct i8_qgroup {
+    int fin;           /* 0: a query of the group is not finite (the float kernels take it) */
+    __m128i vbias[2];
+    __m128 vab[2];
+    int8_t *qb[4];     /* kl bytes each, in the memory after the groups */
+} i8_qgroup;
+typedef struct i8_qprep {
+    int ok, kl, nq;    /* ok 0: the record is not for the integer path (float kernels) */
     iseg g[2];
-    if (!i8_prepare(x, g, &kl)) return i8_float_scores(x, rec, nk, q, qs, nq, S, ss, ahead);
-    size_t rb = x->rec_bytes;
-    simd_ahead ah = simd_ahead_init(ahead, nk);
-    int ok = 1;
-    float sc[I8_CALL], P[I8_CALL][4];
+    i8_qgroup grp[];   /* (nq + 3) / 4 */
+} i8_qprep;
+
+static size_t i8_prep_bytes(const tq_record *x, int nq) {
+    int kl = tq_record_lanes(x), ng = (nq + 3) / 4;
+    if (nq <= 0 || kl <= 0) return 0;
+    return 32 + sizeof(i8_qprep) + (size_t)ng * sizeof(i8_qgroup) + (size_t)ng * 4 * ((size_t)kl + 32);
+}
+
+static i8_qprep *i8_prep_at(void *mem) { return (i8_qprep *)(((uintptr_t)mem + 31) & ~(uintptr_t)31); }
+
+static int i8_prep_turbo_lanes(const tq_record *x, const float *q, size_t qs, int nq, void *mem) {
+    i8_qprep *P = i8_prep_at(mem);
+    P->nq = nq;
+    P->ok = i8_prepare(x, P->g, &P->kl);
+    if (!P->ok) return 1;
+    const int kl = P->kl, ng = (nq + 3) / 4;
+    int8_t *bytes = (int8_t *)(void *)(P->grp + ng);
     for (int j = 0; j < nq; j += 4) {
+        i8_qgroup *G = &P->grp[j / 4];
         int m4 = nq - j < 4 ? nq - j : 4;
-        _Alignas(32) int8_t qb[4][128 * I8_MAX_BLOCKS];
         float beta[4];
         int32_t bias[4][2];
-        int fin = 1;
-        for (int k = 0; k < m4 && fin; k++)
-            fin = i8_quant_query(x, g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], bias[k]);
-        if (!fin) {
-            ok &= i8_float_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
-            continue;
-        }
+        G->fin = 1;
+        for (int k = 0; k < 4; k++, bytes += kl + 32) G->qb[k] = (int8_t *)(((uintptr_t)bytes + 31) & ~(uintptr_t)31);
+        for (int k = 0; k < m4 && G->fin; k++)
+            G->fin = i8_quant_query(x, P->g, q + (size_t)(j + k) * qs, kl, G->qb[k], &beta[k], bias[k]);
+        if (!G->fin) continue;
         /* Absent queries (a last group of fewer than 4) repeat the first; their sums are dropped.
          * Per segment s: its bias and α_s·β. */
-        __m128i vbias[2];
-        __m128 vab[2];
+        for (int k = m4; k < 4; k++) G->qb[k] = G->qb[0];
         for (int s = 0; s < x->n_seg; s++) {
             int32_t b4[4];
             float ab[4];
             for (int k = 0; k < 4; k++) {
                 int kk = k < m4 ? k : 0;
                 b4[k] = bias[kk][s];
-                ab[k] = g[s].alpha * beta[kk];
+                ab[k] = P->g[s].alpha * beta[kk];
             }
-            vbias[s] = _mm_loadu_si128((const __m128i *)(const void *)b4);
-            vab[s] = _mm_loadu_ps(ab);
+            G->vbias[s] = _mm_loadu_si128((const __m128i *)(const void *)b4);
+            G->vab[s] = _mm_loadu_ps(ab);
+        }
+    }
+    return 1;
+}
+
+/* score_turbo_lanes on queries prepared by i8_prep_turbo_lanes (q, qs: the same queries, for
+ * the float kernels where the integer path cannot go). */
+static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, const void *mem, const float *q,
+                             size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    const i8_qprep *P = i8_prep_at((void *)(uintptr_t)mem);
+    if (!P->ok) return i8_float_scores(x, rec, nk, q, qs, nq, S, ss, ahead);
+    const iseg *g = P->g;
+    size_t rb = x->rec_bytes;
+    simd_ahead ah = simd_ahead_init(ahead, nk);
+    int ok = 1;
+    float sc[I8_CALL], Pt[I8_CALL][4];
+    for (int j = 0; j < nq; j += 4) {
+        const i8_qgroup *G = &P->grp[j / 4];
+        int m4 = nq - j < 4 ? nq - j : 4;
+        if (!G->fin) {
+            ok &= i8_float_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
+            continue;
         }
         for (int t0 = 0; t0 < nk; t0 += I8_CALL) {
             int n = nk - t0 < I8_CALL ? nk - t0 : I8_CALL;
@@ -517,19 +557,19 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             int H0 = 0;
             for (int s = 0; s < x->n_seg; s++) {
                 const int8_t *qp[4];
-                for (int k = 0; k < 4; k++) qp[k] = qb[k < m4 ? k : 0] + 128 * H0;
+                for (int k = 0; k < 4; k++) qp[k] = G->qb[k] + 128 * H0;
                 int first = s == 0, one = g[s].nblk == 1, last = g[s].last;
                 simd_ahead *ahp = j == 0 && first ? &ah : NULL;
 #define I8_RUN(B, T)                                                                           \
     do {                                                                                       \
         if (one && last == I8_WHOLE)                                                                     \
-            i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, I8_WHOLE, ahp);      \
+            i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_WHOLE, ahp); \
         else if (one && last == I8_HALF)                                                                 \
-            i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, I8_HALF, ahp);       \
-        else if (one) i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 1, I8_PART, ahp); \
+            i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_HALF, ahp); \
+        else if (one) i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_PART, ahp); \
         else if (last == I8_WHOLE)                                                                       \
-            i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, I8_WHOLE, ahp);      \
-        else i8_score_run(&g[s], r0, rb, n, qp, vbias[s], vab[s], P, first, B, T, 0, I8_PART, ahp);      \
+            i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_WHOLE, ahp); \
+        else i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_PART, ahp); \
     } while (0)
                 I8_BY_WIDTH(&g[s], I8_RUN);
 #undef I8_RUN
@@ -537,9 +577,25 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             }
             for (int k = 0; k < m4; k++) {
                 float *o = S + (size_t)(j + k) * ss + (size_t)t0;
-                for (int t = 0; t < n; t++) o[t] = P[t][k] * sc[t];
+                for (int t = 0; t < n; t++) o[t] = Pt[t][k] * sc[t];
             }
         }
+    }
+    return ok;
+}
+
+/* One call: the queries prepared four at a time on the stack, then scored. */
+static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
+                                size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    _Alignas(32) unsigned char mem[32 + sizeof(i8_qprep) + sizeof(i8_qgroup) + 4 * (128 * I8_MAX_BLOCKS + 32)];
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        if (tq_record_lanes(x) > 128 * I8_MAX_BLOCKS || i8_prep_bytes(x, m4) > sizeof mem)
+            return i8_float_scores(x, rec, nk, q, qs, nq, S, ss, ahead);
+        i8_prep_turbo_lanes(x, q + (size_t)j * qs, qs, m4, mem);
+        ok &= i8_score_prepared(x, rec, nk, mem, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss,
+                                j == 0 ? ahead : TQ_ATTN_NO_AHEAD);
     }
     return ok;
 }
@@ -770,6 +826,9 @@ static void i8_init(void) {
     i8_table = *tq_attn_kernels_avx2();
     i8_table.name = I8_AVXVNNI ? "avx2-vnni" : "avx2-int8";
     i8_table.score_turbo_lanes = i8_score_turbo_lanes;
+    i8_table.lanes_prep_bytes = i8_prep_bytes;
+    i8_table.prep_turbo_lanes = i8_prep_turbo_lanes;
+    i8_table.score_turbo_lanes_prepared = i8_score_prepared;
     i8_table.accum_turbo_lanes = i8_accum_turbo_lanes;
     i8_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
 }

@@ -92,6 +92,17 @@ typedef struct tq_attn_kernels {
                              size_t q_stride, int nq, float *S, size_t s_stride, tq_attn_ahead ahead);
     int (*accum_turbo_lanes)(const tq_record *x, const uint8_t *rec, int nk, const float *p,
                              size_t p_stride, int nq, float *acc, size_t acc_stride, tq_attn_ahead ahead);
+    /* Optional (NULL: none), for the integer kernels: score_turbo_lanes in two steps, so that a
+     * decode step's calls on many pages of records prepare its queries once.
+     * lanes_prep_bytes(x, nq): the memory prep_turbo_lanes needs for nq queries (any
+     * alignment); prep_turbo_lanes fills it from the nq lane-layout queries (returns 1);
+     * score_turbo_lanes_prepared is then score_turbo_lanes on the same queries, bit for bit (q,
+     * q_stride: those queries again, for where the kernel hands a group to the float ones). */
+    size_t (*lanes_prep_bytes)(const tq_record *x, int nq);
+    int (*prep_turbo_lanes)(const tq_record *x, const float *q, size_t q_stride, int nq, void *prep);
+    int (*score_turbo_lanes_prepared)(const tq_record *x, const uint8_t *rec, int nk, const void *prep,
+                                      const float *q, size_t q_stride, int nq, float *S, size_t s_stride,
+                                      tq_attn_ahead ahead);
     /* Bit B set: the two lane kernels also read trellis-coded segments of B bits
      * (kernels/trellis.h; attn_vnni.c, attn_avx2_int8.c and attn_neon_dot.c: 2 to 4 bits); records with
      * a segment of a width not set take the tile (tq_attn_reads_lanes). */

@@ -286,55 +286,106 @@ static inline __m512i hsum8_halves_i32(const __m512i a[8]) {
     return _mm512_permutexvar_epi32(order, v);
 }
 
-static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
-                                  size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
-    const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
-    int kl;
-    vseg g[2];
+/* What the scores of a call make of its queries before reading a record, kept so that calls on
+ * many pages of records reuse it (tq_attn_kernels.prep_turbo_lanes): the segment tables and,
+ * per group of four queries, q̂, its bias and α·β, and for all-half segments the queries'
+ * halves duplicated. */
+typedef struct vnni_qgroup {
+    __m512i vbias;
+    __m512 vab;
+    int fin;             /* 0: a query of the group is not finite (the float kernels take it) */
+    const int8_t *qp[4]; /* kl bytes each (absent queries: the first's) */
+    int8_t (*qd)[4][2][64]; /* [segment]: when every segment is a half */
+} vnni_qgroup;
+typedef struct vnni_qprep {
+    int ok, kl, tr, halves;
     float alpha;
-    const int tr = tq_record_trellis(x);
-    if (!vnni_prepare(x, g, &alpha, &kl))
-        return tr ? trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
-                  : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
-    size_t rb = x->rec_bytes;
-    simd_ahead ah = simd_ahead_init(ahead, nk);
-    int ok = 1;
+    vseg g[2];
+    vnni_qgroup grp[]; /* (nq + 3) / 4, then each group's bytes */
+} vnni_qprep;
+
+#define VNNI_GROUP_BYTES(kl) (4 * ((size_t)(kl) + 64) + 64 + sizeof(int8_t[2][4][2][64]))
+
+static size_t vnni_prep_bytes(const tq_record *x, int nq) {
+    int kl = tq_record_lanes(x), ng = (nq + 3) / 4;
+    if (nq <= 0 || kl <= 0) return 0;
+    return 64 + sizeof(vnni_qprep) + (size_t)ng * (sizeof(vnni_qgroup) + VNNI_GROUP_BYTES(kl));
+}
+
+static vnni_qprep *vnni_prep_at(void *mem) { return (vnni_qprep *)(((uintptr_t)mem + 63) & ~(uintptr_t)63); }
+static uint8_t *align64(uint8_t *p) { return (uint8_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+static int vnni_prep_turbo_lanes(const tq_record *x, const float *q, size_t qs, int nq, void *mem) {
+    vnni_qprep *P = vnni_prep_at(mem);
+    P->tr = tq_record_trellis(x);
+    P->ok = vnni_prepare(x, P->g, &P->alpha, &P->kl);
+    if (!P->ok) return 1;
+    const int kl = P->kl, ng = (nq + 3) / 4;
+    P->halves = 1;
+    for (int s = 0; s < x->n_seg; s++) P->halves &= P->g[s].half;
+    uint8_t *bytes = (uint8_t *)(void *)(P->grp + ng);
     for (int j = 0; j < nq; j += 4) {
+        vnni_qgroup *G = &P->grp[j / 4];
         int m4 = nq - j < 4 ? nq - j : 4;
-        _Alignas(64) int8_t qb[4][128 * VNNI_MAX_BLOCKS];
+        int8_t *qb[4];
+        uint8_t *b = bytes + (size_t)(j / 4) * VNNI_GROUP_BYTES(kl);
+        for (int k = 0; k < 4; k++) qb[k] = (int8_t *)align64(b + (size_t)k * ((size_t)kl + 64));
+        G->qd = (int8_t(*)[4][2][64])(void *)align64(b + 4 * ((size_t)kl + 64));
         float beta[4];
         int32_t bias[4];
-        int fin = 1;
-        for (int k = 0; k < m4 && fin; k++)
-            fin = quant_query(q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], &bias[k]);
-        if (!fin) {
-            ok &= tr ? trellis_rows_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
-                     : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
-            continue;
-        }
+        G->fin = 1;
+        for (int k = 0; k < m4 && G->fin; k++)
+            G->fin = quant_query(q + (size_t)(j + k) * qs, kl, qb[k], &beta[k], &bias[k]);
+        if (!G->fin) continue;
         /* Absent queries (a last group of fewer than 4) and tokens repeat the first of their
          * group; their sums are dropped. */
-        const int8_t *qp[4];
         float ab[16];
         int32_t b16[16];
         for (int k = 0; k < 4; k++) {
             int kk = k < m4 ? k : 0;
-            qp[k] = qb[kk];
-            for (int m = 0; m < 4; m++) ab[4 * k + m] = alpha * beta[kk], b16[4 * k + m] = bias[kk];
+            G->qp[k] = qb[kk];
+            for (int m = 0; m < 4; m++) ab[4 * k + m] = P->alpha * beta[kk], b16[4 * k + m] = bias[kk];
         }
-        const __m512i vbias = _mm512_loadu_si512(b16);
-        const __m512 vab = _mm512_loadu_ps(ab);
+        G->vbias = _mm512_loadu_si512(b16);
+        G->vab = _mm512_loadu_ps(ab);
         /* every segment half: two records per vector, the queries' halves duplicated */
-        int halves = 1;
-        for (int s = 0; s < x->n_seg; s++) halves &= g[s].half;
-        _Alignas(64) int8_t qd[2][4][2][64];
-        if (halves)
+        if (P->halves)
             for (int s = 0; s < x->n_seg; s++)
                 for (int k = 0; k < 4; k++)
                     for (int u = 0; u < 2; u++) {
-                        __m512i v = _mm512_load_si512(qp[k] + 128 * s + 64 * u);
-                        _mm512_store_si512(qd[s][k][u], _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 0, 1, 0)));
+                        __m512i v = _mm512_load_si512(G->qp[k] + 128 * s + 64 * u);
+                        _mm512_store_si512(G->qd[s][k][u], _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 0, 1, 0)));
                     }
+    }
+    return 1;
+}
+
+/* score_turbo_lanes on queries prepared by vnni_prep_turbo_lanes (q, qs: the same queries,
+ * for the float kernels where the integer path cannot go). */
+static int vnni_score_prepared(const tq_record *x, const uint8_t *rec, int nk, const void *mem, const float *q,
+                               size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    const tq_attn_kernels *fallback = tq_attn_kernels_avx512();
+    const vnni_qprep *P = vnni_prep_at((void *)(uintptr_t)mem);
+    const int tr = P->tr;
+    if (!P->ok)
+        return tr ? trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
+                  : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
+    const vseg *g = P->g;
+    const int kl = P->kl, halves = P->halves;
+    size_t rb = x->rec_bytes;
+    simd_ahead ah = simd_ahead_init(ahead, nk);
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        const vnni_qgroup *G = &P->grp[j / 4];
+        int m4 = nq - j < 4 ? nq - j : 4;
+        if (!G->fin) {
+            ok &= tr ? trellis_rows_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, kl)
+                     : fallback->score_turbo_lanes(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, TQ_ATTN_NO_AHEAD);
+            continue;
+        }
+        const int8_t *const *qp = G->qp;
+        const __m512i vbias = G->vbias;
+        const __m512 vab = G->vab;
         for (int t = 0; t < nk; t += 4) {
             int n4 = nk - t < 4 ? nk - t : 4;
             const uint8_t *r[4];
@@ -346,7 +397,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
             if (halves) {
                 for (int s = 0; s < x->n_seg; s++) {
-                    const int8_t(*qs2)[2][64] = (const int8_t(*)[2][64])qd[s];
+                    const int8_t(*qs2)[2][64] = (const int8_t(*)[2][64])G->qd[s];
                     switch (g[s].B) {
                     case 4: vnni_2x4_half(&g[s], r, qs2, a, 4); break;
                     case 3: vnni_2x4_half(&g[s], r, qs2, a, 3); break;
@@ -377,6 +428,24 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             for (int k = 0; k < m4; k++)
                 for (int m = 0; m < n4; m++) S[(size_t)(j + k) * ss + (size_t)(t + m)] = out[4 * k + m];
         }
+    }
+    return ok;
+}
+
+/* One call: the queries prepared four at a time on the stack, then scored. */
+static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q,
+                                  size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    _Alignas(64) unsigned char mem[64 + sizeof(vnni_qprep) + sizeof(vnni_qgroup) + VNNI_GROUP_BYTES(128 * VNNI_MAX_BLOCKS)];
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        if (tq_record_lanes(x) > 128 * VNNI_MAX_BLOCKS) { /* vnni_prepare refuses it: the fallback */
+            vnni_prep_turbo_lanes(x, q, qs, nq, mem);
+            return vnni_score_prepared(x, rec, nk, mem, q, qs, nq, S, ss, ahead);
+        }
+        vnni_prep_turbo_lanes(x, q + (size_t)j * qs, qs, m4, mem);
+        ok &= vnni_score_prepared(x, rec, nk, mem, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss,
+                                  j == 0 ? ahead : TQ_ATTN_NO_AHEAD);
     }
     return ok;
 }
@@ -631,6 +700,9 @@ static void vnni_init(void) {
     vnni_table = *tq_attn_kernels_avx512();
     vnni_table.name = "avx512-vnni";
     vnni_table.score_turbo_lanes = vnni_score_turbo_lanes;
+    vnni_table.lanes_prep_bytes = vnni_prep_bytes;
+    vnni_table.prep_turbo_lanes = vnni_prep_turbo_lanes;
+    vnni_table.score_turbo_lanes_prepared = vnni_score_prepared;
     vnni_table.accum_turbo_lanes = vnni_accum_turbo_lanes;
     vnni_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
 }
