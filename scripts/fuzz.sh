@@ -21,6 +21,10 @@ x86=0
 case "$(uname -m)" in x86_64|amd64|AMD64) x86=1 ;; esac
 objs=()
 vnni_obj=
+# The sources compile in parallel (FUZZ_JOBS, default: the CPU count); a failure is reported and
+# stops the script once every compile has ended.
+max_jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
+rm -f "$out/compile-failed"
 while IFS= read -r line || [ -n "$line" ]; do
   line=${line%%#*}
   read -r -a fields <<<"$line"
@@ -34,10 +38,13 @@ while IFS= read -r line || [ -n "$line" ]; do
   if [ "$x86" = 1 ]; then file_flags=("${fields[@]:2}"); fi
   o="$out/obj/$(echo "$f" | tr '/' '_').o"
   # shellcheck disable=SC2086
-  $cc $flags "${file_flags[@]}" -c "$f" -o "$o"
+  ( $cc $flags "${file_flags[@]}" -c "$f" -o "$o" || { echo "fuzz.sh: compiling $f failed" >&2; touch "$out/compile-failed"; } ) &
+  while [ "$(jobs -rp | wc -l)" -ge "$max_jobs" ]; do wait -n || true; done
   objs+=("$o")
   if [ "$f" = src/kernels/attn_vnni.c ]; then vnni_obj=$o; fi
 done <sources.list
+wait
+[ ! -e "$out/compile-failed" ] || exit 1
 # The integer decode kernels exist only when attn_vnni.c gets its VBMI / VNNI flags; without them
 # it compiles to a stub and the fuzzers never reach them. (nm's whole output is read first: with
 # pipefail, `grep -q` closing the pipe early would fail nm with SIGPIPE.)

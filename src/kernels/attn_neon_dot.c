@@ -380,31 +380,77 @@ static int nd_float_accum(const tq_record *x, const uint8_t *rec, int nk, const 
     return tq_attn_kernels_neon()->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, TQ_ATTN_NO_AHEAD);
 }
 
-static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs,
-                                int nq, float *S, size_t ss, tq_attn_ahead ahead) {
-    (void)ahead; /* these kernels prefetch nothing */
-    ndseg g[2];
+/* What the scores of a call make of its queries before reading a record, kept so that calls on
+ * many pages of records reuse it (tq_attn_kernels.prep_turbo_lanes): the segment state and, per
+ * group of four queries, q̂ in code order and α·β. */
+typedef struct nd_qgroup {
+    int fin;            /* 0: a query of the group is not finite (the float kernels take it) */
+    float ab[4];
+    const int8_t *qp[4]; /* kl bytes each (absent queries: the first's) */
+} nd_qgroup;
+typedef struct nd_qprep {
+    int ok, kl;
     float alpha;
-    int kl = tq_record_lanes(x);
-    if (!nd_setup(x, g, &alpha)) return nd_float_scores(x, rec, nk, q, qs, nq, S, ss);
+    ndseg g[2];
+    nd_qgroup grp[]; /* (nq + 3) / 4, then each group's bytes */
+} nd_qprep;
+
+#define ND_GROUP_BYTES(kl) (4 * ((size_t)(kl) + 16))
+
+static size_t nd_prep_bytes(const tq_record *x, int nq) {
+    int kl = tq_record_lanes(x), ng = (nq + 3) / 4;
+    if (nq <= 0 || kl <= 0) return 0;
+    return 16 + sizeof(nd_qprep) + (size_t)ng * (sizeof(nd_qgroup) + ND_GROUP_BYTES(kl));
+}
+
+static nd_qprep *nd_prep_at(void *mem) { return (nd_qprep *)(((uintptr_t)mem + 15) & ~(uintptr_t)15); }
+
+static int nd_prep_turbo_lanes(const tq_record *x, const float *q, size_t qs, int nq, void *mem) {
+    nd_qprep *P = nd_prep_at(mem);
+    P->kl = tq_record_lanes(x);
+    P->ok = nd_setup(x, P->g, &P->alpha);
+    if (!P->ok) return 1;
+    const int kl = P->kl, ng = (nq + 3) / 4;
+    uint8_t *bytes = (uint8_t *)(void *)(P->grp + ng);
+    for (int j = 0; j < nq; j += 4) {
+        nd_qgroup *G = &P->grp[j / 4];
+        int m4 = nq - j < 4 ? nq - j : 4;
+        int8_t *qb[4];
+        float beta[4];
+        uint8_t *b = bytes + (size_t)(j / 4) * ND_GROUP_BYTES(kl);
+        for (int k = 0; k < 4; k++) qb[k] = (int8_t *)(((uintptr_t)(b + (size_t)k * ((size_t)kl + 16)) + 15) & ~(uintptr_t)15);
+        G->fin = 1;
+        for (int k = 0; k < m4 && G->fin; k++)
+            G->fin = nd_quant_query(x, P->g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k]);
+        if (!G->fin) continue;
+        /* absent heads (a last group of fewer than four) repeat the first; their sums are dropped */
+        for (int k = 0; k < 4; k++) {
+            int kk = k < m4 ? k : 0;
+            G->qp[k] = qb[kk];
+            G->ab[k] = P->alpha * beta[kk];
+        }
+    }
+    return 1;
+}
+
+/* score_turbo_lanes on queries prepared by nd_prep_turbo_lanes (q, qs: the same queries, for
+ * the float kernels where the integer path cannot go). */
+static int nd_score_prepared(const tq_record *x, const uint8_t *rec, int nk, const void *mem, const float *q,
+                             size_t qs, int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    (void)ahead; /* these kernels prefetch nothing */
+    const nd_qprep *P = nd_prep_at((void *)(uintptr_t)mem);
+    if (!P->ok) return nd_float_scores(x, rec, nk, q, qs, nq, S, ss);
+    const ndseg *g = P->g;
     int ok = 1;
     for (int j = 0; j < nq; j += 4) {
-        int m4 = nq - j < 4 ? nq - j : 4, fin = 1;
-        _Alignas(16) int8_t qb[4][128 * ND_MAX_BLOCKS];
-        float beta[4];
-        for (int k = 0; k < m4 && fin; k++) fin = nd_quant_query(x, g, q + (size_t)(j + k) * qs, kl, qb[k], &beta[k]);
-        if (!fin) {
+        const nd_qgroup *G = &P->grp[j / 4];
+        int m4 = nq - j < 4 ? nq - j : 4;
+        if (!G->fin) {
             ok &= nd_float_scores(x, rec, nk, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss);
             continue;
         }
-        /* absent heads (a last group of fewer than four) repeat the first; their sums are dropped */
-        const int8_t *qp[4];
-        float ab[4];
-        for (int k = 0; k < 4; k++) {
-            int kk = k < m4 ? k : 0;
-            qp[k] = qb[kk];
-            ab[k] = alpha * beta[kk];
-        }
+        const int8_t *const *qp = G->qp;
+        const float *ab = G->ab;
         for (int t0 = 0; t0 < nk; t0 += ND_RUN) {
             int n = nk - t0 < ND_RUN ? nk - t0 : ND_RUN;
             const uint8_t *base = rec + (size_t)t0 * x->rec_bytes;
@@ -435,6 +481,19 @@ static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 for (int k = 0; k < m4; k++) S[(size_t)(j + k) * ss + (size_t)(t0 + t)] = o[k];
             }
         }
+    }
+    return ok;
+}
+
+/* One call: the queries prepared four at a time on the stack, then scored. */
+static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs,
+                                int nq, float *S, size_t ss, tq_attn_ahead ahead) {
+    _Alignas(16) unsigned char mem[16 + sizeof(nd_qprep) + sizeof(nd_qgroup) + ND_GROUP_BYTES(128 * ND_MAX_BLOCKS)];
+    int ok = 1;
+    for (int j = 0; j < nq; j += 4) {
+        int m4 = nq - j < 4 ? nq - j : 4;
+        nd_prep_turbo_lanes(x, q + (size_t)j * qs, qs, m4, mem);
+        ok &= nd_score_prepared(x, rec, nk, mem, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss, ahead);
     }
     return ok;
 }
@@ -655,6 +714,9 @@ static void nd_init(void) {
     nd_table = *tq_attn_kernels_neon();
     nd_table.name = "neon-dot";
     nd_table.score_turbo_lanes = nd_score_turbo_lanes;
+    nd_table.lanes_prep_bytes = nd_prep_bytes;
+    nd_table.prep_turbo_lanes = nd_prep_turbo_lanes;
+    nd_table.score_turbo_lanes_prepared = nd_score_prepared;
     nd_table.accum_turbo_lanes = nd_accum_turbo_lanes;
     nd_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
 }
