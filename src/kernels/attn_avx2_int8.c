@@ -600,8 +600,7 @@ static int i8_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
     int ok = 1;
     for (int j = 0; j < nq; j += 4) {
         int m4 = nq - j < 4 ? nq - j : 4;
-        if (tq_record_lanes(x) > 128 * I8_MAX_BLOCKS || i8_prep_bytes(x, m4) > sizeof mem)
-            return i8_float_scores(x, rec, nk, q, qs, nq, S, ss, ahead);
+        if (i8_prep_bytes(x, m4) > sizeof mem) return i8_float_scores(x, rec, nk, q, qs, nq, S, ss, ahead);
         i8_prep_turbo_lanes(x, q + (size_t)j * qs, qs, m4, mem);
         ok &= i8_score_prepared(x, rec, nk, mem, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss,
                                 j == 0 ? ahead : TQ_ATTN_NO_AHEAD);

@@ -439,10 +439,7 @@ static int vnni_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     int ok = 1;
     for (int j = 0; j < nq; j += 4) {
         int m4 = nq - j < 4 ? nq - j : 4;
-        if (tq_record_lanes(x) > 128 * VNNI_MAX_BLOCKS) { /* vnni_prepare refuses it: the fallback */
-            vnni_prep_turbo_lanes(x, q, qs, nq, mem);
-            return vnni_score_prepared(x, rec, nk, mem, q, qs, nq, S, ss, ahead);
-        }
+        /* a lane row longer than mem holds: vnni_prepare refuses it before any group is written */
         vnni_prep_turbo_lanes(x, q + (size_t)j * qs, qs, m4, mem);
         ok &= vnni_score_prepared(x, rec, nk, mem, q + (size_t)j * qs, qs, m4, S + (size_t)j * ss, ss,
                                   j == 0 ? ahead : TQ_ATTN_NO_AHEAD);
