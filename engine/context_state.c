@@ -40,7 +40,8 @@ static model_status load_error(model_context *x, tq_status ts) {
                       : ts == TQ_ERR_MISMATCH ? MODEL_ERR_KV_SCHEME
                                               : MODEL_ERR_FILE;
     if (ts == TQ_ERR_MISMATCH)
-        return say(x, st, "the cache file holds another model shape, KV scheme or sliding window (%s)",
+        return say(x, st, "the cache file holds another model shape, KV scheme, sliding window or key-scale "
+                          "RoPE pairing (files before version 7 have none) (%s)",
                    tq_error_name(ts));
     return say(x, st, "cache file: %s (%s)", tq_error_message(ts), tq_error_name(ts));
 }

@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 6; versions 1 to 5 still load), shared by the
+ * Cache files (doc/cachefile.md, format version 7; versions 1 to 6 still load), shared by the
  * three files that implement them: cachefile.c (the layout: CRC32C, section sizes, layer
  * scheme records, the checks of a layer section and its restore), cachefile_write.c (save) and
  * cachefile_read.c (load). Not public.
@@ -13,11 +13,14 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 6, so moving the public macro without this code fails to compile. */
+ * version 7, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 6, "src/cachefile*.c write the version 6 layout");
-/* Header flags (offset 52), v6: bit 0 the scheme's trellis; zero before v6. */
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 7, "src/cachefile*.c write the version 7 layout");
+/* Header flags (offset 52), v6: bit 0 the scheme's trellis; v7: bits 1-2 the config's
+ * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); zero before. */
 #define CF_FLAG_TRELLIS 1u
+#define CF_FLAG_PAIRS_SHIFT 1
+#define CF_FLAG_PAIRS (3u << CF_FLAG_PAIRS_SHIFT)
 #define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */

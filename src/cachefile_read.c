@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cachefile_internal.h"
+#include "internal.h"
 
 /* What the header and the scheme section say, checked: the loader's first two stages, which
  * read only the first front_bytes() bytes of the input (and its size). */
@@ -19,7 +20,7 @@ typedef struct cf_front {
     uint32_t version, n_layers, H, dk, dv, scheme_bytes;
     uint64_t seed, n_tokens;
     uint32_t sink;          /* v5: the scheme's attention sinks (header offset 56) */
-    uint32_t flags;         /* v6: header flags (offset 52; CF_FLAG_TRELLIS) */
+    uint32_t flags;         /* v6: header flags (offset 52; CF_FLAG_TRELLIS, v7 CF_FLAG_PAIRS) */
     tq_kv_cache_config cfg; /* shapes and scheme (check_scheme); layer_schemes set by load */
     tq_kv_layer_scheme *ls; /* the n_layers layer scheme records (check_scheme; owned) */
     size_t *windows;        /* v4: the n_layers layer windows, NULL when all are 0 (owned) */
@@ -50,8 +51,9 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     /* v5: offset 56 holds the scheme's sinks; reserved (zero) before. */
     uint32_t sink = tq_cf_get_u32(d + 56);
     uint32_t flags = tq_cf_get_u32(d + 52);
-    if ((version < 6 && flags) || (flags & ~CF_FLAG_TRELLIS) || (version < 5 && sink) ||
-        sink > TQ_KV_SINK_MAX)
+    uint32_t pairs = (flags & CF_FLAG_PAIRS) >> CF_FLAG_PAIRS_SHIFT;
+    if ((version < 6 && flags) || (version < 7 && pairs) || (flags & ~(CF_FLAG_TRELLIS | CF_FLAG_PAIRS)) ||
+        (version < 5 && sink) || sink > TQ_KV_SINK_MAX)
         return TQ_ERR_FORMAT;
     uint32_t n_layers = tq_cf_get_u32(d + 16), H = tq_cf_get_u32(d + 20), dk = tq_cf_get_u32(d + 24),
              dv = tq_cf_get_u32(d + 28);
@@ -143,6 +145,8 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
     sc->seed = tq_cf_get_u64(sp + 56);
     sc->sink = (int)f->sink;
     sc->trellis = (f->flags & CF_FLAG_TRELLIS) != 0;
+    cfg.key_rope_pairs = (int)((f->flags & CF_FLAG_PAIRS) >> CF_FLAG_PAIRS_SHIFT);
+    if (!tq_rope_pairs_valid(cfg.key_rope_pairs, dk)) return TQ_ERR_FORMAT;
     if (sc->seed != f->seed) return TQ_ERR_FORMAT;
     tq_kv_layer_scheme *ls = malloc(n_layers * sizeof *ls);
     if (!ls) return TQ_ERR_NOMEM;
@@ -188,7 +192,8 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
                  expect->scheme.batch == sc->batch &&
                  expect->scheme.quantized_kv_start == sc->quantized_kv_start &&
                  (expect->scheme.prefill_raw ? 1 : 0) == sc->prefill_raw &&
-                 expect->scheme.seed == sc->seed && expect->scheme.sink == sc->sink;
+                 expect->scheme.seed == sc->seed && expect->scheme.sink == sc->sink &&
+                 expect->key_rope_pairs == cfg.key_rope_pairs;
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
             if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;

@@ -152,7 +152,8 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     tq_cf_put_u64(h + 32, sc->seed);
     tq_cf_put_u64(h + 40, n_tokens);
     tq_cf_put_u32(h + 48, (uint32_t)tq_cf_scheme_payload(cfg->n_layers, CF_VERSION));
-    tq_cf_put_u32(h + 52, sc->trellis ? CF_FLAG_TRELLIS : 0u); /* v6 */
+    tq_cf_put_u32(h + 52, (sc->trellis ? CF_FLAG_TRELLIS : 0u) |
+                              (uint32_t)cfg->key_rope_pairs << CF_FLAG_PAIRS_SHIFT); /* v6, v7 */
     tq_cf_put_u32(h + 56, (uint32_t)sc->sink); /* v5 */
     crc_begin(s);
     sink_write(s, h, 60);

@@ -47,6 +47,11 @@ tq_status tq_sized_in(void *dst, const void *src, size_t known, size_t min);
 tq_status tq_sized_out(void *out, size_t out_size, const void *src, size_t known, size_t min,
                        int has_size);
 
+/* A TQ_ROPE_PAIRS_* value that fits a head of dim channels (pairs need an even dim). */
+static inline int tq_rope_pairs_valid(int pairs, int dim) {
+    return pairs == TQ_ROPE_PAIRS_NONE || ((pairs == TQ_ROPE_PAIRS_ADJACENT || pairs == TQ_ROPE_PAIRS_HALVES) && dim % 2 == 0);
+}
+
 static inline int tq_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 static inline int tq_log2i(int n) {

@@ -15,6 +15,8 @@
 struct tq_key_transform {
     int n_heads, dim;
     int block, block_bits; /* key split: channels of the first block and its bits; 0: none */
+    int pairs;             /* TQ_ROPE_PAIRS_*: the channel pairs a rotary embedding turns, whose
+                              statistics the scale and split pool (0: every channel alone) */
     float *mean;           /* (n_heads, dim) with a mean, else NULL */
     int mean_set;
     float *scale;   /* (n_heads, dim) s with a scale, else NULL: keys stored as s ⊙ (k − mean),
@@ -39,10 +41,11 @@ void tq_key_transform_free(tq_key_transform *kt) {
 }
 
 tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, int mean,
-                                  int scale, int block, int block_bits) {
+                                  int scale, int block, int block_bits, int pairs) {
     *out = NULL;
     if (n_heads < 1 || n_heads > 1024 || dim < TQ_MIN_DIM || dim > TQ_MAX_DIM ||
-        (block && (!scale || block < 1 || block >= dim || block_bits < 1 || block_bits > 8)))
+        (block && (!scale || block < 1 || block >= dim || block_bits < 1 || block_bits > 8)) ||
+        !tq_rope_pairs_valid(pairs, dim))
         return TQ_ERR_INVALID;
     tq_key_transform *kt = calloc(1, sizeof *kt);
     if (!kt) return TQ_ERR_NOMEM;
@@ -50,6 +53,7 @@ tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, 
     kt->dim = dim;
     kt->block = block;
     kt->block_bits = block ? block_bits : 0;
+    kt->pairs = pairs;
     size_t nm = nm_of(kt);
     int ok = 1;
     if (mean) ok &= (kt->mean = calloc(nm, sizeof(float))) != NULL;
@@ -69,7 +73,7 @@ tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, 
 
 tq_status tq_key_transform_create_like(tq_key_transform **out, const tq_key_transform *like) {
     return tq_key_transform_create(out, like->n_heads, like->dim, like->mean != NULL,
-                                   like->scale != NULL, like->block, like->block_bits);
+                                   like->scale != NULL, like->block, like->block_bits, like->pairs);
 }
 
 void tq_key_transform_reset(tq_key_transform *kt) {
@@ -256,14 +260,25 @@ static void fit_scale(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const 
                 b[i] += x * x;
             }
         }
+        /* A rotary embedding turns each pair's two channels into each other as the position
+         * grows: only their pooled energy is a property of the head, so the pair shares it
+         * (the scale and the split then commute with the rotation, doc/kvcache.md §2). */
+        double ap[TQ_MAX_DIM];
+        for (int i = 0; i < dk; i++) ap[i] = with_q ? a[i] : 1.0;
+        for (int i = 0; kt->pairs && i < dk / 2; i++) {
+            int i0 = kt->pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * i : i;
+            int i1 = kt->pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * i + 1 : i + dk / 2;
+            b[i0] = b[i1] = 0.5 * (b[i0] + b[i1]);
+            ap[i0] = ap[i1] = 0.5 * (ap[i0] + ap[i1]);
+        }
         for (int i = 0; i < dk; i++) {
-            sa += with_q ? a[i] : 1.0;
+            sa += ap[i];
             sb += b[i];
         }
         int ok = sa > 0.0 && sb > 0.0 && isfinite(sa) && isfinite(sb);
         double mean_lg = 0.0;
         for (int i = 0; ok && i < dk; i++) {
-            an[i] = (with_q ? a[i] : 1.0) * dk / sa + KEY_SCALE_FLOOR;
+            an[i] = ap[i] * dk / sa + KEY_SCALE_FLOOR;
             bn[i] = b[i] * dk / sb + KEY_SCALE_FLOOR;
             lg[i] = p * log(an[i] / bn[i]);
             mean_lg += lg[i] / dk;
@@ -494,7 +509,8 @@ tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_co
     tq_key_transform_config local;
     const tq_key_transform_config *cfg = &local;
     config_defaults(&local, 0, 0, 0.0f);
-    if (tq_sized_in(&local, given, sizeof local, sizeof local)) return TQ_ERR_INVALID;
+    if (tq_sized_in(&local, given, sizeof local, offsetof(tq_key_transform_config, rope_pairs)))
+        return TQ_ERR_INVALID;
     int H = cfg->n_heads, d = cfg->head_dim;
     if (d < TQ_MIN_DIM || d > TQ_MAX_DIM) return TQ_ERR_DIM;
     if (H < 1 || H > 1024 || (n_queries && !q_heads_ok(H, n_q_heads))) return TQ_ERR_INVALID;
@@ -507,8 +523,9 @@ tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_co
     }
     if (!all_finite(keys, n_keys * (size_t)H * (size_t)d)) return TQ_ERR_NONFINITE;
     tq_key_transform *kt;
+    if (!tq_rope_pairs_valid(cfg->rope_pairs, d)) return TQ_ERR_INVALID;
     tq_status st = tq_key_transform_create(&kt, H, d, cfg->mean != 0, cfg->scale != 0, block,
-                                           block_bits);
+                                           block_bits, cfg->rope_pairs);
     if (st) return st;
     st = tq_key_transform_observe(kt, queries, n_q_heads, n_queries);
     if (st) {
@@ -608,7 +625,7 @@ tq_status tq_key_transform_serialize(const tq_key_transform *kt, void *dst, size
     put_u32le(p + 12, (uint32_t)kt->dim);
     put_u32le(p + 16, (uint32_t)kt->block);
     p[20] = (uint8_t)kt->block_bits;
-    p[21] = (uint8_t)((kt->mean ? 1 : 0) | (kt->scale ? 2 : 0));
+    p[21] = (uint8_t)((kt->mean ? 1 : 0) | (kt->scale ? 2 : 0) | kt->pairs << 2);
     p[22] = (uint8_t)kt->mean_set;
     p[23] = (uint8_t)kt->scale_set;
     buf_sink b = {p, KT_HEAD};
@@ -624,13 +641,13 @@ tq_status tq_key_transform_deserialize(const void *data, size_t size, tq_key_tra
     const uint8_t *p = data;
     if (size < KT_HEAD || memcmp(p, kt_magic, 4) != 0 || get_u32le(p + 4) != 1) return TQ_ERR_FORMAT;
     uint32_t H = get_u32le(p + 8), d = get_u32le(p + 12), block = get_u32le(p + 16);
-    int parts = p[21], mean = parts & 1, scale = (parts >> 1) & 1;
-    if (parts > 3 || p[22] > mean || p[23] > scale || H < 1 || H > 1024 || d < TQ_MIN_DIM ||
+    int parts = p[21], mean = parts & 1, scale = (parts >> 1) & 1, pairs = parts >> 2;
+    if (!tq_rope_pairs_valid(pairs, (int)d) || p[22] > mean || p[23] > scale || H < 1 || H > 1024 || d < TQ_MIN_DIM ||
         d > TQ_MAX_DIM || block >= d || (block == 0) != (p[20] == 0) ||
         size != KT_HEAD + tq_key_transform_state_size((size_t)H * d, mean, scale, block > 0))
         return TQ_ERR_FORMAT;
     tq_key_transform *kt;
-    tq_status st = tq_key_transform_create(&kt, (int)H, (int)d, mean, scale, (int)block, p[20]);
+    tq_status st = tq_key_transform_create(&kt, (int)H, (int)d, mean, scale, (int)block, p[20], pairs);
     if (st) return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;
     st = tq_key_transform_read_state(kt, p + KT_HEAD, p[22], p[23]);
     if (st) {

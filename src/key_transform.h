@@ -14,10 +14,12 @@
 #include "turboquant.h"
 
 /* A transform of n_heads × dim with the parts asked for (block > 0: a key split whose first
- * block has `block` channels at block_bits), not fitted: mean unset, scale 1, identity order,
- * no query statistics. Errors: TQ_ERR_NOMEM, TQ_ERR_INVALID (a shape or block out of range). */
+ * block has `block` channels at block_bits; pairs: TQ_ROPE_PAIRS_*, the channel pairs whose
+ * statistics the scale and split pool), not fitted: mean unset, scale 1, identity order, no
+ * query statistics. Errors: TQ_ERR_NOMEM, TQ_ERR_INVALID (a shape, block or pairing out of
+ * range). */
 tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, int mean,
-                                  int scale, int block, int block_bits);
+                                  int scale, int block, int block_bits, int pairs);
 /* A new, unfitted transform of the same shape and parts as `like`. */
 tq_status tq_key_transform_create_like(tq_key_transform **out, const tq_key_transform *like);
 /* Back to "not fitted" (a cache truncated to 0): the mean unset (its values kept, as a cache

@@ -147,6 +147,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
     if (cfg->head_dim_k < TQ_MIN_DIM || cfg->head_dim_k > TQ_MAX_DIM ||
         cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)
         return TQ_ERR_DIM;
+    if (!tq_rope_pairs_valid(cfg->key_rope_pairs, cfg->head_dim_k)) return TQ_ERR_INVALID;
     int windowed = 0;
     for (int i = 0; cfg->layer_windows && i < cfg->n_layers; i++) {
         if (cfg->layer_windows[i] > TQ_KV_WINDOW_MAX) return TQ_ERR_INVALID;
@@ -197,7 +198,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
             /* A key split's first block is the codec's segment 0. */
             st = tq_key_transform_create(&l->kt, cfg->n_kv_heads, cfg->head_dim_k,
                                          l->scheme.key_mean, l->scheme.key_scale, l->k.block,
-                                         l->k.block ? l->k.seg[0].bits : 0);
+                                         l->k.block ? l->k.seg[0].bits : 0, cfg->key_rope_pairs);
             if (st) goto fail;
         }
     }

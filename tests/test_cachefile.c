@@ -21,11 +21,14 @@
  * Version 6: the header flag of trellis-coded indices (scheme option trellis=1); the golden
  * cache uses them, so the file pins the trellis encoder's bits too.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v6.bin (when the format version moves, or
+ * Version 7: the header flags carry the config's key_rope_pairs (the key scale and split pool
+ * each RoPE pair's statistics); the golden cache pairs its channels in halves.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v7.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
- * cache_v3.bin, cache_v4.bin and cache_v5.bin, written by versions 1 (before the key scale), 2
- * (before the key split), 3 (before the layer windows), 4 (before q8_0r / q4_0r and the sinks)
- * and 5 (before trellis codes), and
+ * cache_v3.bin, cache_v4.bin, cache_v5.bin and cache_v6.bin, written by versions 1 (before the
+ * key scale), 2 (before the key split), 3 (before the layer windows), 4 (before q8_0r / q4_0r
+ * and the sinks), 5 (before trellis codes) and 6 (before the RoPE pairs), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
@@ -47,7 +50,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v6.bin"
+#define GOLDEN "tests/golden/cache_v7.bin"
+#define GOLDEN_V6 "tests/golden/cache_v6.bin"
 #define GOLDEN_V5 "tests/golden/cache_v5.bin"
 #define GOLDEN_V4 "tests/golden/cache_v4.bin"
 #define GOLDEN_V3 "tests/golden/cache_v3.bin"
@@ -300,10 +304,14 @@ static void fix_crcs(uint8_t *d, size_t size) {
 
 /* A cache of n_layers × H × d with `n` tokens per layer: a prefill of n − 8 and 8 decode steps;
  * windows: the layer windows (or NULL). */
+/* The key_rope_pairs of the caches build_w makes (TQ_ROPE_PAIRS_NONE unless a test sets it). */
+static int build_pairs = TQ_ROPE_PAIRS_NONE;
+
 static tq_kv_cache *build_w(const char *scheme, int n_layers, int H, int d, size_t n,
                             const tq_kv_layer_scheme *overrides, const size_t *windows) {
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, n_layers, H, d, d);
+    cfg.key_rope_pairs = build_pairs;
     char err[1024];
     if (tq_kv_scheme_parse(scheme, &cfg.scheme, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
@@ -457,6 +465,41 @@ static void test_roundtrip_schemes(void) {
     for (size_t i = 0; i < N_SCHEMES; i++) roundtrip_one(schemes[i], NULL, 2);
 }
 
+/* RoPE pairs (v7): a file keeps the pairing, also of a cache saved before its first
+ * compression fitted the key scale, so that the fit after loading pools as the saved cache
+ * would have; a file whose pairing differs from an expected config is TQ_ERR_MISMATCH. */
+static void test_roundtrip_rope_pairs(void) {
+    for (int pairs = TQ_ROPE_PAIRS_ADJACENT; pairs <= TQ_ROPE_PAIRS_HALVES; pairs++) {
+        build_pairs = pairs;
+        roundtrip_one("turbo3.5", NULL, 2);
+        roundtrip_one("turbo4:start=1000", NULL, 2); /* nothing compressed, nothing fitted */
+        tq_kv_cache *a = build("turbo3.5:start=1000", 1, 2, 64, 40, NULL), *b = NULL, *fresh = NULL;
+        build_pairs = TQ_ROPE_PAIRS_NONE;
+        size_t n = 0;
+        uint8_t *img = a ? save_image(a, &n) : NULL;
+        CHECK(img && tq_kv_cache_load_memory(img, n, &b) == TQ_OK && b);
+        CHECK(b && test_cache_config(b).key_rope_pairs == pairs);
+        tq_kv_cache_config e = test_cache_config(a);
+        e.key_rope_pairs = TQ_ROPE_PAIRS_NONE;
+        CHECK(img && tq_kv_cache_load_memory_expect(img, n, &e, &fresh) == TQ_ERR_MISMATCH && !fresh);
+        e.key_rope_pairs = pairs;
+        CHECK(img && tq_kv_cache_load_memory_expect(img, n, &e, &fresh) == TQ_OK && fresh);
+        tq_kv_cache_free(fresh);
+        free(img);
+        tq_kv_cache_free(a);
+        tq_kv_cache_free(b);
+    }
+    /* A pairing the head dim cannot take, or no pairing at all, is refused at create. */
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 1, 1, 15, 16);
+    tq_kv_cache *c = NULL;
+    cfg.key_rope_pairs = TQ_ROPE_PAIRS_HALVES;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID && !c);
+    tq_kv_cache_config_init(&cfg, 1, 1, 16, 16);
+    cfg.key_rope_pairs = 3;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID && !c);
+}
+
 static void test_roundtrip_window_and_edges(void) {
     char s[128];
     for (size_t i = 0; i < N_SCHEMES; i++) {
@@ -499,6 +542,14 @@ static void test_roundtrip_file(void) {
  * order, an edge, both formats, a sliding window, sink stores. */
 static const size_t golden_windows[2] = {0, 12};
 static tq_kv_cache *golden_cache(void) {
+    build_pairs = TQ_ROPE_PAIRS_HALVES;
+    tq_kv_cache *c = build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1", 2,
+                             2, 16, 20, NULL, golden_windows);
+    build_pairs = TQ_ROPE_PAIRS_NONE;
+    return c;
+}
+/* The cache version 6 wrote: the same with every channel's statistics on its own. */
+static tq_kv_cache *golden_cache_v6(void) {
     return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1", 2, 2,
                    16, 20, NULL, golden_windows);
 }
@@ -602,7 +653,31 @@ static void test_golden(void) {
     /* Files of earlier versions load as the caches they were written from (v3: no layer
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
-    tq_kv_cache *w5 = golden_cache_v5(), *w4 = golden_cache_v4(), *w3 = golden_cache_v3();
+    tq_kv_cache *w6 = golden_cache_v6(), *w5 = golden_cache_v5(), *w4 = golden_cache_v4(),
+                *w3 = golden_cache_v3();
+    check_old_version(GOLDEN_V6, w6, -1);
+    {
+        /* The pairing's scale differs from the per-channel one (the flag is not inert), and a
+         * version 6 file with pair flags set is a file no writer of version 6 made. */
+        tq_kv_cache *c7 = golden_cache();
+        float s6[32], s7[32];
+        CHECK(c7 && w6 && tq_kv_cache_key_scale(c7, 1, s7, 32) == TQ_OK &&
+              tq_kv_cache_key_scale(w6, 1, s6, 32) == TQ_OK && memcmp(s6, s7, sizeof s6) != 0);
+        /* halves: channel i and i + 8 of each head share their scale */
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 8; i++) CHECK(s7[16 * h + i] == s7[16 * h + i + 8]);
+        tq_kv_cache_free(c7);
+        uint8_t *g6 = read_file(GOLDEN_V6, &gn);
+        tq_kv_cache *x = NULL;
+        CHECK(g6 && gn > 64);
+        for (uint32_t pairs = 1; g6 && gn > 64 && pairs <= 2; pairs++) {
+            wr32(g6 + 52, 1u | pairs << 1);
+            fix_crcs(g6, gn);
+            CHECK(tq_kv_cache_load_memory(g6, gn, &x) == TQ_ERR_FORMAT && !x);
+        }
+        free(g6);
+    }
+    tq_kv_cache_free(w6);
     check_old_version(GOLDEN_V5, w5, -1);
     {
         /* A version 5 file with the trellis flag set is a file no writer of version 5 made. */
@@ -619,11 +694,11 @@ static void test_golden(void) {
     tq_kv_cache_free(w5);
     check_old_version(GOLDEN_V4, w4, -1);
     {
-        /* Without sinks and trellis codes, version 6 is version 4's bytes but for the version
-         * and header CRC. */
+        /* Without sinks, trellis codes and RoPE pairs, version 7 is version 4's bytes but for
+         * the version and header CRC. */
         size_t n4 = 0, g4n = 0;
         uint8_t *i4 = save_image(w4, &n4), *g4 = read_file(GOLDEN_V4, &g4n);
-        CHECK(i4 && g4 && n4 == g4n && rd32(i4 + 8) == 6 && rd32(g4 + 8) == 4);
+        CHECK(i4 && g4 && n4 == g4n && rd32(i4 + 8) == TQ_KV_CACHE_FILE_VERSION && rd32(g4 + 8) == 4);
         if (i4 && g4 && n4 == g4n) {
             memcpy(i4 + 8, g4 + 8, 4);
             memcpy(i4 + 60, g4 + 60, 4);
@@ -753,7 +828,10 @@ static void test_magic_version(void) {
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_VERSION && !b);
     memcpy(p, img, n);
-    wr32(p + 52, 2); /* a reserved flag */
+    wr32(p + 52, 8); /* a reserved flag */
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    wr32(p + 52, 6); /* key_rope_pairs 3: no such pairing */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     CHECK(tq_kv_cache_load_memory(NULL, n, &b) == TQ_ERR_NULL);
@@ -1280,7 +1358,7 @@ static void test_load_file_equals_memory(void) {
         tq_kv_cache_free(y);
     }
     CHECK_MSG(bad == 0, "%d of %d cases differ", bad, cases);
-    const char *golden[] = {GOLDEN, GOLDEN_V5, GOLDEN_V4, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
+    const char *golden[] = {GOLDEN, GOLDEN_V6, GOLDEN_V5, GOLDEN_V4, GOLDEN_V3, GOLDEN_V2, GOLDEN_V1, GOLDEN_V3_MEAN8};
     for (size_t g = 0; g < sizeof golden / sizeof golden[0]; g++) {
         tq_kv_cache *x = NULL;
         CHECK_MSG(tq_kv_cache_load(golden[g], &x) == TQ_OK && x, "%s", golden[g]);
@@ -1489,6 +1567,7 @@ static void test_windows_persist(void) {
 
 int main(void) {
     RUN_TEST(test_roundtrip_schemes);
+    RUN_TEST(test_roundtrip_rope_pairs);
     RUN_TEST(test_roundtrip_window_and_edges);
     RUN_TEST(test_roundtrip_file);
     RUN_TEST(test_golden);

@@ -30,9 +30,10 @@ static void fill(float *x, size_t n, uint32_t seed) {
 
 /* The cache of `scheme` (1 layer) after observe_queries + a prefill of N keys + compress, and
  * the same keys rounded through fp16 (what the cache fits from) into k16. */
-static tq_kv_cache *cache_of(const char *scheme, const float *k, const float *q, float *k16) {
+static tq_kv_cache *cache_of(const char *scheme, int pairs, const float *k, const float *q, float *k16) {
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, 1, H, D, D);
+    cfg.key_rope_pairs = pairs;
     if (tq_kv_scheme_parse(scheme, &cfg.scheme, NULL, 0)) return NULL;
     tq_kv_cache *c = NULL;
     if (tq_kv_cache_create(&c, &cfg)) return NULL;
@@ -67,9 +68,10 @@ static void test_same_as_cache(void) {
     float *q = malloc(sizeof(float) * N * NQH * D), *st = malloc(sizeof(float) * N * H * D);
     fill(k, (size_t)N * H * D, 1u);
     fill(q, (size_t)N * NQH * D, 2u);
-    for (size_t si = 0; si < sizeof schemes / sizeof *schemes; si++) {
-        const char *s = schemes[si];
-        tq_kv_cache *c = cache_of(s, k, q, k16);
+    for (size_t run = 0; run < 3 * sizeof schemes / sizeof *schemes; run++) {
+        const char *s = schemes[run / 3];
+        const int pairs = (int)(run % 3); /* NONE, ADJACENT, HALVES */
+        tq_kv_cache *c = cache_of(s, pairs, k, q, k16);
         CHECK_MSG(c != NULL, "%s", s);
         if (!c) continue;
         tq_kv_layer_scheme ls = test_layer_scheme(c, 0);
@@ -78,6 +80,7 @@ static void test_same_as_cache(void) {
         cfg.mean = ls.key_mean;
         cfg.scale = ls.key_scale;
         cfg.split = ls.key_split;
+        cfg.rope_pairs = pairs;
         tq_key_transform *kt = NULL;
         CHECK(tq_key_transform_fit(&kt, &cfg, k16, N, q, NQH, N) == TQ_OK && kt);
         const tq_key_transform *ck = c->layers[0].kt;
@@ -256,8 +259,134 @@ static void test_errors(void) {
     CHECK(tq_key_transform_deserialize(small, sizeof small, NULL) == TQ_ERR_NULL);
 }
 
+/* Σ over late queries and keys of (⟨q, k⟩ − ⟨q, k̂⟩)², k̂ the key through the transform and a
+ * 3-bit code (the split's codec when there is one), over tokens [t0, t1). */
+static double late_error(const tq_key_transform *kt, const float *k, const float *q, size_t t0, size_t t1) {
+    tq_codec_config cc;
+    tq_codec_config_init(&cc, D, 3.0f, TQ_VARIANT_MSE);
+    tq_codec *codec = NULL;
+    if (tq_key_transform_codec_config(kt, &cc) || tq_codec_create(&codec, &cc)) return -1.0;
+    size_t rb = tq_codec_bytes_per_vector(codec), n = t1 - t0;
+    float *st = malloc(sizeof(float) * n * D), *back = malloc(sizeof(float) * n * D);
+    uint8_t *codes = malloc(rb * n);
+    double err = -1.0;
+    if (tq_key_transform_keys(kt, k + t0 * D, n, st) == TQ_OK && tq_codec_encode(codec, st, n, codes, rb * n) == TQ_OK &&
+        tq_codec_decode(codec, codes, n, st, n * D) == TQ_OK && tq_key_transform_invert(kt, st, n, back) == TQ_OK) {
+        err = 0.0;
+        for (size_t t = 0; t < n; t++)
+            for (size_t i = t0; i < t1; i += 5) {
+                double e = 0.0;
+                for (int j = 0; j < D; j++) e += (double)q[i * D + (size_t)j] * (k[(t0 + t) * D + (size_t)j] - back[t * D + (size_t)j]);
+                err += e * e;
+            }
+    }
+    free(st), free(back), free(codes);
+    tq_codec_free(codec);
+    return err;
+}
+
+/* RoPE pairs (doc/kvcache.md §2). The scale is equal within every pair and the key split keeps
+ * each pair in one block; serialize keeps the pairing (test_same_as_cache: the cache fits the
+ * same state). And the point of it: keys whose loud channel a slow rotary pair turns into its
+ * partner after the positions the transform was fitted on (per-channel statistics then give
+ * the partner a large scale) keep their 3-bit error with the pooled statistics. */
+static void test_rope_pairs(void) {
+    float *k = malloc(sizeof(float) * N * H * D), *q = malloc(sizeof(float) * N * NQH * D);
+    fill(k, (size_t)N * H * D, 21u);
+    fill(q, (size_t)N * NQH * D, 22u);
+    for (int pairs = TQ_ROPE_PAIRS_ADJACENT; pairs <= TQ_ROPE_PAIRS_HALVES; pairs++) {
+        tq_key_transform_config cfg;
+        tq_key_transform_config_init(&cfg, H, D, 3.5f);
+        cfg.rope_pairs = pairs;
+        tq_key_transform *kt = NULL, *none = NULL, *b = NULL;
+        CHECK(tq_key_transform_fit(&kt, &cfg, k, N, q, NQH, N) == TQ_OK && kt);
+        cfg.rope_pairs = TQ_ROPE_PAIRS_NONE;
+        CHECK(tq_key_transform_fit(&none, &cfg, k, N, q, NQH, N) == TQ_OK && none);
+        float sp[H * D], sn[H * D], e[D], out[D];
+        CHECK(tq_key_transform_get_scale(kt, sp, H * D) == TQ_OK && tq_key_transform_get_scale(none, sn, H * D) == TQ_OK);
+        int tied = 1, untied = 0, split_ok = 1;
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < D / 2; i++) {
+                int i0 = pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * i : i, i1 = pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * i + 1 : i + D / 2;
+                tied &= sp[h * D + i0] == sp[h * D + i1];
+                untied |= sn[h * D + i0] != sn[h * D + i1];
+                /* the stored coordinates of channels i0 and i1: the same block (the first D / 2) */
+                int j[2] = {-1, -1};
+                for (int m = 0; m < 2; m++) {
+                    memset(e, 0, sizeof e);
+                    e[m ? i1 : i0] = 1.0f;
+                    tq_key_transform_key_row(kt, h, e, out);
+                    for (int c = 0; c < D; c++)
+                        if (out[c] != 0.0f) j[m] = c;
+                }
+                split_ok &= j[0] >= 0 && j[1] >= 0 && (j[0] < D / 2) == (j[1] < D / 2);
+            }
+        CHECK_MSG(tied && untied && split_ok, "pairs %d: tied %d, per channel differs %d, split keeps pairs %d", pairs,
+                  tied, untied, split_ok);
+        size_t n = 0, n2 = 0;
+        uint8_t *img = serialize(kt, &n);
+        CHECK(img && tq_key_transform_deserialize(img, n, &b) == TQ_OK && b);
+        uint8_t *img2 = b ? serialize(b, &n2) : NULL;
+        CHECK(img2 && n2 == n && memcmp(img, img2, n) == 0 && img[21] >> 2 == pairs);
+        tq_key_transform *x = NULL;
+        if (img) {
+            img[21] |= 3 << 2; /* no such pairing */
+            CHECK(tq_key_transform_deserialize(img, n, &x) == TQ_ERR_FORMAT && !x);
+        }
+        free(img), free(img2);
+        tq_key_transform_free(kt), tq_key_transform_free(none), tq_key_transform_free(b);
+    }
+    /* An odd head dim takes no pairs; an older caller's config (no rope_pairs) none. */
+    tq_key_transform_config cfg;
+    tq_key_transform_config_init(&cfg, 1, 15, 3.0f);
+    cfg.rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
+    tq_key_transform *kt = NULL;
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, NULL, 1, 0) == TQ_ERR_INVALID && !kt);
+    tq_key_transform_config_init(&cfg, 1, D, 3.0f);
+    cfg.rope_pairs = TQ_ROPE_PAIRS_HALVES;
+    cfg.struct_size = offsetof(tq_key_transform_config, rope_pairs);
+    CHECK(tq_key_transform_fit(&kt, &cfg, k, 1, NULL, 1, 0) == TQ_OK && kt);
+    size_t n = 0;
+    uint8_t *img = kt ? serialize(kt, &n) : NULL;
+    CHECK(img && img[21] >> 2 == TQ_ROPE_PAIRS_NONE);
+    free(img);
+    tq_key_transform_free(kt);
+    free(k), free(q);
+
+    /* One head, 2048 tokens: noise in every channel (fill), and a component of 40 in channel
+     * 0 that RoPE pair (0, 1) turns by π/2 over 1536 positions (ADJACENT); queries carry pair
+     * 0 6× louder. Fitted on the first 128 tokens (the pair has turned 0.13 rad: per channel,
+     * channel 1 looks quiet and gets a large scale), scored on tokens 1536 … 2047. */
+    enum { T = 2048, FIT = 128 };
+    float *kk = malloc(sizeof(float) * T * D), *qq = malloc(sizeof(float) * T * D);
+    fill(kk, (size_t)T * D, 31u);
+    fill(qq, (size_t)T * D, 32u);
+    for (size_t t = 0; t < T; t++) {
+        double a = 1.5707963 * (double)t / 1536.0, c = cos(a), sn = sin(a);
+        float x0 = kk[t * D] + 40.0f, x1 = kk[t * D + 1];
+        kk[t * D] = (float)(c * x0 - sn * x1);
+        kk[t * D + 1] = (float)(sn * x0 + c * x1);
+        qq[t * D] *= 6.0f;
+        qq[t * D + 1] *= 6.0f;
+    }
+    double err[2];
+    for (int m = 0; m < 2; m++) {
+        tq_key_transform_config_init(&cfg, 1, D, 3.0f);
+        cfg.rope_pairs = m ? TQ_ROPE_PAIRS_ADJACENT : TQ_ROPE_PAIRS_NONE;
+        cfg.mean = 0; /* the scale alone (a mean of the first keys would absorb the loud channel) */
+        kt = NULL;
+        CHECK(tq_key_transform_fit(&kt, &cfg, kk, FIT, qq, 1, FIT) == TQ_OK && kt);
+        err[m] = kt ? late_error(kt, kk, qq, T - 512, T) : -1.0;
+        tq_key_transform_free(kt);
+    }
+    printf("  late 3-bit score error: per channel %.4g, RoPE pairs %.4g (%.2fx)\n", err[0], err[1], err[0] / err[1]);
+    CHECK_MSG(err[0] > 0.0 && err[1] > 0.0 && err[1] < 0.7 * err[0], "per channel %g, pairs %g", err[0], err[1]);
+    free(kk), free(qq);
+}
+
 int main(void) {
     RUN_TEST(test_same_as_cache);
+    RUN_TEST(test_rope_pairs);
     RUN_TEST(test_math);
     RUN_TEST(test_serialize);
     RUN_TEST(test_errors);

@@ -278,7 +278,21 @@ typedef struct tq_key_transform_config {
     int mean;           /* subtract the per-head key mean (default 1) */
     int scale;          /* per-channel key scale from key and query energies (default 1) */
     int split;          /* with scale, at a fractional MSE width k + f ≤ 4: the split (default 1) */
+    int rope_pairs;     /* the keys' rotary embedding: TQ_ROPE_PAIRS_NONE (default: every channel
+                           on its own), _ADJACENT (it turns channels 2i, 2i + 1 into each other)
+                           or _HALVES (i, i + head_dim/2; head_dim even): the scale and split then
+                           pool each pair's statistics, so they hold at every position
+                           (doc/kvcache.md §2). Added after 0.2.0: a smaller struct_size leaves it 0 */
 } tq_key_transform_config;
+
+/* How a rotary position embedding (RoPE) pairs the channels of a key: the rotation of position
+ * p turns each pair by its own angle, so a pair's energy is the same at every position while
+ * its split between the two channels is not. */
+enum {
+    TQ_ROPE_PAIRS_NONE = 0,     /* unknown or none: channels on their own */
+    TQ_ROPE_PAIRS_ADJACENT = 1, /* (2i, 2i + 1): llama.cpp's "normal" RoPE (LLaMA, SmolLM2) */
+    TQ_ROPE_PAIRS_HALVES = 2    /* (i, i + d/2): "NeoX" RoPE (Gemma, Qwen) */
+};
 
 /* Fills cfg (not NULL): struct_size, the shapes and bits given, mean, scale and split on
  * (cfg_size: the caller's sizeof *cfg, passed by the macro, as for tq_codec_config_init). */

@@ -106,6 +106,11 @@ typedef struct tq_kv_cache_config {
     const size_t *layer_windows;  /* (n_layers,) sliding windows copied at create (0: none; at
                                      most 2^30), or NULL; a windowed layer keeps window +
                                      TQ_KV_WINDOW_SLACK positions (tq_kv_cache_dropped_length) */
+    int key_rope_pairs;           /* the keys' rotary embedding, TQ_ROPE_PAIRS_* (codec.h): the
+                                     key scale and split of every layer pool each pair's
+                                     statistics (doc/kvcache.md §2); default TQ_ROPE_PAIRS_NONE.
+                                     _ADJACENT / _HALVES need an even head_dim_k. Added after 0.2.0
+                                     (a smaller struct_size leaves it NONE); cache files keep it */
 } tq_kv_cache_config;
 
 /* Positions a windowed layer keeps beyond its window (room for short truncations). */
@@ -224,7 +229,7 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
  * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks, one
  * before version 6 no trellis codes). */
-#define TQ_KV_CACHE_FILE_VERSION 6
+#define TQ_KV_CACHE_FILE_VERSION 7
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
