@@ -176,10 +176,7 @@ static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const
     if (scheme != NULL) kc.scheme = *scheme;
     kc.layer_schemes = layer_schemes;
     kc.reserve_tokens = (size_t)m->params.max_ctx;
-    /* The key scale and split pool each RoPE pair's statistics (doc/kvcache.md §2); a partial
-     * rotary embedding (n_rot < head_dim) keeps them per channel. */
-    if (c->n_rot == c->head_dim)
-        kc.key_rope_pairs = c->rope_layout == MODEL_ROPE_NEOX ? TQ_ROPE_PAIRS_HALVES : TQ_ROPE_PAIRS_ADJACENT;
+    kc.key_rope_pairs = model_key_rope_pairs(c); /* the key scale's statistics per RoPE pair */
     /* Sliding-window layers keep only what their queries can see (the library recycles the
      * pages of older positions): memory O(window) instead of O(context). */
     size_t *windows = calloc((size_t)c->n_layer, sizeof *windows);

@@ -330,6 +330,11 @@ int model_layer_is_swa(const model *m, int il) {
     return m != NULL && il >= 0 && il < m->cfg.n_layer && m->w.layers[il].is_swa;
 }
 
+int model_key_rope_pairs(const model_config *c) {
+    if (c == NULL || c->n_rot != c->head_dim) return TQ_ROPE_PAIRS_NONE;
+    return c->rope_layout == MODEL_ROPE_NEOX ? TQ_ROPE_PAIRS_HALVES : TQ_ROPE_PAIRS_ADJACENT;
+}
+
 static size_t weight_bytes(const matmul_weight *w) {
     return w->data ? (size_t)w->rows * quant_row_bytes(w->type, w->cols) : 0;
 }

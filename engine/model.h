@@ -141,6 +141,9 @@ const model_config *model_get_config(const model *m);
 const gguf_file *model_file(const model *m);
 /* 1 if layer il is a sliding-window (local) layer; 0 otherwise or out of range. */
 int model_layer_is_swa(const model *m, int il);
+/* The KV cache's key_rope_pairs for this model (TQ_ROPE_PAIRS_*, doc/kvcache.md §2): the
+ * channel pairs its RoPE turns when it turns the whole head, else NONE (also for NULL). */
+int model_key_rope_pairs(const model_config *c);
 /* Bytes of weights one decode step reads: every layer's matrices and norms, the output matrix
  * and norm, one embedding row (none more when the output is the tied embedding). What bounds
  * decode speed at short context (tq bench: bytes per token). 0 for a NULL model. */

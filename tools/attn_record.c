@@ -84,6 +84,7 @@ int attn_record_from_model(const char *cmd, const char *model_path, const char *
     out->n_tokens = n_tokens;
     out->n_queries = n_queries;
     out->n_first = n_tokens < ATTN_RECORD_FIRST ? n_tokens : ATTN_RECORD_FIRST;
+    out->rope_pairs = model_key_rope_pairs(c);
     out->layers = calloc((size_t)c->n_layer, sizeof *out->layers);
     rc = out->layers == NULL;
     for (int i = 0; !rc && i < c->n_layer; i++) {

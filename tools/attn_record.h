@@ -24,6 +24,7 @@ typedef struct attn_record {
     int n_layers, n_q_heads, n_kv_heads, dk, dv;
     size_t n_tokens, n_queries;
     size_t n_first; /* min(n_tokens, ATTN_RECORD_FIRST) */
+    int rope_pairs; /* the engine's key_rope_pairs for the model (model_key_rope_pairs) */
     attn_layer_rec *layers;
 } attn_record;
 

@@ -124,6 +124,7 @@ static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_threadpoo
     tq_kv_cache_config_init(&cfg, b->L, b->G, b->D, b->D);
     cfg.scheme = *s;
     cfg.reserve_tokens = b->N;
+    if (b->rec != NULL) cfg.key_rope_pairs = b->rec->rope_pairs; /* as the engine's cache */
     tq_status st = tq_kv_cache_create(out, &cfg);
     if (st) return st;
     size_t row = (size_t)b->G * (size_t)b->D;
