@@ -298,6 +298,39 @@ static void test_after_prompt(void) {
     tq_set_int8_scores(1);
 }
 
+/* The engine's cache pools the key scale's statistics per RoPE pair in the model's layout
+ * (model_key_rope_pairs; doc/kvcache.md §2): NeoX halves for Gemma 3, adjacent pairs for LLaMA. */
+static void test_rope_pairs(void) {
+    static const model_arch archs[2] = {MODEL_ARCH_GEMMA3, MODEL_ARCH_LLAMA};
+    static const int want[2] = {TQ_ROPE_PAIRS_HALVES, TQ_ROPE_PAIRS_ADJACENT};
+    for (int a = 0; a < 2; a++) {
+        tiny *t = &g_tiny;
+        t->arch = archs[a];
+        t->q8 = 0;
+        t->q4_1 = 0;
+        CHECK(write_tiny(t, tmp_path, NULL));
+        model_params p = {CTX, 8, 1, 0, NULL};
+        fixture f;
+        char err[256];
+        if (fixture_open(tmp_path, &p, &f, err, sizeof err) != MODEL_OK) {
+            CHECK_MSG(0, "%s", err);
+            continue;
+        }
+        tq_kv_scheme sc;
+        CHECK(tq_kv_scheme_parse("turbo3", &sc, err, sizeof err) == TQ_OK);
+        CHECK(context_set_kv_scheme(f.x, &sc) == MODEL_OK);
+        tq_kv_cache_config cfg;
+        CHECK(tq_kv_cache_get_config(context_kv_cache(f.x), &cfg, sizeof cfg) == TQ_OK);
+        CHECK_MSG(cfg.key_rope_pairs == want[a], "arch %d: key_rope_pairs %d, want %d", a, cfg.key_rope_pairs, want[a]);
+        CHECK(model_key_rope_pairs(context_config(f.x)) == want[a]);
+        fixture_close(&f);
+    }
+    model_config partial = {0};
+    partial.head_dim = 64;
+    partial.n_rot = 32; /* a partial rotary embedding keeps per-channel statistics */
+    CHECK(model_key_rope_pairs(&partial) == TQ_ROPE_PAIRS_NONE && model_key_rope_pairs(NULL) == TQ_ROPE_PAIRS_NONE);
+}
+
 static void test_load_errors(void) {
     model_params p = {CTX, 8, 1, 0, NULL};
     fixture f;
@@ -441,6 +474,7 @@ int main(void) {
     RUN_TEST(test_archs_q8_0_threads);
     RUN_TEST(test_llama_q4_1_kernel_sets);
     RUN_TEST(test_after_prompt);
+    RUN_TEST(test_rope_pairs);
     RUN_TEST(test_load_errors);
     RUN_TEST(test_vocab);
     RUN_TEST(test_sampler);
