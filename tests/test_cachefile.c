@@ -663,9 +663,14 @@ static void test_golden(void) {
         float s6[32], s7[32];
         CHECK(c7 && w6 && tq_kv_cache_key_scale(c7, 1, s7, 32) == TQ_OK &&
               tq_kv_cache_key_scale(w6, 1, s6, 32) == TQ_OK && memcmp(s6, s7, sizeof s6) != 0);
-        /* halves: channel i and i + 8 of each head share their scale */
+        /* halves: channels i and i + 8 of each head have closer scales than per channel */
+        double r6 = 0.0, r7 = 0.0;
         for (int h = 0; h < 2; h++)
-            for (int i = 0; i < 8; i++) CHECK(s7[16 * h + i] == s7[16 * h + i + 8]);
+            for (int i = 0; i < 8; i++) {
+                r6 += fabs(log((double)s6[16 * h + i] / s6[16 * h + i + 8]));
+                r7 += fabs(log((double)s7[16 * h + i] / s7[16 * h + i + 8]));
+            }
+        CHECK_MSG(r7 < 0.8 * r6, "Σ |log| of the pair ratios: %g with pairs, %g per channel", r7, r6);
         tq_kv_cache_free(c7);
         uint8_t *g6 = read_file(GOLDEN_V6, &gn);
         tq_kv_cache *x = NULL;

@@ -285,44 +285,35 @@ static double late_error(const tq_key_transform *kt, const float *k, const float
     return err;
 }
 
-/* RoPE pairs (doc/kvcache.md §2). The scale is equal within every pair and the key split keeps
- * each pair in one block; serialize keeps the pairing (test_same_as_cache: the cache fits the
- * same state). And the point of it: keys whose loud channel a slow rotary pair turns into its
- * partner after the positions the transform was fitted on (per-channel statistics then give
- * the partner a large scale) keep their 3-bit error with the pooled statistics. */
+/* RoPE pairs (doc/kvcache.md §2). Each channel's statistics move halfway to its pair's: the
+ * two scales of a pair are closer than per channel (Σ |log ratio| well under the per-channel
+ * one);
+ * serialize keeps the pairing (test_same_as_cache: the cache fits the same state). And the
+ * point of it: keys whose loud channel a slow rotary pair turns into its partner after the
+ * positions the transform was fitted on (per-channel statistics then give the partner a large
+ * scale) keep their 3-bit error far better with the pooled statistics. */
 static void test_rope_pairs(void) {
     float *k = malloc(sizeof(float) * N * H * D), *q = malloc(sizeof(float) * N * NQH * D);
     fill(k, (size_t)N * H * D, 21u);
     fill(q, (size_t)N * NQH * D, 22u);
     for (int pairs = TQ_ROPE_PAIRS_ADJACENT; pairs <= TQ_ROPE_PAIRS_HALVES; pairs++) {
         tq_key_transform_config cfg;
-        tq_key_transform_config_init(&cfg, H, D, 3.5f);
+        tq_key_transform_config_init(&cfg, H, D, 3.0f); /* no split: its block factors apart */
         cfg.rope_pairs = pairs;
         tq_key_transform *kt = NULL, *none = NULL, *b = NULL;
         CHECK(tq_key_transform_fit(&kt, &cfg, k, N, q, NQH, N) == TQ_OK && kt);
         cfg.rope_pairs = TQ_ROPE_PAIRS_NONE;
         CHECK(tq_key_transform_fit(&none, &cfg, k, N, q, NQH, N) == TQ_OK && none);
-        float sp[H * D], sn[H * D], e[D], out[D];
+        float sp[H * D], sn[H * D];
         CHECK(tq_key_transform_get_scale(kt, sp, H * D) == TQ_OK && tq_key_transform_get_scale(none, sn, H * D) == TQ_OK);
-        int tied = 1, untied = 0, split_ok = 1;
+        double rp = 0.0, rn = 0.0;
         for (int h = 0; h < H; h++)
             for (int i = 0; i < D / 2; i++) {
                 int i0 = pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * i : i, i1 = pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * i + 1 : i + D / 2;
-                tied &= sp[h * D + i0] == sp[h * D + i1];
-                untied |= sn[h * D + i0] != sn[h * D + i1];
-                /* the stored coordinates of channels i0 and i1: the same block (the first D / 2) */
-                int j[2] = {-1, -1};
-                for (int m = 0; m < 2; m++) {
-                    memset(e, 0, sizeof e);
-                    e[m ? i1 : i0] = 1.0f;
-                    tq_key_transform_key_row(kt, h, e, out);
-                    for (int c = 0; c < D; c++)
-                        if (out[c] != 0.0f) j[m] = c;
-                }
-                split_ok &= j[0] >= 0 && j[1] >= 0 && (j[0] < D / 2) == (j[1] < D / 2);
+                rp += fabs(log((double)sp[h * D + i0] / sp[h * D + i1]));
+                rn += fabs(log((double)sn[h * D + i0] / sn[h * D + i1]));
             }
-        CHECK_MSG(tied && untied && split_ok, "pairs %d: tied %d, per channel differs %d, split keeps pairs %d", pairs,
-                  tied, untied, split_ok);
+        CHECK_MSG(rn > 1.0 && rp < 0.6 * rn, "pairs %d: Σ |log| of the pairs' scale ratios %g, per channel %g", pairs, rp, rn);
         size_t n = 0, n2 = 0;
         uint8_t *img = serialize(kt, &n);
         CHECK(img && tq_key_transform_deserialize(img, n, &b) == TQ_OK && b);
