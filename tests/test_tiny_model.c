@@ -250,24 +250,31 @@ static void test_llama_q4_1_kernel_sets(void) {
  * only in float summation order (with int8 scores on, a decode step rounds the query to 8
  * bits, which the chunks' tile does not: 0.07 here; tests/test_attention.c checks those
  * kernels against the reference). */
-static void test_after_prompt(void) {
-    tq_set_int8_scores(0);
-    rng_state = 99;
+/* A tiny f32 model of arch written and opened into f with the KV scheme `scheme`; 1 on success
+ * (a failure is a failed check). */
+static int open_tiny(model_arch arch, const char *scheme, fixture *f) {
     tiny *t = &g_tiny;
-    t->arch = MODEL_ARCH_GEMMA3;
+    t->arch = arch;
     t->q8 = 0;
     t->q4_1 = 0;
     CHECK(write_tiny(t, tmp_path, NULL));
     model_params p = {CTX, 8, 1, 0, NULL};
-    fixture f;
     char err[256];
-    if (fixture_open(tmp_path, &p, &f, err, sizeof err) != MODEL_OK) {
+    if (fixture_open(tmp_path, &p, f, err, sizeof err) != MODEL_OK) {
         CHECK_MSG(0, "%s", err);
-        return;
+        return 0;
     }
     tq_kv_scheme sc;
-    CHECK(tq_kv_scheme_parse("turbo3:batch=4", &sc, err, sizeof err) == TQ_OK && sc.prefill_raw == 1);
-    CHECK(context_set_kv_scheme(f.x, &sc) == MODEL_OK);
+    CHECK(tq_kv_scheme_parse(scheme, &sc, err, sizeof err) == TQ_OK);
+    CHECK(context_set_kv_scheme(f->x, &sc) == MODEL_OK);
+    return 1;
+}
+
+static void test_after_prompt(void) {
+    tq_set_int8_scores(0);
+    rng_state = 99;
+    fixture f;
+    if (!open_tiny(MODEL_ARCH_GEMMA3, "turbo3:batch=4", &f)) return;
     enum { P = 12, N = 18 };
     int32_t tok[P + N];
     for (int i = 0; i < P + N; i++) tok[i] = i == 0 ? 2 : (int32_t)(4 + (i * 29) % (V - 4));
@@ -304,21 +311,8 @@ static void test_rope_pairs(void) {
     static const model_arch archs[2] = {MODEL_ARCH_GEMMA3, MODEL_ARCH_LLAMA};
     static const int want[2] = {TQ_ROPE_PAIRS_HALVES, TQ_ROPE_PAIRS_ADJACENT};
     for (int a = 0; a < 2; a++) {
-        tiny *t = &g_tiny;
-        t->arch = archs[a];
-        t->q8 = 0;
-        t->q4_1 = 0;
-        CHECK(write_tiny(t, tmp_path, NULL));
-        model_params p = {CTX, 8, 1, 0, NULL};
         fixture f;
-        char err[256];
-        if (fixture_open(tmp_path, &p, &f, err, sizeof err) != MODEL_OK) {
-            CHECK_MSG(0, "%s", err);
-            continue;
-        }
-        tq_kv_scheme sc;
-        CHECK(tq_kv_scheme_parse("turbo3", &sc, err, sizeof err) == TQ_OK);
-        CHECK(context_set_kv_scheme(f.x, &sc) == MODEL_OK);
+        if (!open_tiny(archs[a], "turbo3", &f)) continue;
         tq_kv_cache_config cfg;
         CHECK(tq_kv_cache_get_config(context_kv_cache(f.x), &cfg, sizeof cfg) == TQ_OK);
         CHECK_MSG(cfg.key_rope_pairs == want[a], "arch %d: key_rope_pairs %d, want %d", a, cfg.key_rope_pairs, want[a]);
