@@ -16,7 +16,7 @@ struct tq_key_transform {
     int n_heads, dim;
     int block, block_bits; /* key split: channels of the first block and its bits; 0: none */
     int pairs;             /* TQ_ROPE_PAIRS_*: the channel pairs a rotary embedding turns, whose
-                              statistics the scale and split pool (0: every channel alone) */
+                              statistics the fit moves halfway together (0: channels alone) */
     float *mean;           /* (n_heads, dim) with a mean, else NULL */
     int mean_set;
     float *scale;   /* (n_heads, dim) s with a scale, else NULL: keys stored as s ⊙ (k − mean),
@@ -532,7 +532,6 @@ tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_co
     }
     if (!all_finite(keys, n_keys * (size_t)H * (size_t)d)) return TQ_ERR_NONFINITE;
     tq_key_transform *kt;
-    if (!tq_rope_pairs_valid(cfg->rope_pairs, d)) return TQ_ERR_INVALID;
     tq_status st = tq_key_transform_create(&kt, H, d, cfg->mean != 0, cfg->scale != 0, block,
                                            block_bits, cfg->rope_pairs);
     if (st) return st;

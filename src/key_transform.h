@@ -15,7 +15,7 @@
 
 /* A transform of n_heads × dim with the parts asked for (block > 0: a key split whose first
  * block has `block` channels at block_bits; pairs: TQ_ROPE_PAIRS_*, the channel pairs whose
- * statistics the scale and split pool), not fitted: mean unset, scale 1, identity order, no
+ * statistics the fit moves halfway together), not fitted: mean unset, scale 1, identity order, no
  * query statistics. Errors: TQ_ERR_NOMEM, TQ_ERR_INVALID (a shape, block or pairing out of
  * range). */
 tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, int mean,

@@ -280,9 +280,9 @@ typedef struct tq_key_transform_config {
     int split;          /* with scale, at a fractional MSE width k + f ≤ 4: the split (default 1) */
     int rope_pairs;     /* the keys' rotary embedding: TQ_ROPE_PAIRS_NONE (default: every channel
                            on its own), _ADJACENT (it turns channels 2i, 2i + 1 into each other)
-                           or _HALVES (i, i + head_dim/2; head_dim even): the scale and split then
-                           pool each pair's statistics, so they hold at every position
-                           (doc/kvcache.md §2). Added after 0.2.0: a smaller struct_size leaves it 0 */
+                           or _HALVES (i, i + head_dim/2; head_dim even): each channel's statistics
+                           then move halfway to its pair's before the scale and split are fitted, so
+                           they hold far from the fitted positions too (doc/kvcache.md §2). Added after 0.2.0: a smaller struct_size leaves it 0 */
 } tq_key_transform_config;
 
 /* How a rotary position embedding (RoPE) pairs the channels of a key: the rotation of position

@@ -106,9 +106,10 @@ typedef struct tq_kv_cache_config {
     const size_t *layer_windows;  /* (n_layers,) sliding windows copied at create (0: none; at
                                      most 2^30), or NULL; a windowed layer keeps window +
                                      TQ_KV_WINDOW_SLACK positions (tq_kv_cache_dropped_length) */
-    int key_rope_pairs;           /* the keys' rotary embedding, TQ_ROPE_PAIRS_* (codec.h): the
-                                     key scale and split of every layer pool each pair's
-                                     statistics (doc/kvcache.md §2); default TQ_ROPE_PAIRS_NONE.
+    int key_rope_pairs;           /* the keys' rotary embedding, TQ_ROPE_PAIRS_* (codec.h): every
+                                     layer's key scale and split are fitted with each channel's
+                                     statistics moved halfway to its pair's (doc/kvcache.md §2);
+                                     default TQ_ROPE_PAIRS_NONE.
                                      _ADJACENT / _HALVES need an even head_dim_k. Added after 0.2.0
                                      (a smaller struct_size leaves it NONE); cache files keep it */
 } tq_kv_cache_config;
