@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 7; versions 1 to 6 still load): the layout
+ * Cache files (doc/cachefile.md, format version 8; versions 1 to 7 still load): the layout
  * shared by the writer (cachefile_write.c) and the reader (cachefile_read.c) — CRC32C, the
  * sections' sizes, layer scheme records — and the reading of one layer section: its checks
  * (every value an encoder writes) and the restore of the layer through the cache's narrow call

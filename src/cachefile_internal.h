@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 7; versions 1 to 6 still load), shared by the
+ * Cache files (doc/cachefile.md, format version 8; versions 1 to 7 still load), shared by the
  * three files that implement them: cachefile.c (the layout: CRC32C, section sizes, layer
  * scheme records, the checks of a layer section and its restore), cachefile_write.c (save) and
  * cachefile_read.c (load). Not public.
@@ -13,9 +13,9 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 7, so moving the public macro without this code fails to compile. */
+ * version 8, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 7, "src/cachefile*.c write the version 7 layout");
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 8, "src/cachefile*.c write the version 8 layout");
 /* Header flags (offset 52), v6: bit 0 the scheme's trellis; v7: bits 1-2 the config's
  * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); zero before. */
 #define CF_FLAG_TRELLIS 1u

@@ -5,6 +5,7 @@
  * on the file's front before it reads (or allocates for) the rest.
  */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,9 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
     if (!ls) return TQ_ERR_NOMEM;
     for (uint32_t i = 0; i < n_layers; i++)
         if (!tq_cf_get_layer_scheme(sp + CF_SCHEME_FIXED + (size_t)i * CF_LAYER_SCHEME, version, &ls[i]) ||
-            ((ls[i].key_mean || ls[i].key_scale) && ls[i].key_format != TQ_KV_TURBO)) {
+            ((ls[i].key_mean || ls[i].key_scale) && ls[i].key_format != TQ_KV_TURBO) ||
+            /* v8 split keys at a whole width: a layer's split there before is one no writer made */
+            (version < 8 && ls[i].key_split && ls[i].key_bits == floorf(ls[i].key_bits))) {
             free(ls);
             return TQ_ERR_FORMAT;
         }

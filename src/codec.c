@@ -82,6 +82,8 @@ static tq_status check_config(const tq_codec_config *cfg, shape *sh) {
         cfg->split != TQ_SPLIT_BLOCK)
         return TQ_ERR_VARIANT;
     if (!(cfg->bits >= 1.0f && cfg->bits <= 8.0f)) return TQ_ERR_BITS; /* also rejects NaN */
+    if (cfg->norm_correction < 0 || cfg->norm_correction > TQ_NORM_CORRECTION_HALF)
+        return TQ_ERR_INVALID;
     if (cfg->variant == TQ_VARIANT_PROD && cfg->norm_correction) return TQ_ERR_INVALID;
     if (cfg->variant == TQ_VARIANT_PROD && cfg->split != TQ_SPLIT_FIXED) return TQ_ERR_INVALID;
     if (cfg->trellis != 0 && cfg->trellis != 1) return TQ_ERR_INVALID;

@@ -187,8 +187,11 @@ static tq_status encode_one(const tq_codec *c, const tq_kernel_table *k, const f
             if (st) return st;
         } else if (c->cfg.norm_correction && n > 0.0f && csq > 0.0f) {
             /* E‖c[idx]‖² = 1 − D, so store n/‖ĉ‖ and decoded norms equal n (doc/codec.md,
-             * "Norm correction"). */
-            stored = n * u->sqrt_dim / sqrtf(csq);
+             * "Norm correction"); halfway (the geometric mean of n and that) with
+             * TQ_NORM_CORRECTION_HALF. */
+            stored = c->cfg.norm_correction == TQ_NORM_CORRECTION_HALF
+                         ? n * sqrtf(u->sqrt_dim / sqrtf(csq))
+                         : n * u->sqrt_dim / sqrtf(csq);
         }
         tq_status st = store_norm(c, rec + u->norm_off, stored);
         if (st) return st;

@@ -460,8 +460,18 @@ int tq_key_split_codec(tq_codec_config *cc) {
     tq_codec_config b = *cc;
     b.split = TQ_SPLIT_BLOCK;
     b.block_bits = k + 1;
-    b.block_dim = (int)floor(frac * cc->dim + 0.5);
-    if (frac <= 1e-6 || b.block_bits > 4) return 0;
+    if (frac > 1e-6) {
+        /* k + f: f·d channels at k + 1, the rest at k. */
+        b.block_dim = (int)floor(frac * cc->dim + 0.5);
+    } else {
+        /* A whole width k: half the channels at k + 1, the other half at k − 1 (both 2 to 4
+         * bits, the widths trellis codes cover: k = 3), the norm corrected halfway
+         * (doc/kvcache.md §2, "Key split"). */
+        if (k != 3 || cc->dim % 2) return 0;
+        b.block_dim = cc->dim / 2;
+        if (b.norm_correction) b.norm_correction = TQ_NORM_CORRECTION_HALF;
+    }
+    if (b.block_bits > 4) return 0;
     size_t plain, with;
     if (tq_codec_config_bytes(cc, &plain) || tq_codec_config_bytes(&b, &with) || with > plain) return 0;
     *cc = b;
@@ -551,6 +561,12 @@ tq_status tq_key_transform_codec_config(const tq_key_transform *kt, tq_codec_con
     if (cfg->dim != kt->dim) return TQ_ERR_DIM;
     if (!kt->block) return TQ_OK;
     if (cfg->variant != TQ_VARIANT_MSE) return TQ_ERR_INVALID;
+    /* The split's rule at these bits when it gives this block (its norm correction too). */
+    tq_codec_config b = *cfg;
+    if (tq_key_split_codec(&b) && b.block_dim == kt->block && b.block_bits == kt->block_bits) {
+        *cfg = b;
+        return TQ_OK;
+    }
     cfg->split = TQ_SPLIT_BLOCK;
     cfg->block_dim = kt->block;
     cfg->block_bits = kt->block_bits;

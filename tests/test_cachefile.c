@@ -24,12 +24,17 @@
  * Version 7: the header flags carry the config's key_rope_pairs (the key scale and split pool
  * each RoPE pair's statistics); the golden cache pairs its channels in halves.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v7.bin (when the format version moves, or
+ * Version 8: a key split at the whole width 3 (half the channels at 4 bits, half at 2); the
+ * golden cache's turbo layer is turbo3, so the file pins that split and its halfway norm
+ * correction.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v8.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
- * cache_v3.bin, cache_v4.bin, cache_v5.bin and cache_v6.bin, written by versions 1 (before the
- * key scale), 2 (before the key split), 3 (before the layer windows), 4 (before q8_0r / q4_0r
- * and the sinks), 5 (before trellis codes) and 6 (before the RoPE pairs), and
- * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
+ * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin and cache_v7.bin, written by versions
+ * 1 (before the key scale), 2 (before the key split), 3 (before the layer windows), 4 (before
+ * q8_0r / q4_0r and the sinks), 5 (before trellis codes), 6 (before the RoPE pairs) and 7
+ * (before the whole-width key split), and cache_v3_mean8.bin (before the key mean came from
+ * 512 tokens) must still load.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -50,7 +55,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v7.bin"
+#define GOLDEN "tests/golden/cache_v8.bin"
+#define GOLDEN_V7 "tests/golden/cache_v7.bin"
 #define GOLDEN_V6 "tests/golden/cache_v6.bin"
 #define GOLDEN_V5 "tests/golden/cache_v5.bin"
 #define GOLDEN_V4 "tests/golden/cache_v4.bin"
@@ -541,12 +547,18 @@ static void test_roundtrip_file(void) {
  * dropped yet), 3 attention sinks: compressed and raw tokens, a mean, a scale, a channel
  * order, an edge, both formats, a sliding window, sink stores. */
 static const size_t golden_windows[2] = {0, 12};
-static tq_kv_cache *golden_cache(void) {
+static tq_kv_cache *golden_pairs(const char *scheme) {
     build_pairs = TQ_ROPE_PAIRS_HALVES;
-    tq_kv_cache *c = build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1", 2,
-                             2, 16, 20, NULL, golden_windows);
+    tq_kv_cache *c = build_w(scheme, 2, 2, 16, 20, NULL, golden_windows);
     build_pairs = TQ_ROPE_PAIRS_NONE;
     return c;
+}
+static tq_kv_cache *golden_cache(void) {
+    return golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
+}
+/* The cache version 7 wrote: turbo3.5 (its key split was the only one). */
+static tq_kv_cache *golden_cache_v7(void) {
+    return golden_pairs("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
 }
 /* The cache version 6 wrote: the same with every channel's statistics on its own. */
 static tq_kv_cache *golden_cache_v6(void) {
@@ -654,12 +666,25 @@ static void test_golden(void) {
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
     tq_kv_cache *w6 = golden_cache_v6(), *w5 = golden_cache_v5(), *w4 = golden_cache_v4(),
-                *w3 = golden_cache_v3();
+                *w3 = golden_cache_v3(), *w7 = golden_cache_v7();
+    check_old_version(GOLDEN_V7, w7, -1);
+    tq_kv_cache_free(w7);
+    {
+        /* Version 7 split no key at a whole width: today's file as version 7 (its turbo3 layer
+         * split) is a file no writer of version 7 made. */
+        tq_kv_cache *x = NULL;
+        CHECK(img && n > 64);
+        if (img && n > 64) {
+            wr32(img + 8, 7);
+            fix_crcs(img, n);
+            CHECK(tq_kv_cache_load_memory(img, n, &x) == TQ_ERR_FORMAT && !x);
+        }
+    }
     check_old_version(GOLDEN_V6, w6, -1);
     {
         /* The pairing's scale differs from the per-channel one (the flag is not inert), and a
          * version 6 file with pair flags set is a file no writer of version 6 made. */
-        tq_kv_cache *c7 = golden_cache();
+        tq_kv_cache *c7 = golden_cache_v7();
         float s6[32], s7[32];
         CHECK(c7 && w6 && tq_kv_cache_key_scale(c7, 1, s7, 32) == TQ_OK &&
               tq_kv_cache_key_scale(w6, 1, s6, 32) == TQ_OK && memcmp(s6, s7, sizeof s6) != 0);
@@ -699,7 +724,7 @@ static void test_golden(void) {
     tq_kv_cache_free(w5);
     check_old_version(GOLDEN_V4, w4, -1);
     {
-        /* Without sinks, trellis codes and RoPE pairs, version 7 is version 4's bytes but for
+        /* Without sinks, trellis codes, RoPE pairs and a whole-width split, version 8 is version 4's bytes but for
          * the version and header CRC. */
         size_t n4 = 0, g4n = 0;
         uint8_t *i4 = save_image(w4, &n4), *g4 = read_file(GOLDEN_V4, &g4n);
@@ -731,15 +756,19 @@ static void test_golden(void) {
     check_old_version(GOLDEN_V2, v2, 6);
     CHECK(test_layer_scheme(v2, 1).key_split == 0 && test_layer_scheme(v2, 1).key_scale == 1);
     {
-        /* Today's "turbo3" (key split on, of no effect at a whole width) without sinks expects
-         * it fine; with the parser's default 4 sinks it is another scheme (the file has none). */
-        tq_kv_cache *t3 = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL), *b = NULL;
-        tq_kv_cache *t3s = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
-        tq_kv_cache_config e = test_cache_config(t3), es = test_cache_config(t3s);
+        /* Today's "turbo3" without its key split (on by default since version 8) and sinks
+         * expects it fine; with the split, or the parser's default 4 sinks, it is another
+         * scheme (the file has neither). */
+        tq_kv_cache *t3 = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL), *b = NULL;
+        tq_kv_cache *t3s = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
+        tq_kv_cache *t3k = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL);
+        tq_kv_cache_config e = test_cache_config(t3), es = test_cache_config(t3s), ek = test_cache_config(t3k);
         uint8_t *g2 = read_file(GOLDEN_V2, &gn);
         CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &e, &b) == TQ_OK && b);
         tq_kv_cache_free(b);
         b = NULL;
+        CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &ek, &b) == TQ_ERR_MISMATCH && !b);
+        tq_kv_cache_free(t3k);
         CHECK(es.scheme.sink == 4 && g2 &&
               tq_kv_cache_load_memory_expect(g2, gn, &es, &b) == TQ_ERR_MISMATCH && !b);
         tq_kv_cache_free(t3);

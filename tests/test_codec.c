@@ -144,6 +144,59 @@ static void test_norm_correction(void) {
     free(x);
 }
 
+/* TQ_NORM_CORRECTION_HALF: each decoded norm is the geometric mean of the plain codec's and
+ * the corrected one's (same indices: the correction changes only the stored norm), on the
+ * whole-width key split (4 + 2 bits) that uses it and on a plain codec; values outside 0..2
+ * are refused. */
+static void test_norm_correction_half(void) {
+    const int d = 128;
+    const size_t n = 200;
+    float *x = malloc(n * d * sizeof(float)), *y[3];
+    fill_gauss(x, n * d);
+    for (int split = 0; split < 2; split++) {
+        for (int m = 0; m < 3; m++) {
+            tq_codec_config cfg;
+            tq_codec_config_init(&cfg, d, 3.0f, TQ_VARIANT_MSE);
+            cfg.norm_correction = m;
+            if (split) cfg.split = TQ_SPLIT_BLOCK, cfg.block_dim = d / 2, cfg.block_bits = 4;
+            tq_codec *c = NULL;
+            CHECK(tq_codec_create(&c, &cfg) == TQ_OK && c);
+            size_t bpv = tq_codec_bytes_per_vector(c);
+            CHECK(bpv == 50); /* 3 bits × 128 + an fp16 norm, split or not */
+            uint8_t *codes = malloc(n * bpv);
+            y[m] = malloc(n * d * sizeof(float));
+            CHECK(tq_codec_encode(c, x, n, codes, n * bpv) == TQ_OK);
+            CHECK(tq_codec_decode(c, codes, n, y[m], n * d) == TQ_OK);
+            free(codes);
+            tq_codec_free(c);
+        }
+        double worst = 0, spread = 0;
+        for (size_t v = 0; v < n; v++) {
+            double nn[3];
+            for (int m = 0; m < 3; m++) {
+                double a = 0;
+                for (int i = 0; i < d; i++) a += (double)y[m][v * d + i] * y[m][v * d + i];
+                nn[m] = sqrt(a);
+            }
+            double e = fabs(nn[2] / sqrt(nn[0] * nn[1]) - 1);
+            worst = e > worst ? e : worst;
+            spread += fabs(nn[1] / nn[0] - 1) / (double)n;
+        }
+        /* fp16 norms: ≤ 2^-11 relative each */
+        CHECK_MSG(worst < 2e-3, "split %d: half-corrected norm off the geometric mean by %.2g", split, worst);
+        CHECK_MSG(spread > 5e-3, "split %d: the full correction changed nothing (%.2g)", split, spread);
+        for (int m = 0; m < 3; m++) free(y[m]);
+    }
+    tq_codec_config bad;
+    tq_codec_config_init(&bad, d, 3.0f, TQ_VARIANT_MSE);
+    tq_codec *c = NULL;
+    bad.norm_correction = 3;
+    CHECK(tq_codec_create(&c, &bad) == TQ_ERR_INVALID && !c);
+    bad.norm_correction = -1;
+    CHECK(tq_codec_create(&c, &bad) == TQ_ERR_INVALID && !c);
+    free(x);
+}
+
 /* ---- PROD: unbiased, with the variance Algorithm 2's analysis predicts ---- */
 
 static void test_prod_unbiased(void) {
@@ -685,6 +738,7 @@ int main(void) {
     RUN_TEST(test_mse_matches_codebook);
     RUN_TEST(test_gaussian_mse);
     RUN_TEST(test_norm_correction);
+    RUN_TEST(test_norm_correction_half);
     RUN_TEST(test_prod_unbiased);
     RUN_TEST(test_mse_ip_is_biased);
     RUN_TEST(test_structured_inputs);

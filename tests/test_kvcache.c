@@ -315,9 +315,10 @@ static void test_two_phase(void) {
     CHECK(tq_kv_cache_memory(c, &m, sizeof m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
     /* 96 compressed tokens, 17 raw fp16 ones, the per-head key mean and key scale (on by
-     * default) and the 4 attention sinks' fp16 K and V (sink=4, the default with TurboQuant) */
+     * default), the key split's channel order (u16) and the 4 attention sinks' fp16 K and V
+     * (sink=4, the default with TurboQuant) */
     CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) +
-                              4 * H * 4 * D);
+                              H * D * sizeof(uint16_t) + 4 * H * 4 * D);
     CHECK(m.f16_bytes == 113 * H * 4 * D);
     CHECK(m.allocated_bytes >= m.data_bytes);
     tq_kv_cache_free(c);
@@ -373,13 +374,15 @@ static void test_prefill_then_decode_equals_all_at_once(void) {
 }
 
 /* The key split: where it applies, and what it does. Queries loud (×8) in channels 0..15 put
- * those channels in the first (4-bit) block of turbo3.5, so the score error the queries see,
- * Σ_i E[q_i²]·(k_i − k̂_i)², falls against the same cache without the split (predicted
- * Σ_blocks D(b)/n·(Σ √(a_i b_i))²: 0.69×). */
+ * those channels in the first (4-bit) block of turbo3.5 and of turbo3 (4 + 2 bits), so the
+ * score error the queries see, Σ_i E[q_i²]·(k_i − k̂_i)², falls against the same cache without
+ * the split (turbo3.5 predicted Σ_blocks D(b)/n·(Σ √(a_i b_i))²: 0.69×). */
 static void test_key_split(void) {
     static const struct { const char *s; int split; } cases[] = {
-        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 0}, {"turbo4", 0}, {"turbo3.5:ksplit=0", 0},
-        {"turbo3.5:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0}, {"turbo0v4", 0}};
+        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 1}, {"turbo2", 0}, {"k3v4", 1},
+        {"turbo4", 0}, {"k1v4", 0}, {"turbo3:ksplit=0", 0}, {"turbo3.5:ksplit=0", 0},
+        {"turbo3.5:kscale=0", 0}, {"turbo3:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0},
+        {"k=3:v=3:variant=prod:norm=0", 0}, {"turbo0v4", 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tq_kv_cache *c = cache_for(cases[i].s, 1);
         CHECK_MSG(c && test_layer_scheme(c, 0).key_split == cases[i].split, "%s", cases[i].s);
@@ -387,31 +390,34 @@ static void test_key_split(void) {
     }
     enum { N = 600 };
     float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * D * H);
-    double ratio[2];
-    for (int split = 0; split < 2; split++) {
-        tq_kv_cache *c = cache_for(split ? "turbo3.5" : "turbo3.5:ksplit=0", 1);
-        CHECK(c != NULL);
-        if (!c) break;
-        rng_state = 99;
-        for (size_t j = 0; j < (size_t)N * H * D; j++) q[j] = grand() * (j % D < 16 ? 8.0f : 1.0f);
-        CHECK(tq_kv_cache_observe_queries(c, 0, q, H, N) == TQ_OK);
-        tq_kv_cache_append(c, 0, kat(0), vat(0), N);
-        tq_kv_cache_compress(c, 0);
-        double e = 0, n2 = 0;
-        for (size_t t = 0; t < N; t += 7) {
-            CHECK(tq_kv_cache_read(c, 0, t, 1, k, H * D, NULL, 0) == TQ_OK);
-            for (int j = 0; j < H * D; j++) {
-                double a = j % D < 16 ? 64.0 : 1.0;
-                e += a * (k[j] - kat(t)[j]) * (double)(k[j] - kat(t)[j]);
-                n2 += a * kat(t)[j] * (double)kat(t)[j];
+    static const char *with[2] = {"turbo3.5", "turbo3"}, *without[2] = {"turbo3.5:ksplit=0", "turbo3:ksplit=0"};
+    for (int w = 0; w < 2; w++) {
+        double ratio[2];
+        for (int split = 0; split < 2; split++) {
+            tq_kv_cache *c = cache_for(split ? with[w] : without[w], 1);
+            CHECK(c != NULL);
+            if (!c) break;
+            rng_state = 99;
+            for (size_t j = 0; j < (size_t)N * H * D; j++) q[j] = grand() * (j % D < 16 ? 8.0f : 1.0f);
+            CHECK(tq_kv_cache_observe_queries(c, 0, q, H, N) == TQ_OK);
+            tq_kv_cache_append(c, 0, kat(0), vat(0), N);
+            tq_kv_cache_compress(c, 0);
+            double e = 0, n2 = 0;
+            for (size_t t = 0; t < N; t += 7) {
+                CHECK(tq_kv_cache_read(c, 0, t, 1, k, H * D, NULL, 0) == TQ_OK);
+                for (int j = 0; j < H * D; j++) {
+                    double a = j % D < 16 ? 64.0 : 1.0;
+                    e += a * (k[j] - kat(t)[j]) * (double)(k[j] - kat(t)[j]);
+                    n2 += a * kat(t)[j] * (double)kat(t)[j];
+                }
             }
+            ratio[split] = e / n2;
+            tq_kv_cache_free(c);
         }
-        ratio[split] = e / n2;
-        tq_kv_cache_free(c);
+        printf("     %s query-weighted key error: %.4f without the key split, %.4f with it\n",
+               with[w], ratio[0], ratio[1]);
+        CHECK_MSG(ratio[1] < 0.8 * ratio[0], "%s", with[w]);
     }
-    printf("     turbo3.5 query-weighted key error: %.4f without the key split, %.4f with it\n",
-           ratio[0], ratio[1]);
-    CHECK(ratio[1] < 0.8 * ratio[0]);
     free(q);
     free(k);
 }

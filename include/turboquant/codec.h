@@ -172,13 +172,19 @@ typedef enum tq_norm_format {
     TQ_NORM_F32 = 1   /* IEEE single: 4 bytes */
 } tq_norm_format;
 
+/* tq_codec_config.norm_correction: the stored norm is n·√(√d/‖ĉ‖), the geometric mean of the
+ * plain norm n and the corrected n·√d/‖ĉ‖ (doc/codec.md, "Norm correction"). */
+#define TQ_NORM_CORRECTION_HALF 2
+
 /* A sized struct (doc/api.md, "Sized structs"): fill it with tq_codec_config_init. */
 typedef struct tq_codec_config {
     size_t struct_size;           /* sizeof(tq_codec_config) as the caller was compiled */
     int dim;                      /* vector length, [2, 1024] */
     float bits;                   /* average bits per coordinate, [1, 8] */
     tq_variant variant;
-    int norm_correction;          /* MSE only: decoded norms equal the input's; default 1 */
+    int norm_correction;          /* MSE only: 1 decoded norms equal the input's (default);
+                                     TQ_NORM_CORRECTION_HALF: halfway there (a key split at a
+                                     whole width, doc/codec.md); 0 none */
     tq_norm_format norm_format;   /* default TQ_NORM_F16 */
     tq_rotation_kind rotation;    /* default TQ_ROTATION_AUTO */
     uint64_t seed;                /* rotation (and PROD sketch) seed; default 0x5475726230 */
@@ -277,7 +283,8 @@ typedef struct tq_key_transform_config {
     float bits;         /* the key codec's bits per coordinate, [1, 8] (the split needs it) */
     int mean;           /* subtract the per-head key mean (default 1) */
     int scale;          /* per-channel key scale from key and query energies (default 1) */
-    int split;          /* with scale, at a fractional MSE width k + f ≤ 4: the split (default 1) */
+    int split;          /* with scale, MSE: the key split (default 1) at a fractional width k + f
+                           ≤ 4 and at the whole width 3 (half the channels at 4 bits, half at 2) */
     int rope_pairs;     /* the keys' rotary embedding: TQ_ROPE_PAIRS_NONE (default: every channel
                            on its own), _ADJACENT (it turns channels 2i, 2i + 1 into each other)
                            or _HALVES (i, i + head_dim/2; head_dim even): each channel's statistics
@@ -309,7 +316,8 @@ TQ_API tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_trans
                                       int n_q_heads, size_t n_queries);
 TQ_API void tq_key_transform_free(tq_key_transform *kt);
 /* Makes *cfg (a codec config for head_dim, the transform's bits, MSE) the codec that stores the
- * transformed keys: TQ_SPLIT_BLOCK with the key split's block, else unchanged.
+ * transformed keys: TQ_SPLIT_BLOCK with the key split's block (at a whole width also
+ * TQ_NORM_CORRECTION_HALF where the norm is corrected), else unchanged.
  * Errors: TQ_ERR_NULL, TQ_ERR_DIM (cfg->dim ≠ head_dim), TQ_ERR_INVALID (a split with PROD). */
 TQ_API tq_status tq_key_transform_codec_config(const tq_key_transform *kt, tq_codec_config *cfg);
 /* Keys (n, n_heads, head_dim) → stored coordinates, same shape. Errors: TQ_ERR_NULL,

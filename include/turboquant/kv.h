@@ -41,8 +41,9 @@ typedef struct tq_kv_layer_scheme {
     int key_mean;               /* TURBO keys: subtract the per-head key mean; default 1 */
     int key_scale;              /* TURBO keys: per-channel key scale from keys and observed
                                    queries; default 1 */
-    int key_split;              /* TURBO MSE keys with key_scale at a fractional width ≤ 4:
-                                   split channels by query × key energy; default 1 */
+    int key_split;              /* TURBO MSE keys with key_scale at a fractional width ≤ 4 or
+                                   a whole width 3: split channels by query × key
+                                   energy; default 1 */
 } tq_kv_layer_scheme;
 
 /* A whole-cache scheme (a sized struct: tq_kv_scheme_parse fills it, struct_size included). */
@@ -229,8 +230,9 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
  * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks, one
- * before version 6 no trellis codes, one before version 7 no key_rope_pairs). */
-#define TQ_KV_CACHE_FILE_VERSION 7
+ * before version 6 no trellis codes, one before version 7 no key_rope_pairs, one before
+ * version 8 no key split at a whole width). */
+#define TQ_KV_CACHE_FILE_VERSION 8
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
