@@ -252,6 +252,7 @@ static model_status curve_point(calib *c, const model_config *cfg, tq_kv_layer_s
 static model_status curves(calib *c, const model_config *cfg, tq_kv_layer_scheme *ls, int flags,
                            kv_auto_result *out) {
     const int probe = probe_option();
+    out->key_split_gain = 1.0;
     for (int side = 0; side < 2; side++) {
         double at_probe, v;
         model_status st = curve_point(c, cfg, ls, flags, side, probe, &at_probe);
@@ -262,6 +263,22 @@ static model_status curves(calib *c, const model_config *cfg, tq_kv_layer_scheme
         }
         if (st != MODEL_OK) return st;
     }
+    if (flags & KV_AUTO_MEASURED_CURVE || !c->base.layer.key_split) return MODEL_OK;
+    /* The codec curve is that of keys without the key split, which the cache applies at the
+     * probe width 3 (half the channels at 4 bits, half at 2, ranked by the key scale's
+     * statistics: doc/kvcache.md §2) and which Gaussian vectors cannot show: the probe's
+     * sensitivities are of split keys. Two whole-model runs (every layer's keys at the probe,
+     * values fp16, with and without the split) give the ratio that puts the other widths on
+     * the probe's footing (doc/kv-auto.md, "The key split"). */
+    double with_split = 0.0, without = 0.0;
+    fill_layers(ls, cfg->n_layer, &c->base, probe, OPT_F16);
+    model_status st = run(c, ls, &with_split);
+    for (int il = 0; il < cfg->n_layer; il++) ls[il].key_split = 0;
+    if (st == MODEL_OK) st = run(c, ls, &without);
+    if (st != MODEL_OK) return st;
+    out->key_split_gain = with_split > 0.0 && without > 0.0 ? without / with_split : 1.0;
+    for (int o = 0; o < OPT_F16; o++)
+        if (o != probe) out->curve[0][o] *= out->key_split_gain;
     return MODEL_OK;
 }
 
@@ -301,6 +318,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
     if (prior != NULL) {
         memcpy(out->sens, prior->sens, (size_t)L * sizeof *out->sens);
         memcpy(out->curve, prior->curve, sizeof out->curve);
+        out->key_split_gain = prior->key_split_gain;
     }
     if (st == MODEL_OK && (prior == NULL || !(flags & KV_AUTO_NO_CHECK))) {
         fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);

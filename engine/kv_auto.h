@@ -47,6 +47,9 @@ typedef struct kv_auto_result {
     unsigned char (*choice)[2];        /* (n_layer) option index of K [0] and V [1] */
     double (*sens)[2];                 /* (n_layer) KLD with only that side at the probe */
     double curve[2][KV_AUTO_N_OPT];    /* g(b) of K and V, 1 at the probe width, 0 at fp16 */
+    double key_split_gain;             /* whole-model KLD of the probe's keys without the key
+                                          split over with it (1: no split); the key curve's
+                                          other widths carry it */
     double predicted_kld;              /* Σ a · g(b) of the choice */
     double measured_kld, uniform_kld;  /* on the calibration tokens; -1 when not measured */
     size_t bytes_per_token, budget_bytes, f16_bytes; /* over layers and K/V heads */

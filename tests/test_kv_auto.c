@@ -146,8 +146,32 @@ static void test_tiny_auto3(void) {
     model_status st = kv_auto_calibrate(m, pool, ids, 64, &base, bits, 0, &r, err, sizeof err);
     CHECK_MSG(st == MODEL_OK, "%s", err);
     if (st == MODEL_OK) {
-        CHECK(r.n_layer == L && r.runs == 2 * L + 3);
+        /* the reference, 2·L probes, the key split's two passes, the two checks */
+        CHECK(r.n_layer == L && r.runs == 2 * L + 5);
         CHECK(r.bytes_per_token > 0 && r.bytes_per_token <= r.budget_bytes);
+        CHECK(r.key_split_gain > 0.0 && isfinite(r.key_split_gain));
+        {
+            /* Without the split: two passes fewer, no gain, and the key curve's other widths
+             * are the split's divided by its gain (the values' curve is the same). */
+            tq_kv_scheme b0;
+            float bits0;
+            kv_auto_result r0;
+            CHECK(kv_auto_parse("auto:3:ksplit=0", &bits0, &b0, err, sizeof err) == 1);
+            st = kv_auto_calibrate(m, pool, ids, 64, &b0, bits0, 0, &r0, err, sizeof err);
+            CHECK_MSG(st == MODEL_OK, "%s", err);
+            if (st == MODEL_OK) {
+                CHECK(r0.runs == 2 * L + 3 && r0.key_split_gain == 1.0);
+                for (int o = 0; o < KV_AUTO_N_OPT; o++) {
+                    CHECK(r0.curve[1][o] == r.curve[1][o]);
+                    if (kv_auto_widths[o] != 3.0f && o != KV_AUTO_N_OPT - 1)
+                        CHECK_MSG(fabs(r.curve[0][o] - r0.curve[0][o] * r.key_split_gain) <= 1e-12 * r.curve[0][o],
+                                  "key option %d: %g against %g × %g", o, r.curve[0][o], r0.curve[0][o],
+                                  r.key_split_gain);
+                }
+                kv_auto_result_free(&r0);
+            }
+            st = MODEL_OK;
+        }
         CHECK(r.measured_kld >= 0.0 && r.uniform_kld >= 0.0);
         st = kv_auto_calibrate_from(m, pool, ids, 64, &base, bits, 0, &r, &r2, err, sizeof err);
         CHECK_MSG(st == MODEL_OK, "%s", err);
@@ -207,7 +231,7 @@ static void test_model_auto3(void) {
         for (int il = 0; il < r.n_layer; il++)
             printf("layer %2d: a_K %.5f a_V %.5f -> k %s v %s\n", il, r.sens[il][0], r.sens[il][1],
                    kv_auto_option_name(r.choice[il][0]), kv_auto_option_name(r.choice[il][1]));
-        CHECK(r.n_layer == c->n_layer && r.runs == 2 * c->n_layer + 3);
+        CHECK(r.n_layer == c->n_layer && r.runs == 2 * c->n_layer + 5);
         CHECK(r.bytes_per_token <= r.budget_bytes && r.bytes_per_token > 0);
         CHECK(r.measured_kld >= 0.0 && r.uniform_kld > 0.0 && r.predicted_kld >= 0.0);
         for (int il = 0; il < r.n_layer; il++) {
