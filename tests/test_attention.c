@@ -113,11 +113,17 @@ static double compare(const tq_kv_cache *c, int nqh, size_t nq, const tq_attn_pa
     return err;
 }
 
-/* TQ_TEST_QUICK=1 (the sanitizer builds) runs every third combination of the grids below:
- * every scheme, dim, GQA ratio and window still appears. */
-static int skip_combo(size_t a, int b, int c, int d) {
+/* TQ_TEST_QUICK=1 (the sanitizer and aarch64 builds) runs every third combination of the grids
+ * below (every scheme, dim, GQA ratio and window still appears), decode on 150 tokens of
+ * history instead of 300. */
+static int quick_mode(void) {
     static int quick = -1;
     if (quick < 0) quick = getenv("TQ_TEST_QUICK") != NULL;
+    return quick;
+}
+
+static int skip_combo(size_t a, int b, int c, int d) {
+    const int quick = quick_mode();
     /* Trellis-coded schemes (a slow encoder, the tile's decode) at one GQA of the three: the
      * kernels that read them do not depend on the group size (test_trellis_lanes). */
     if (strstr(schemes[a], "trellis") && c != 1) return 1;
@@ -138,8 +144,9 @@ static void test_decode_vs_ref(void) {
                     tq_kv_cache *c = make_cache(schemes[si], windows[wi], H, d, d);
                     CHECK_MSG(c != NULL, "%s d %d", schemes[si], d);
                     if (!c) continue;
-                    /* Prefill 300 raw tokens, then 5 decode steps compress the history. */
-                    CHECK(append_random(c, H, d, d, 300, 0));
+                    /* Prefill 300 raw tokens (TQ_TEST_QUICK: 150), then 5 decode steps compress
+                     * the history. */
+                    CHECK(append_random(c, H, d, d, quick_mode() ? 150 : 300, 0));
                     CHECK(append_random(c, H, d, d, 5, 1));
                     tq_attn_params p;
                     tq_attn_params_init(&p, d);

@@ -250,10 +250,10 @@ static void test_real_fork(void) {
     if (access(path, R_OK) != 0) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", path);
     model *m = load_model(path);
     if (m == NULL) return;
-    if (TSAN) { /* about 20x slower: the same code paths, shorter */
+    if (TSAN || SANITIZED) { /* 5-20x slower: the same code paths, shorter */
         static const char *const quick[2] = {"f16", "turbo3:prefill_raw=0:batch=8"};
-        test_skip("real model: 16 prompt + 2 decode tokens under TSan, the two threads only (64 + 4 and "
-                  "every check in other builds)");
+        test_skip("real model: 16 prompt + 2 decode tokens under the sanitizers, the two threads only (64 + 4 "
+                  "and every check in the optimized build)");
         check_model(m, quick, 2, 16, 2, 8, 0);
     } else {
         static const char *const schemes[3] = {"f16", "turbo3:prefill_raw=0:batch=32", "turbo3"};

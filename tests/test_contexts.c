@@ -112,10 +112,10 @@ static void test_real_shared(void) {
     if (access(path, R_OK) != 0) SKIP_TEST("no model at %s (set TQ_MODEL or run scripts/get-model.sh)", path);
     model *m = load_model(path);
     if (m == NULL) return;
-    /* Under TSan (about 20x slower) a shorter sequence: the same code paths, batch 8. */
-    if (TSAN) {
+    /* Under the sanitizers (5-20x slower) a shorter sequence: the same code paths, batch 8. */
+    if (TSAN || SANITIZED) {
         static const char *const quick[2] = {"f16", "turbo3:prefill_raw=0:batch=8"};
-        test_skip("real model: 16 prompt + 2 decode rows under TSan (128 + 4 in other builds)");
+        test_skip("real model: 16 prompt + 2 decode rows under the sanitizers (128 + 4 in the optimized build)");
         check_shared(m, quick, 16, 2, 8);
     } else {
         static const char *const schemes[2] = {"f16", "turbo3:prefill_raw=0:batch=64"};

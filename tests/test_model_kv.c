@@ -19,7 +19,8 @@
  *
  * Bounds, from the run that set them (2 threads, AVX-512, chunk of 256): see KLD_TURBO4_MAX.
  * Runtime: ~25 s of CPU on 2 threads (longer on a shared machine).
- * Under AddressSanitizer (or TQ_ONLY_SHORT=1) only f16, turbo4, turbo3 and turbo2 run. */
+ * With TQ_ONLY_SHORT=1 only f16, turbo4, turbo3 and turbo2 run; under AddressSanitizer f16, turbo3
+ * and turbo2 (and greedy decoding on turbo3 only). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -149,7 +150,9 @@ static void test_greedy_deterministic(void) {
     const int nv = g_fx.m->cfg.n_vocab;
     float *logits = malloc((size_t)nv * sizeof(float));
     CHECK(logits != NULL);
-    for (int si = 0; si < 2 && logits; si++) {
+    /* under the sanitizers turbo3 only (f16's forward runs in every other test there) */
+    if (SANITIZED) test_skip("f16: sanitizer build (turbo3 only)");
+    for (int si = SANITIZED ? 1 : 0; si < 2 && logits; si++) {
         int32_t gen[2][STEPS];
         for (int run = 0; run < 2; run++) {
             tq_kv_scheme s = scheme_of(schemes[si]);
@@ -178,11 +181,12 @@ static void test_schemes_chunk(void) {
     const int short_run = SANITIZED || getenv("TQ_ONLY_SHORT") != NULL;
     const char *all[] = {"f16", "q8_0", "q4_0", "turbo4", "turbo3.5", "turbo3", "turbo2", "turbo4v3", "turbo0v4",
                          "turbo8v3"};
-    const char *few[] = {"f16", "turbo4", "turbo3", "turbo2"};
-    const char **names = short_run ? few : all;
-    const int n = short_run ? 4 : 10;
+    /* under the sanitizers f16, turbo3 and turbo2: the code paths; turbo4's bound is a figure */
+    const char *few[] = {"f16", "turbo4", "turbo3", "turbo2"}, *san[] = {"f16", "turbo3", "turbo2"};
+    const char **names = SANITIZED ? san : short_run ? few : all;
+    const int n = SANITIZED ? 3 : short_run ? 4 : 10;
     if (short_run)
-        test_skip("schemes q8_0 q4_0 turbo3.5 turbo4v3 turbo0v4 turbo8v3: %s",
+        test_skip("schemes q8_0 q4_0 turbo3.5 turbo4v3 turbo0v4 turbo8v3%s: %s", SANITIZED ? " turbo4" : "",
                   SANITIZED ? "sanitizer build (the short list only)" : "TQ_ONLY_SHORT=1");
     const int nv = g_fx.m->cfg.n_vocab, nl = g_fx.m->cfg.n_layer;
     g_ref_logp = malloc((size_t)N_SCORED * (size_t)nv * sizeof(float));
@@ -230,8 +234,9 @@ static void test_schemes_chunk(void) {
         if (strcmp(names[i], "turbo2") == 0) kld2 = r.kld;
         fflush(stdout);
     }
-    CHECK_MSG(kld4 >= 0 && kld4 < kld3 && kld3 < kld2, "KLD not monotone in bits: turbo4 %g, turbo3 %g, turbo2 %g",
-              kld4, kld3, kld2);
+    CHECK_MSG(kld3 >= 0 && kld3 < kld2, "KLD not monotone in bits: turbo3 %g, turbo2 %g", kld3, kld2);
+    if (SANITIZED) return;
+    CHECK_MSG(kld4 >= 0 && kld4 < kld3, "KLD not monotone in bits: turbo4 %g, turbo3 %g", kld4, kld3);
     CHECK_MSG(kld4 >= 0 && kld4 <= KLD_TURBO4_MAX, "turbo4 KLD %g > %g", kld4, KLD_TURBO4_MAX);
 }
 

@@ -165,8 +165,10 @@ static const char *model_path(void) {
 }
 
 #define PROMPT 300
+#define PROMPT_QUICK 140 /* TQ_TEST_QUICK: two chunks still, the second one short */
 #define CHUNK 128
 #define DECODE 6
+static int n_prompt = PROMPT; /* the prompt positions run_model computes */
 
 /* Logits of every prompt position (chunks of CHUNK) and of DECODE single-token steps. */
 static float *run_model(const char *scheme_text, int n_threads, const int32_t *tokens, int n_vocab) {
@@ -178,18 +180,18 @@ static float *run_model(const char *scheme_text, int n_threads, const int32_t *t
     model_status st = fixture_open(model_path(), &p, &f, err, sizeof err);
     CHECK_MSG(st == MODEL_OK, "model_load: %s: %s", model_status_name(st), err);
     if (st) return NULL;
-    size_t rows = PROMPT + DECODE;
+    size_t rows = (size_t)n_prompt + DECODE;
     float *logits = malloc(sizeof(float) * rows * (size_t)n_vocab);
     CHECK(logits != NULL);
-    for (int pos = 0; logits && pos < PROMPT;) {
-        int n = PROMPT - pos < CHUNK ? PROMPT - pos : CHUNK;
+    for (int pos = 0; logits && pos < n_prompt;) {
+        int n = n_prompt - pos < CHUNK ? n_prompt - pos : CHUNK;
         st = context_forward(f.x, tokens + pos, n, pos, 1, logits + (size_t)pos * (size_t)n_vocab);
         CHECK_MSG(st == MODEL_OK, "forward: %s", context_last_error(f.x));
         if (st) break;
         pos += n;
     }
     for (int i = 0; logits && st == MODEL_OK && i < DECODE; i++) {
-        int pos = PROMPT + i;
+        int pos = n_prompt + i;
         st = context_forward(f.x, tokens + pos, 1, pos, 0, logits + (size_t)pos * (size_t)n_vocab);
         CHECK_MSG(st == MODEL_OK, "decode: %s", context_last_error(f.x));
     }
@@ -208,7 +210,9 @@ static void test_model_threads(void) {
     static const char *schemes[] = {"turbo3:prefill_raw=0:batch=64", "f16"};
     /* TQ_TEST_QUICK (sanitizer builds): turbo3 with 1 and 3 threads only. */
     const int quick = getenv("TQ_TEST_QUICK") != NULL;
-    if (quick) test_skip("f16 and 2, 5 threads: TQ_TEST_QUICK=1 (turbo3 with 1 and 3 threads)");
+    if (quick) test_skip("f16, 2 and 5 threads, prompt positions %d..%d: TQ_TEST_QUICK=1 (turbo3 with 1 and 3 threads)",
+                         PROMPT_QUICK, PROMPT - 1);
+    n_prompt = quick ? PROMPT_QUICK : PROMPT;
     int32_t tokens[PROMPT + DECODE];
     int n_vocab = 0;
     {
@@ -227,7 +231,7 @@ static void test_model_threads(void) {
     rng_state = 12345;
     for (int i = 0; i < PROMPT + DECODE; i++)
         tokens[i] = 2 + (int32_t)((frand() + 1.0f) * 0.5f * 20000.0f) % (n_vocab - 2);
-    size_t bytes = sizeof(float) * (size_t)(PROMPT + DECODE) * (size_t)n_vocab;
+    size_t bytes = sizeof(float) * (size_t)(n_prompt + DECODE) * (size_t)n_vocab;
     for (size_t si = 0; si < (quick ? 1 : sizeof schemes / sizeof *schemes); si++) {
         float *ref = run_model(schemes[si], thread_counts[0], tokens, n_vocab);
         if (!ref) continue;
@@ -249,7 +253,7 @@ static void test_model_threads(void) {
         }
         if (same)
             printf("     %s: logits of %d positions identical for %s threads\n", schemes[si],
-                   PROMPT + DECODE, quick ? "1 and 3" : "1, 2, 3 and 5");
+                   n_prompt + DECODE, quick ? "1 and 3" : "1, 2, 3 and 5");
         free(ref);
     }
 }

@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "quants.h"
 #include "turboquant.h"
 
 
@@ -44,7 +45,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("tq %s (kernels: %s)\n", tq_version_string(), tq_kernels_name());
+        /* the three kernel choices (codec, attention, weights): make test-avx2 compares them
+         * with and without its forcing environment */
+        printf("tq %s (kernels: %s, attention %s, weights %s)\n", tq_version_string(), tq_kernels_name(),
+               tq_attn_kernels_name(), quant_kernels_name());
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
