@@ -34,14 +34,14 @@ test-fast: build
 	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 # The optimized suite again as an AVX2-only CPU without AVX-VNNI runs it (the engine's and the
-# library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that; on an
-# AVX2-only CPU it repeats test-fast. The command-line, chat, server and install tests are left
+# library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that. The
+# command-line, chat, server and install tests are left
 # out there (they test the tools, which no kernel set changes; test-fast runs them), and so are
 # the repeats that force a kernel set of their own (TQ_FORCE_REF wins over TQ_KERNELS; the
 # AVX2 repeat is test_attention itself here), which would run exactly what test-fast ran. Where
 # the forcing changes nothing (`tq --version` names the codec, attention and weight kernels in
 # use: the same with and without it, as on an AVX2 CPU without AVX-VNNI), the stage says so and
-# skips: test-fast ran those kernels.
+# skips instead of repeating test-fast.
 AVX2_SKIP = ^(tq_cli|tq_chat|tq_chat_smollm2|tq_serve|tq_install|test_attention_ref|test_codec_ref|test_attention_avx2)$$
 AVX2_ENV = TQ_KERNELS=avx2 TQ_AVXVNNI=0
 test-avx2: build
