@@ -644,8 +644,14 @@ static tq_status attention_ref(const tq_kv_cache *c, int layer, const float *q, 
             double m = -INFINITY;
             for (size_t t = lo; t < hi; t++) {
                 const float *kv = K + ((t - base) * H + h) * dk;
-                double s = 0.0;
-                for (size_t j = 0; j < dk; j++) s += (double)qv[j] * kv[j];
+                /* four partial sums in double: independent chains, not one serial one (the
+                 * tests' references; exact far below any tolerance they use) */
+                double s4[4] = {0.0, 0.0, 0.0, 0.0};
+                size_t j = 0;
+                for (; j + 4 <= dk; j += 4)
+                    for (int u = 0; u < 4; u++) s4[u] += (double)qv[j + u] * kv[j + u];
+                for (; j < dk; j++) s4[0] += (double)qv[j] * kv[j];
+                double s = (s4[0] + s4[1]) + (s4[2] + s4[3]);
                 s *= p->scale;
                 if (p->softcap > 0.0f) s = p->softcap * tanh(s / p->softcap);
                 w[t] = s;
