@@ -33,23 +33,22 @@ SKIP_SUMMARY = awk -v build="$$(basename "$$PWD")" \
 test-fast: build
 	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
-# The optimized suite again as an AVX2-only CPU without AVX-VNNI runs it (the engine's and the
-# library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that. The
-# command-line, chat, server and install tests are left
-# out there (they test the tools, which no kernel set changes; test-fast runs them), and so are
-# the repeats that force a kernel set of their own (TQ_FORCE_REF wins over TQ_KERNELS; the
-# AVX2 repeat is test_attention itself here), which would run exactly what test-fast ran. Where
-# the forcing changes nothing (`tq --version` names the codec, attention and weight kernels in
-# use: the same with and without it, as on an AVX2 CPU without AVX-VNNI), the stage says so and
-# skips instead of repeating test-fast.
-AVX2_SKIP = ^(tq_cli|tq_chat|tq_chat_smollm2|tq_serve|tq_install|test_attention_ref|test_codec_ref|test_attention_avx2)$$
+# The model's tests again as an AVX2-only CPU without AVX-VNNI runs them (the engine's and the
+# library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that: the
+# tests that run the kernel sets the CPU picks through the whole model. The kernel and codec
+# tests (test_kernels, test_quants, test_codec, test_attention, ...) test every set the CPU has
+# against the reference in test-fast already, test_attention_avx2 the attention driver on the
+# AVX2 tables, and the tools' tests no kernel set changes. Where the forcing changes nothing
+# (`tq --version` names the codec, attention and weight kernels in use: the same with and
+# without it, as on an AVX2 CPU without AVX-VNNI), the stage says so and skips.
+AVX2_TESTS = ^(test_model|test_model_smollm2|test_model_kv|test_batch|test_contexts|test_context_fork|test_prompt_cache|test_tiny_model|test_weight_types|test_activation|test_thread_invariance)$$
 AVX2_ENV = TQ_KERNELS=avx2 TQ_AVXVNNI=0
 test-avx2: build
 	@auto=$$($(BUILD)/tq --version) && forced=$$($(AVX2_ENV) $(BUILD)/tq --version) && \
 	if [ "$$auto" = "$$forced" ]; then \
 		echo "SKIP test-avx2: $(AVX2_ENV) picks what this CPU picks anyway ($$auto); test-fast ran it"; \
 		exit 0; fi; \
-	cd $(BUILD) && { $(AVX2_ENV) ctest --output-on-failure -j $(JOBS) -E '$(AVX2_SKIP)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+	cd $(BUILD) && { $(AVX2_ENV) ctest --output-on-failure -j $(JOBS) -R '$(AVX2_TESTS)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 # Under ASan and UBSan everything but test_attention_ref, test_attention with every kernel
 # forced to the scalar reference (TQ_FORCE_REF=1; 130 s under ASan): test_attention runs the
