@@ -19,8 +19,8 @@ static const char scheme_help[] =
     " a plain format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4, kq8_0rvq4_0r)\n"
     "  k=K:v=V                      explicit form\n"
     "options, appended as :name=value\n"
-    "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1 window=N batch=N\n"
-    "  start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024;\n"
+    "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1|2 window=N\n"
+    "  batch=N start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024;\n"
     "  default 4 with a TurboQuant side, else 0) trellis=0|1 (trellis-coded 2-4 bit indices)\n"
     "  first=N last=N edge=FORM     (edge layers default to turbo8)\n"
     "numbers are digits only, a bit width with at most one '.' (no sign, space or exponent):\n"
@@ -48,8 +48,9 @@ static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, t
     l->key_scale = kf == TQ_KV_TURBO;
     /* Measured likewise (doc/kvcache.md §2): at fractional key widths, giving the extra bit
      * to the channels ranked first by query × key energy cuts turbo3.5's KLD from 0.082 to
-     * 0.069 (ΔPPL 7.6% to 6.4%) at the same bytes. */
-    l->key_split = kf == TQ_KV_TURBO;
+     * 0.069 (ΔPPL 7.6% to 6.4%) at the same bytes; at the whole width 3 it helps at head dim
+     * 256 and loses at 64 (TQ_KV_KEY_SPLIT_AUTO). */
+    l->key_split = kf == TQ_KV_TURBO ? TQ_KV_KEY_SPLIT_AUTO : 0;
 }
 
 void tq_kv_scheme_defaults(tq_kv_scheme *s) {
@@ -310,7 +311,9 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
                        KEY("prefill_raw")) {
                 char field[16];
                 snprintf(field, sizeof field, "%.*s", (int)kn, p);
-                if (!parse_number(val, vn, field, 0, 0, 1, NULL, &u, &d, why, sizeof why))
+                /* ksplit=2: the default, the key split where measured to help (kv.h) */
+                if (!parse_number(val, vn, field, 0, 0, KEY("ksplit") ? TQ_KV_KEY_SPLIT_AUTO : 1, NULL, &u,
+                                  &d, why, sizeof why))
                     return scheme_error(err, cap, text, why, p, n);
                 if (KEY("norm")) norm = (int)u;
                 else if (KEY("mean")) mean = (int)u;
@@ -391,6 +394,7 @@ static int format_side(char *buf, size_t cap, tq_kv_format f, float bits) {
 int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l) {
     if ((unsigned)l->key_format > TQ_KV_Q4_0R || (unsigned)l->value_format > TQ_KV_Q4_0R) return 0;
     if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD) return 0;
+    if (l->key_split < 0 || l->key_split > TQ_KV_KEY_SPLIT_AUTO) return 0;
     return 1;
 }
 
@@ -430,7 +434,9 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) 
     if (!l->norm_correction || !e->norm_correction) snprintf(norm, sizeof norm, ":norm=0");
     format_flag(mean, sizeof mean, "mean", l->key_mean, e->key_mean);
     format_flag(kscale, sizeof kscale, "kscale", l->key_scale, e->key_scale);
-    format_flag(ksplit, sizeof ksplit, "ksplit", l->key_split, e->key_split);
+    /* ksplit has three values (0, 1, TQ_KV_KEY_SPLIT_AUTO): written as they are. */
+    if (l->key_split == e->key_split) snprintf(ksplit, sizeof ksplit, ":ksplit=%d", l->key_split);
+    else ksplit[0] = 0;
     int n = snprintf(buf, cap,
                      "k=%s:v=%s:variant=%s%s%s%s%s:window=%d:batch=%d:start=%d:prefill_raw=%d:"
                      "seed=%llu:first=%d:last=%d%s%s%s",

@@ -312,6 +312,9 @@ static void fix_crcs(uint8_t *d, size_t size) {
  * windows: the layer windows (or NULL). */
 /* The key_rope_pairs of the caches build_w makes (TQ_ROPE_PAIRS_NONE unless a test sets it). */
 static int build_pairs = TQ_ROPE_PAIRS_NONE;
+/* 1: the layer scheme's key split forced on (ksplit=1 on the layer only, the edge at its
+ * default): turbo3's default when version 8 was written, which split at every head dim. */
+static int build_layer_split = 0;
 
 static tq_kv_cache *build_w(const char *scheme, int n_layers, int H, int d, size_t n,
                             const tq_kv_layer_scheme *overrides, const size_t *windows) {
@@ -323,6 +326,7 @@ static tq_kv_cache *build_w(const char *scheme, int n_layers, int H, int d, size
         fprintf(stderr, "%s\n", err);
         return NULL;
     }
+    if (build_layer_split) cfg.scheme.layer.key_split = 1;
     cfg.layer_schemes = overrides;
     cfg.layer_windows = windows;
     tq_kv_cache *c = NULL;
@@ -554,7 +558,10 @@ static tq_kv_cache *golden_pairs(const char *scheme) {
     return c;
 }
 static tq_kv_cache *golden_cache(void) {
-    return golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
+    build_layer_split = 1; /* the golden file's split at d = 16 (TQ_KV_KEY_SPLIT_AUTO: none) */
+    tq_kv_cache *c = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
+    build_layer_split = 0;
+    return c;
 }
 /* The cache version 7 wrote: turbo3.5 (its key split was the only one). */
 static tq_kv_cache *golden_cache_v7(void) {
@@ -660,6 +667,14 @@ static void test_golden(void) {
         CHECK(b && tq_kv_cache_key_scale(c, 1, sa, 32) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb, 32) == TQ_OK);
         CHECK(memcmp(sa, sb, sizeof sa) == 0);
         tq_kv_cache_free(b);
+        /* The default key split (TQ_KV_KEY_SPLIT_AUTO) does not split turbo3 at d = 16: a file
+         * that did is another scheme to it, a clear mismatch, and loads as what it is. */
+        tq_kv_cache *t = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
+        CHECK(t && test_layer_scheme(t, 1).key_split == 0);
+        tq_kv_cache_config et = test_cache_config(t);
+        b = NULL;
+        CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_ERR_MISMATCH && !b);
+        tq_kv_cache_free(t);
     }
     free(g);
     /* Files of earlier versions load as the caches they were written from (v3: no layer
@@ -761,7 +776,7 @@ static void test_golden(void) {
          * scheme (the file has neither). */
         tq_kv_cache *t3 = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL), *b = NULL;
         tq_kv_cache *t3s = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
-        tq_kv_cache *t3k = build("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL);
+        tq_kv_cache *t3k = build("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL);
         tq_kv_cache_config e = test_cache_config(t3), es = test_cache_config(t3s), ek = test_cache_config(t3k);
         uint8_t *g2 = read_file(GOLDEN_V2, &gn);
         CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &e, &b) == TQ_OK && b);

@@ -141,7 +141,8 @@ static void test_tiny_auto3(void) {
     tq_kv_scheme base;
     float bits;
     char err[400];
-    CHECK(kv_auto_parse("auto:3", &bits, &base, err, sizeof err) == 1);
+    /* ksplit=1: the tiny model's head dim is under the default's TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM */
+    CHECK(kv_auto_parse("auto:3:ksplit=1", &bits, &base, err, sizeof err) == 1);
     kv_auto_result r, r2;
     model_status st = kv_auto_calibrate(m, pool, ids, 64, &base, bits, 0, &r, err, sizeof err);
     CHECK_MSG(st == MODEL_OK, "%s", err);
@@ -167,6 +168,16 @@ static void test_tiny_auto3(void) {
                         CHECK_MSG(fabs(r.curve[0][o] - r0.curve[0][o] * r.key_split_gain) <= 1e-12 * r.curve[0][o],
                                   "key option %d: %g against %g × %g", o, r.curve[0][o], r0.curve[0][o],
                                   r.key_split_gain);
+                }
+                /* The default at this head dim splits no key at 3 bits: ksplit=0's calibration. */
+                kv_auto_result rd;
+                CHECK(kv_auto_parse("auto:3", &bits0, &b0, err, sizeof err) == 1);
+                st = kv_auto_calibrate(m, pool, ids, 64, &b0, bits0, 0, &rd, err, sizeof err);
+                CHECK_MSG(st == MODEL_OK, "%s", err);
+                if (st == MODEL_OK) {
+                    CHECK(rd.runs == 2 * L + 3 && rd.key_split_gain == 1.0 && rd.measured_kld == r0.measured_kld);
+                    CHECK(memcmp(rd.choice, r0.choice, (size_t)r0.n_layer * sizeof *r0.choice) == 0);
+                    kv_auto_result_free(&rd);
                 }
                 kv_auto_result_free(&r0);
             }

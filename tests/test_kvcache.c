@@ -117,9 +117,12 @@ static void test_parse(void) {
     CHECK(tq_kv_scheme_parse("turbo3:kscale=0:first=1", &s, NULL, 0) == TQ_OK);
     CHECK(s.layer.key_scale == 0 && s.edge.key_scale == 0);
     CHECK(tq_kv_scheme_parse("turbo3:kscale=2", &s, NULL, 0) == TQ_ERR_SCHEME);
-    CHECK(tq_kv_scheme_parse("turbo3.5", &s, NULL, 0) == TQ_OK && s.layer.key_split == 1);
+    CHECK(tq_kv_scheme_parse("turbo3.5", &s, NULL, 0) == TQ_OK && s.layer.key_split == TQ_KV_KEY_SPLIT_AUTO);
     CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=0", &s, NULL, 0) == TQ_OK && s.layer.key_split == 0);
-    CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=2", &s, NULL, 0) == TQ_ERR_SCHEME);
+    CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=1", &s, NULL, 0) == TQ_OK && s.layer.key_split == 1);
+    CHECK(tq_kv_scheme_parse("turbo3:ksplit=2", &s, NULL, 0) == TQ_OK && s.layer.key_split == TQ_KV_KEY_SPLIT_AUTO);
+    CHECK(tq_kv_scheme_parse("q8_0", &s, NULL, 0) == TQ_OK && s.layer.key_split == 0);
+    CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=3", &s, NULL, 0) == TQ_ERR_SCHEME);
     /* Canonical form round-trips. */
     const char *forms[] = {"turbo3:kscale=0", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
                            "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0",
@@ -315,10 +318,9 @@ static void test_two_phase(void) {
     CHECK(tq_kv_cache_memory(c, &m, sizeof m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
     /* 96 compressed tokens, 17 raw fp16 ones, the per-head key mean and key scale (on by
-     * default), the key split's channel order (u16) and the 4 attention sinks' fp16 K and V
-     * (sink=4, the default with TurboQuant) */
-    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) +
-                              H * D * sizeof(uint16_t) + 4 * H * 4 * D);
+     * default; no key split at turbo3 and head dim 128, TQ_KV_KEY_SPLIT_AUTO) and the 4
+     * attention sinks' fp16 K and V (sink=4, the default with TurboQuant) */
+    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) + 4 * H * 4 * D);
     CHECK(m.f16_bytes == 113 * H * 4 * D);
     CHECK(m.allocated_bytes >= m.data_bytes);
     tq_kv_cache_free(c);
@@ -376,10 +378,13 @@ static void test_prefill_then_decode_equals_all_at_once(void) {
 /* The key split: where it applies, and what it does. Queries loud (×8) in channels 0..15 put
  * those channels in the first (4-bit) block of turbo3.5 and of turbo3 (4 + 2 bits), so the
  * score error the queries see, Σ_i E[q_i²]·(k_i − k̂_i)², falls against the same cache without
- * the split (turbo3.5 predicted Σ_blocks D(b)/n·(Σ √(a_i b_i))²: 0.69×). */
+ * the split (turbo3.5 predicted Σ_blocks D(b)/n·(Σ √(a_i b_i))²: 0.69×). By default
+ * (TQ_KV_KEY_SPLIT_AUTO) the whole width 3 splits from head dim 256 only: here (128) ksplit=1
+ * asks for it. */
 static void test_key_split(void) {
     static const struct { const char *s; int split; } cases[] = {
-        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 1}, {"turbo2", 0}, {"k3v4", 1},
+        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 0}, {"turbo3:ksplit=1", 1}, {"turbo3:ksplit=2", 0},
+        {"turbo2", 0}, {"turbo2:ksplit=1", 0}, {"k3v4", 0}, {"k3v4:ksplit=1", 1}, {"turbo3.5:ksplit=2", 1},
         {"turbo4", 0}, {"k1v4", 0}, {"turbo3:ksplit=0", 0}, {"turbo3.5:ksplit=0", 0},
         {"turbo3.5:kscale=0", 0}, {"turbo3:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0},
         {"k=3:v=3:variant=prod:norm=0", 0}, {"turbo0v4", 0}};
@@ -388,9 +393,21 @@ static void test_key_split(void) {
         CHECK_MSG(c && test_layer_scheme(c, 0).key_split == cases[i].split, "%s", cases[i].s);
         tq_kv_cache_free(c);
     }
+    /* The rule by head dim, as a scheme's layer reports it (tq_kv_layer_scheme_key_split). */
+    static const struct { const char *s; int dim, split; } dims[] = {
+        {"turbo3", 64, 0}, {"turbo3", 128, 0}, {"turbo3", 256, 1}, {"turbo3", 512, 1},
+        {"turbo3:ksplit=1", 64, 1}, {"turbo3:ksplit=0", 256, 0}, {"turbo3.5", 64, 1},
+        {"turbo4", 256, 0}, {"q8_0", 256, 0}};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
+        tq_kv_scheme s;
+        CHECK(tq_kv_scheme_parse(dims[i].s, &s, NULL, 0) == TQ_OK);
+        CHECK_MSG(tq_kv_layer_scheme_key_split(&s.layer, dims[i].dim) == dims[i].split, "%s at %d", dims[i].s,
+                  dims[i].dim);
+    }
+    CHECK(tq_kv_layer_scheme_key_split(NULL, 256) == 0);
     enum { N = 600 };
     float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * D * H);
-    static const char *with[2] = {"turbo3.5", "turbo3"}, *without[2] = {"turbo3.5:ksplit=0", "turbo3:ksplit=0"};
+    static const char *with[2] = {"turbo3.5", "turbo3:ksplit=1"}, *without[2] = {"turbo3.5:ksplit=0", "turbo3:ksplit=0"};
     for (int w = 0; w < 2; w++) {
         double ratio[2];
         for (int split = 0; split < 2; split++) {
