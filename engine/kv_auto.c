@@ -266,7 +266,7 @@ static model_status curves(calib *c, const model_config *cfg, tq_kv_layer_scheme
     if (flags & KV_AUTO_MEASURED_CURVE) return MODEL_OK;
     tq_kv_layer_scheme probe_ls;
     kv_auto_layer_scheme(&c->base, probe, OPT_F16, &probe_ls);
-    if (!tq_kv_layer_scheme_key_split(&probe_ls, cfg->head_dim)) return MODEL_OK; /* none here */
+    if (!tq_kv_layer_scheme_key_split(&probe_ls, c->base.trellis, cfg->head_dim)) return MODEL_OK; /* none here */
     /* The codec curve is that of keys without the key split, which the cache applies at the
      * probe width 3 (half the channels at 4 bits, half at 2, ranked by the key scale's
      * statistics: doc/kvcache.md §2) and which Gaussian vectors cannot show: the probe's

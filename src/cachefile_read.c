@@ -184,10 +184,11 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
         /* A key split flag that has no effect at these dims does not make a mismatch. */
         tq_kv_layer_scheme el = expect->scheme.layer, ee = expect->scheme.edge, fl = sc->layer,
                            fe = sc->edge;
-        el.key_split = tq_kv_key_split_applies(&el, dk);
-        ee.key_split = tq_kv_key_split_applies(&ee, dk);
-        fl.key_split = tq_kv_key_split_applies(&fl, dk);
-        fe.key_split = tq_kv_key_split_applies(&fe, dk);
+        const int et = expect->scheme.trellis != 0, ft = sc->trellis != 0;
+        el.key_split = tq_kv_key_split_applies(&el, et, dk);
+        ee.key_split = tq_kv_key_split_applies(&ee, et, dk);
+        fl.key_split = tq_kv_key_split_applies(&fl, ft, dk);
+        fe.key_split = tq_kv_key_split_applies(&fe, ft, dk);
         int ok = tq_cf_same_layer_scheme(&el, &fl) && tq_cf_same_layer_scheme(&ee, &fe) &&
                  expect->scheme.edge_first == sc->edge_first &&
                  expect->scheme.edge_last == sc->edge_last &&
@@ -200,7 +201,7 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
             if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;
-            e.key_split = tq_kv_key_split_applies(&e, dk);
+            e.key_split = tq_kv_key_split_applies(&e, et, dk);
             ok = tq_cf_same_layer_scheme(&e, &ls[i]);
         }
         /* A file with windows (v4) against the expected ones, when given. */

@@ -29,23 +29,23 @@ static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant va
     if (split) tq_key_split_codec(cc); /* the key transform's rule (key_transform.c) */
 }
 
-int tq_kv_key_split_resolve(const tq_kv_layer_scheme *l, int dk) {
+int tq_kv_key_split_resolve(const tq_kv_layer_scheme *l, int trellis, int dk) {
     if (l->key_split != TQ_KV_KEY_SPLIT_AUTO) return l->key_split;
-    return !(l->key_bits == floorf(l->key_bits) && dk < TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM);
+    return !(l->key_bits == floorf(l->key_bits) && !trellis && dk < TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM);
 }
 
-int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk) {
+int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int trellis, int dk) {
     if (l->key_format != TQ_KV_TURBO || !l->key_scale || !l->key_split || dk < TQ_MIN_DIM ||
         dk > TQ_MAX_DIM)
         return 0;
-    if (!tq_kv_key_split_resolve(l, dk)) return 0;
+    if (!tq_kv_key_split_resolve(l, trellis, dk)) return 0;
     tq_codec_config cc;
     turbo_config(&cc, dk, l->key_bits, l->key_variant, l->norm_correction, 0, 1, 0);
     return cc.split == TQ_SPLIT_BLOCK;
 }
 
-int tq_kv_layer_scheme_key_split(const tq_kv_layer_scheme *l, int head_dim_k) {
-    return l != NULL && tq_kv_key_split_applies(l, head_dim_k);
+int tq_kv_layer_scheme_key_split(const tq_kv_layer_scheme *l, int trellis, int head_dim_k) {
+    return l != NULL && tq_kv_key_split_applies(l, trellis != 0, head_dim_k);
 }
 
 /* The block format that stores a rotated format's records; f itself for the others. */

@@ -157,8 +157,8 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
     if (!c) return TQ_ERR_NOMEM;
     c->cfg = *cfg;
     /* The key split's default is a rule (TQ_KV_KEY_SPLIT_AUTO): the cache holds what it gave. */
-    c->cfg.scheme.layer.key_split = tq_kv_key_split_resolve(&cfg->scheme.layer, cfg->head_dim_k);
-    c->cfg.scheme.edge.key_split = tq_kv_key_split_resolve(&cfg->scheme.edge, cfg->head_dim_k);
+    c->cfg.scheme.layer.key_split = tq_kv_key_split_resolve(&cfg->scheme.layer, cfg->scheme.trellis, cfg->head_dim_k);
+    c->cfg.scheme.edge.key_split = tq_kv_key_split_resolve(&cfg->scheme.edge, cfg->scheme.trellis, cfg->head_dim_k);
     c->cfg.layer_schemes = NULL;
     c->cfg.layer_windows = NULL;
     c->cfg.reserve_tokens = 0;
@@ -189,7 +189,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
         }
         st = tq_kv_tensor_init(&l->k, ls->key_format, cfg->head_dim_k, ls->key_bits,
                                ls->key_variant, ls->norm_correction, s->seed, 1,
-                               tq_kv_key_split_applies(ls, cfg->head_dim_k), s->trellis);
+                               tq_kv_key_split_applies(ls, s->trellis, cfg->head_dim_k), s->trellis);
         if (st) goto fail;
         st = tq_kv_tensor_init(&l->v, ls->value_format, cfg->head_dim_v, ls->value_bits,
                                TQ_VARIANT_MSE, ls->norm_correction, s->seed, 0, 0, s->trellis);

@@ -177,12 +177,13 @@ tq_status tq_kv_tensor_encode(const tq_kv_tensor *x, const float *v, uint8_t *re
 /* One record → x->dim floats in the original basis (the reference path: no shortcut). */
 tq_status tq_kv_tensor_decode(const tq_kv_tensor *x, const uint8_t *rec, float *out);
 
-/* l->key_split at head dim dk as 0 or 1: TQ_KV_KEY_SPLIT_AUTO resolved (0 at a whole key width
- * below TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM), 0 and 1 as they are. */
-int tq_kv_key_split_resolve(const tq_kv_layer_scheme *l, int dk);
+/* l->key_split at head dim dk in a cache with (trellis 1) or without trellis codes, as 0 or 1:
+ * TQ_KV_KEY_SPLIT_AUTO resolved (0 at a whole key width with Lloyd-Max codes below
+ * TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM), 0 and 1 as they are. */
+int tq_kv_key_split_resolve(const tq_kv_layer_scheme *l, int trellis, int dk);
 /* 1 if layer scheme l splits its keys at head dim dk (tq_kv_layer_scheme.key_split: TURBO MSE
  * keys with key_scale and key_split resolved on, at bits that allow a split). */
-int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int dk);
+int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int trellis, int dk);
 
 /* ---- page storage (kv_pages.c) ---- */
 

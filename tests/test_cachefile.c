@@ -667,14 +667,29 @@ static void test_golden(void) {
         CHECK(b && tq_kv_cache_key_scale(c, 1, sa, 32) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb, 32) == TQ_OK);
         CHECK(memcmp(sa, sb, sizeof sa) == 0);
         tq_kv_cache_free(b);
-        /* The default key split (TQ_KV_KEY_SPLIT_AUTO) does not split turbo3 at d = 16: a file
-         * that did is another scheme to it, a clear mismatch, and loads as what it is. */
+        /* The default key split (TQ_KV_KEY_SPLIT_AUTO) splits turbo3 with trellis codes at
+         * d = 16 (the golden file's), and with Lloyd-Max codes not: a file of those that did
+         * is another scheme to today's default, a clear mismatch, and loads as what it is. */
         tq_kv_cache *t = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
-        CHECK(t && test_layer_scheme(t, 1).key_split == 0);
+        CHECK(t && test_layer_scheme(t, 1).key_split == 1);
         tq_kv_cache_config et = test_cache_config(t);
         b = NULL;
-        CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_ERR_MISMATCH && !b);
+        CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_OK && b);
+        tq_kv_cache_free(b);
         tq_kv_cache_free(t);
+        tq_kv_cache *s1 = golden_pairs("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=3"),
+                    *s2 = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3");
+        CHECK(s1 && s2 && test_layer_scheme(s1, 1).key_split == 1 && test_layer_scheme(s2, 1).key_split == 0);
+        size_t n1 = 0;
+        uint8_t *i1 = s1 ? save_image(s1, &n1) : NULL;
+        tq_kv_cache_config e2 = test_cache_config(s2);
+        b = NULL;
+        CHECK(i1 && tq_kv_cache_load_memory_expect(i1, n1, &e2, &b) == TQ_ERR_MISMATCH && !b);
+        CHECK(i1 && tq_kv_cache_load_memory(i1, n1, &b) == TQ_OK && b && same_cache(s1, b, 4));
+        tq_kv_cache_free(b);
+        free(i1);
+        tq_kv_cache_free(s1);
+        tq_kv_cache_free(s2);
     }
     free(g);
     /* Files of earlier versions load as the caches they were written from (v3: no layer

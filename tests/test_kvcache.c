@@ -384,6 +384,7 @@ static void test_prefill_then_decode_equals_all_at_once(void) {
 static void test_key_split(void) {
     static const struct { const char *s; int split; } cases[] = {
         {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 0}, {"turbo3:ksplit=1", 1}, {"turbo3:ksplit=2", 0},
+        {"turbo3:trellis=1", 1}, {"turbo3:trellis=1:ksplit=0", 0},
         {"turbo2", 0}, {"turbo2:ksplit=1", 0}, {"k3v4", 0}, {"k3v4:ksplit=1", 1}, {"turbo3.5:ksplit=2", 1},
         {"turbo4", 0}, {"k1v4", 0}, {"turbo3:ksplit=0", 0}, {"turbo3.5:ksplit=0", 0},
         {"turbo3.5:kscale=0", 0}, {"turbo3:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0},
@@ -397,14 +398,15 @@ static void test_key_split(void) {
     static const struct { const char *s; int dim, split; } dims[] = {
         {"turbo3", 64, 0}, {"turbo3", 128, 0}, {"turbo3", 256, 1}, {"turbo3", 512, 1},
         {"turbo3:ksplit=1", 64, 1}, {"turbo3:ksplit=0", 256, 0}, {"turbo3.5", 64, 1},
-        {"turbo4", 256, 0}, {"q8_0", 256, 0}};
+        {"turbo3:trellis=1", 64, 1}, {"turbo3:trellis=1", 128, 1}, {"turbo3:trellis=1:ksplit=0", 256, 0},
+        {"turbo4", 256, 0}, {"turbo4:trellis=1", 64, 0}, {"q8_0", 256, 0}};
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) {
         tq_kv_scheme s;
         CHECK(tq_kv_scheme_parse(dims[i].s, &s, NULL, 0) == TQ_OK);
-        CHECK_MSG(tq_kv_layer_scheme_key_split(&s.layer, dims[i].dim) == dims[i].split, "%s at %d", dims[i].s,
-                  dims[i].dim);
+        CHECK_MSG(tq_kv_layer_scheme_key_split(&s.layer, s.trellis, dims[i].dim) == dims[i].split, "%s at %d",
+                  dims[i].s, dims[i].dim);
     }
-    CHECK(tq_kv_layer_scheme_key_split(NULL, 256) == 0);
+    CHECK(tq_kv_layer_scheme_key_split(NULL, 0, 256) == 0);
     enum { N = 600 };
     float *q = malloc(sizeof(float) * N * H * D), *k = malloc(sizeof(float) * D * H);
     static const char *with[2] = {"turbo3.5", "turbo3:ksplit=1"}, *without[2] = {"turbo3.5:ksplit=0", "turbo3:ksplit=0"};

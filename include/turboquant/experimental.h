@@ -32,10 +32,10 @@ TQ_API size_t tq_kv_scheme_decode_chunk(const tq_kv_scheme *scheme, size_t pos, 
  * (bad layer), TQ_ERR_CAPACITY (out_size < sizeof(tq_kv_layer_scheme) of this release). */
 TQ_API tq_status tq_kv_cache_get_layer_scheme(const tq_kv_cache *cache, int layer,
                                               tq_kv_layer_scheme *out, size_t out_size);
-/* 1 when a layer of scheme l splits its keys at head dim head_dim_k (key_split resolved:
- * TQ_KV_KEY_SPLIT_AUTO by its rule, then whether the width and dim allow a split), else 0 (also
- * for NULL). */
-TQ_API int tq_kv_layer_scheme_key_split(const tq_kv_layer_scheme *l, int head_dim_k);
+/* 1 when a layer of scheme l, in a cache with trellis codes (trellis != 0, tq_kv_scheme.trellis)
+ * or without, splits its keys at head dim head_dim_k (key_split resolved: TQ_KV_KEY_SPLIT_AUTO
+ * by its rule, then whether the width and dim allow a split), else 0 (also for NULL). */
+TQ_API int tq_kv_layer_scheme_key_split(const tq_kv_layer_scheme *l, int trellis, int head_dim_k);
 /* A layer's key scale, (n_kv_heads, head_dim_k) floats into out (out_capacity floats).
  * Errors: TQ_ERR_NULL, TQ_ERR_INVALID (bad layer or no key scale), TQ_ERR_STATE (not fixed
  * yet: before the layer's first compression), TQ_ERR_CAPACITY. */

@@ -20,9 +20,10 @@ typedef struct tq_threadpool tq_threadpool;
 #define TQ_KV_PAGE_TOKENS 256 /* tokens per page: memory grows a page at a time, never copies */
 #define TQ_KV_BLOCK 32        /* elements per q8_0 / q4_0 block (one fp16 scale each) */
 /* tq_kv_layer_scheme.key_split's default: the split where the tables show it helps. At the
- * whole width 3 that is head dim 256 (Gemma 3: KLD -20% every key compressed); at head dim 64
- * it loses (SmolLM2: +6% as decode and after a prompt); 128 is unmeasured and left off
- * (doc/kvcache.md §2, "Key split"). */
+ * whole width 3 with Lloyd-Max codes that is head dim 256 (Gemma 3: KLD -11 to -22% in every
+ * view); at head dim 64 it loses (SmolLM2: +6% as decode and after a prompt); 128 is
+ * unmeasured and left off. With trellis codes it helps on both (doc/kvcache.md §2, "Key
+ * split"). */
 #define TQ_KV_KEY_SPLIT_AUTO 2
 #define TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM 256
 
@@ -51,9 +52,10 @@ typedef struct tq_kv_layer_scheme {
                                    a whole width 3: split channels by query × key energy.
                                    0 off, 1 wherever the codec splits, TQ_KV_KEY_SPLIT_AUTO
                                    (2, the default) where measured to help: a fractional
-                                   width at any head dim, the whole width 3 at head dims of
-                                   TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM or more. A cache reports
-                                   what is in effect (0 or 1). */
+                                   width at any head dim, the whole width 3 with trellis
+                                   codes at any head dim and with Lloyd-Max codes at head
+                                   dims of TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM or more. A cache
+                                   reports what is in effect (0 or 1). */
 } tq_kv_layer_scheme;
 
 /* A whole-cache scheme (a sized struct: tq_kv_scheme_parse fills it, struct_size included). */
