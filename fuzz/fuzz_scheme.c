@@ -55,7 +55,7 @@ static int layer_ok(const tq_kv_layer_scheme *l) {
            (l->key_variant == TQ_VARIANT_MSE || l->key_variant == TQ_VARIANT_PROD) &&
            (l->norm_correction == 0 || l->norm_correction == 1) &&
            (l->key_mean == 0 || l->key_mean == 1) && (l->key_scale == 0 || l->key_scale == 1) &&
-           (l->key_split == 0 || l->key_split == 1);
+           (l->key_split >= 0 && l->key_split <= TQ_KV_KEY_SPLIT_AUTO);
 }
 
 static int count_ok(int v) { return v >= 0 && v <= COUNT_MAX; }
