@@ -35,10 +35,9 @@ int tq_kv_key_split_resolve(const tq_kv_layer_scheme *l, int trellis, int dk) {
 }
 
 int tq_kv_key_split_applies(const tq_kv_layer_scheme *l, int trellis, int dk) {
-    if (l->key_format != TQ_KV_TURBO || !l->key_scale || !l->key_split || dk < TQ_MIN_DIM ||
-        dk > TQ_MAX_DIM)
+    if (l->key_format != TQ_KV_TURBO || !l->key_scale || !tq_kv_key_split_resolve(l, trellis, dk) ||
+        dk < TQ_MIN_DIM || dk > TQ_MAX_DIM)
         return 0;
-    if (!tq_kv_key_split_resolve(l, trellis, dk)) return 0;
     tq_codec_config cc;
     turbo_config(&cc, dk, l->key_bits, l->key_variant, l->norm_correction, 0, 1, 0);
     return cc.split == TQ_SPLIT_BLOCK;

@@ -48,8 +48,8 @@ static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, t
     l->key_scale = kf == TQ_KV_TURBO;
     /* Measured likewise (doc/kvcache.md §2): at fractional key widths, giving the extra bit
      * to the channels ranked first by query × key energy cuts turbo3.5's KLD from 0.082 to
-     * 0.069 (ΔPPL 7.6% to 6.4%) at the same bytes; at the whole width 3 it helps at head dim
-     * 256 and loses at 64 (TQ_KV_KEY_SPLIT_AUTO). */
+     * 0.069 (ΔPPL 7.6% to 6.4%) at the same bytes; at the whole width 3 it helps with trellis
+     * codes, and with Lloyd-Max codes at head dim 256 but not 64 (TQ_KV_KEY_SPLIT_AUTO). */
     l->key_split = kf == TQ_KV_TURBO ? TQ_KV_KEY_SPLIT_AUTO : 0;
 }
 
