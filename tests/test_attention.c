@@ -763,7 +763,8 @@ static void test_fused_kernels(void) {
     have[6] = attn_table_usable("neon-dot", tabs[6], tq_kernels_supported(TQ_KERNELS_NEON));
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
-        {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}, {64, 3}, {64, 4}, {192, 3}, {192, 4}};
+        {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}, {64, 3}, {64, 4}, {192, 3}, {192, 4},
+        {128, 2.5f}}; /* d 128 at 2.5 bits: a 2-bit half block (the integer scores' own order) */
     enum { NK = 37, NQ = 9 };
     double int8_worst[7] = {-1, -1, -1, -1, -1, -1, -1}, int8_worst_v[7] = {-1, -1, -1, -1, -1, -1, -1}; /* error / bound */
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
@@ -1123,6 +1124,9 @@ static void test_int8_scores(void) {
     tq_set_int8_scores(1);
     CHECK(strcmp(tq_attn_kernels_get()->name, int_name) == 0);
     CHECK(strcmp(tq_attn_kernels_name(), int_name) == 0);
+    /* Its own data, whatever the tests before it drew: the worst error is a tail of the data
+     * (0.065–0.106 over six seeds; 0.168 on one draw of the shared stream) */
+    seed_rng(4242);
     tq_threadpool *pool;
     CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
     double worst = 0, worst_t = 0;
@@ -1313,7 +1317,8 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
         {64, "turbo2.5:trellis=1"}, {96, "turbo3:trellis=1"}, {40, "turbo3:trellis=1"},
         {200, "turbo2:trellis=1"}, {128, "turbo4:trellis=1"}, {256, "turbo4:trellis=1"},
         {96, "turbo4:trellis=1"}, {64, "turbo3.5:trellis=1"}, {80, "turbo3.5:trellis=1"},
-        {64, "turbo3:trellis=1"}, {64, "turbo4:trellis=1"}, {192, "turbo4:trellis=1"}};
+        {64, "turbo3:trellis=1"}, {64, "turbo4:trellis=1"}, {192, "turbo4:trellis=1"},
+        {128, "turbo2.5:trellis=1"}};
     enum { NK = 37, NQ = 6 };
     double worst_s = 0, worst_v = 0;
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {

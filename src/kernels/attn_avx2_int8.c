@@ -103,14 +103,22 @@
 #define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
 
 /* Byte orders of a decoded block (i8_pos): plain codes of B = 2, 3, 4 bits (trellis codes of 2
- * bits share B = 2's), and trellis codes of 3 bits. */
+ * bits share B = 2's), trellis codes of 3 bits, and the scores' half block (64 coordinates) of
+ * 2-bit codes, plain or trellis. */
 #define I8_LAYOUT_T3 5
-#define I8_LAYOUTS 6
+#define I8_LAYOUT_H2 6
+#define I8_LAYOUTS 7
 
 /* Lane-layout position (16·round + lane) inside its block of decoded byte p (0..127) of a
  * block of layout L (B = 2, 3, 4 or I8_LAYOUT_T3), as i8_decode leaves them. */
 static int i8_pos(int L, int p) {
     int v = p / 32, b = p % 32, lane, round;
+    if (L == I8_LAYOUT_H2) {
+        /* the 16 bytes of the half in both halves of a vector: vector v, half k = byte 32v + 16k
+         * (< 64) is byte b % 16 of the whole block's vector 2v + k; the rest (p ≥ 64, padding)
+         * the whole block's bytes 16–31 of vector (p − 64) / 16 */
+        return p < 64 ? i8_pos(2, 32 * (2 * v + b / 16) + b % 16) : i8_pos(2, 32 * ((p - 64) / 16) + 16 + p % 16);
+    }
     switch (L) {
     case 4: lane = 8 * (v / 2) + b / 4, round = 2 * (b % 4) + v % 2; break;
     case 2: lane = b / 2, round = 4 * (b % 2) + v; break;
@@ -150,8 +158,9 @@ enum { I8_RUNS, I8_T4X4, I8_PAIRS, I8_SCALAR };
 static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_slot_tab[I8_LAYOUTS][16], i8_base_tab[I8_LAYOUTS][4];
 static int i8_back_kind[I8_LAYOUTS];
 
-/* A segment's last block: whole (128 coordinates), half (64, B ≥ 3: i8_decode's first two
- * vectors hold them all) or another part (loads stop at its bytes). */
+/* A segment's last block: whole (128 coordinates), half (64: i8_decode's first two vectors
+ * hold them all; for B = 2 only the scores, in their own order I8_LAYOUT_H2) or another part
+ * (loads stop at its bytes). */
 enum { I8_PART, I8_WHOLE, I8_HALF };
 
 typedef struct iseg {
@@ -162,9 +171,11 @@ typedef struct iseg {
                          the first 128 of the 256 pair values (the rest: their negatives) */
     int B, T, nblk;   /* T: trellis codes */
     int last;         /* the last block: I8_WHOLE, I8_HALF (64 coordinates, B ≥ 3) or I8_PART */
+    int slast;        /* the same for the scores: I8_HALF for B = 2 too */
     size_t off, bytes;
     int L;                /* the layout (i8_pos) */
     const uint8_t *pos;   /* i8_pos(L, ·) */
+    const uint8_t *spos;  /* the scores' order of the last block: pos, or I8_LAYOUT_H2's */
     const uint8_t *at;    /* i8_slot_tab[L] */
 } iseg;
 
@@ -214,10 +225,12 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         g[s].last = x->seg[s].count % 128 == 0                ? I8_WHOLE
                     : x->seg[s].count % 128 == 64 && B >= 3 ? I8_HALF
                                                               : I8_PART;
+        g[s].slast = x->seg[s].count % 128 == 64 ? I8_HALF : g[s].last;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
         g[s].L = L;
         g[s].pos = i8_pos_tab[L];
+        g[s].spos = B == 2 && g[s].slast == I8_HALF ? i8_pos_tab[I8_LAYOUT_H2] : g[s].pos;
         g[s].at = i8_slot_tab[L];
     }
     return 1;
@@ -269,7 +282,8 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
     const __m256i *tab = u ? g->tab_u : g->tab_s;
     size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
     /* full (a whole block; a constant where the caller knows): every load is a plain one; nv = 2
-     * (B ≥ 3, a block of 64 coordinates): out[0], out[1] only (coordinates 0–63) */
+     * (a block of 64 coordinates): out[0], out[1] only (coordinates 0–63; B = 2: in the order
+     * I8_LAYOUT_H2, the scores') */
     int n = full ? 16 * B : rest < 16 * (size_t)B ? (int)rest : 16 * B;
     const uint8_t *src = p + at;
     const int prev = T && h ? src[-1] : 0; /* the stream's byte before the block */
@@ -289,6 +303,24 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             out[3] = i8_lookup256(g->tab_s, v1, u);
         }
 #undef I8_WLO
+    } else if (T && B == 2 && nv == 2) {
+        /* A half block (scores, I8_LAYOUT_H2): its 16 bytes' words (byte j − 1, byte j) in both
+         * halves, shifted by 6 | 8 (out[0]) and 10 | 12 (out[1]); a dword shift leaves the
+         * upper word's bits above the nibble of the lower one. */
+        __m128i v = simd_load16_upto(src, 0, n);
+        __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
+        __m256i lo = _mm256_broadcastsi128_si256(_mm_unpacklo_epi8(vm1, v));
+        __m256i hi = _mm256_broadcastsi128_si256(_mm_unpackhi_epi8(vm1, v));
+        const __m256i m4 = _mm256_set1_epi16(0x0F);
+#define I8_T2H(k, s0, s1)                                                                                   \
+    do {                                                                                                   \
+        const __m256i sh = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);                              \
+        out[k] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(_mm256_and_si256(_mm256_srlv_epi32(lo, sh), m4), \
+                                                                 _mm256_and_si256(_mm256_srlv_epi32(hi, sh), m4))); \
+    } while (0)
+        I8_T2H(0, 6, 8);
+        I8_T2H(1, 10, 12);
+#undef I8_T2H
     } else if (T && B == 2) {
         /* words (byte j − 1, byte j): the block shifted up one byte, the byte before at 0 */
         __m256i v = simd_load32_upto(src, 0, n);
@@ -343,6 +375,13 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v1, m4));
             out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
         }
+    } else if (B == 2 && nv == 2) {
+        /* a half block (scores, I8_LAYOUT_H2): its 16 bytes in both halves, shifted by 0 | 2
+         * (out[0]) and 4 | 6 (out[1]) */
+        const __m256i m2 = _mm256_set1_epi8(0x03);
+        __m256i v = _mm256_broadcastsi128_si256(simd_load16_upto(src, 0, n));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)), m2));
+        out[1] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)), m2));
     } else if (B == 2) {
         const __m256i m2 = _mm256_set1_epi8(0x03);
         __m256i v = simd_load32_upto(src, 0, n);
@@ -421,7 +460,7 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
         bias[s] = 64 * _mm_cvtsi128_si32(s4);
         for (int h = 0; h < g[s].nblk; h++, H++) {
-            const uint8_t *pos = g[s].pos;
+            const uint8_t *pos = h + 1 == g[s].nblk ? g[s].spos : g[s].pos;
             const int8_t *src = qi + 128 * H;
             int8_t *dst = out + 128 * H;
             /* once per call of up to a page of records, four queries: keep it a plain gather */
@@ -567,7 +606,7 @@ static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, con
             for (int s = 0; s < x->n_seg; s++) {
                 const int8_t *qp[4];
                 for (int k = 0; k < 4; k++) qp[k] = G->qb[k] + 128 * H0;
-                int first = s == 0, one = g[s].nblk == 1, last = g[s].last;
+                int first = s == 0, one = g[s].nblk == 1, last = g[s].slast;
                 simd_ahead *ahp = j == 0 && first ? &ah : NULL;
 #define I8_RUN(B, T)                                                                           \
     do {                                                                                       \
