@@ -6,8 +6,10 @@
  * ratio columns are against the float table of the same width (avx2 for avx2-int8 and
  * avx2-vnni, avx512 for avx512-vnni, neon for neon-dot), measured in the same run.
  *
- *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t]]]]   (default 30 ms, nk 4096, every
- *   shape; ":t": trellis-coded indices, timed on the tables that read them)
+ *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t][:s]]]]   (default 30 ms, nk 4096,
+ *   every shape; ":t": trellis-coded indices, timed on the tables that read them; ":s": the
+ *   key split's records at a whole width, half the coordinates at one bit more, half at one
+ *   less, TQ_SPLIT_BLOCK)
  *
  * With min_ms 0 each kernel is called once: under `valgrind --tool=callgrind` (x86) or
  * scripts/arm-instr-counts.sh (aarch64 under qemu) that gives instruction counts per record.
@@ -68,16 +70,17 @@ static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, 
 int main(int argc, char **argv) {
     double min_ms = argc > 1 ? atof(argv[1]) : 30.0;
     int nk = argc > 2 ? atoi(argv[2]) : 4096;
-    int only_dim = 0, only_tr = 0;
+    int only_dim = 0, only_tr = 0, only_sp = 0;
     float only_bits = 0;
-    char tr_tag = 0;
+    char tags[16] = "";
     if (argc > 3) {
-        int got = sscanf(argv[3], "%d:%f:%c", &only_dim, &only_bits, &tr_tag);
-        if (got < 2 || (got == 3 && tr_tag != 't')) nk = 0;
-        only_tr = got == 3;
+        int got = sscanf(argv[3], "%d:%f%15s", &only_dim, &only_bits, tags);
+        only_tr = strstr(tags, ":t") != NULL;
+        only_sp = strstr(tags, ":s") != NULL;
+        if (got < 2 || strlen(tags) != 2u * (unsigned)(only_tr + only_sp)) nk = 0;
     }
     if (nk < 1 || nk > 1 << 20 || !(min_ms >= 0)) {
-        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t]]]]\n");
+        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t][:s]]]]\n");
         return 2;
     }
     const tq_attn_kernels *tabs[7] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
@@ -87,18 +90,23 @@ int main(int argc, char **argv) {
     const int need[7] = {TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX2, TQ_KERNELS_AVX512,
                          TQ_KERNELS_AVX512, TQ_KERNELS_NEON, TQ_KERNELS_NEON};
     const int base[7] = {0, 0, 0, 3, 3, 5, 5};
-    /* tr: trellis-coded indices (the tables that read them; the others skip the shape) */
-    static const struct { int dim; float bits; int tr; } cfgs[] = {
-        {128, 2, 0}, {128, 3, 0}, {128, 3.5f, 0}, {128, 4, 0}, {256, 3, 0}, {256, 4, 0}, {64, 3, 0},
-        {64, 2.5f, 0}, {128, 3, 1}, {128, 4, 1}, {256, 3, 1}, {256, 4, 1}};
-    printf("%-12s %4s %7s %10s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
+    /* tr: trellis-coded indices (the tables that read them; the others skip the shape); sp: the
+     * key split at a whole width */
+    static const struct { int dim; float bits; int tr, sp; } cfgs[] = {
+        {128, 2, 0, 0}, {128, 3, 0, 0}, {128, 3, 0, 1}, {128, 3.5f, 0, 0}, {128, 4, 0, 0}, {256, 3, 0, 0},
+        {256, 3, 0, 1}, {256, 4, 0, 0}, {64, 3, 0, 0}, {64, 2.5f, 0, 0}, {128, 3, 1, 0}, {128, 3, 1, 1},
+        {128, 4, 1, 0}, {256, 3, 1, 0}, {256, 3, 1, 1}, {256, 4, 1, 0}};
+    printf("%-12s %4s %9s %8s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
            "score x", "accum x");
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         int d = cfgs[ci].dim;
-        if (only_dim && (d != only_dim || cfgs[ci].bits != only_bits || cfgs[ci].tr != only_tr)) continue;
+        if (only_dim && (d != only_dim || cfgs[ci].bits != only_bits || cfgs[ci].tr != only_tr ||
+                         cfgs[ci].sp != only_sp))
+            continue;
         tq_codec_config cc;
         tq_codec_config_init(&cc, d, cfgs[ci].bits, TQ_VARIANT_MSE);
         cc.trellis = cfgs[ci].tr;
+        if (cfgs[ci].sp) cc.split = TQ_SPLIT_BLOCK, cc.block_dim = d / 2, cc.block_bits = (int)cfgs[ci].bits + 1;
         tq_codec *codec = NULL;
         if (tq_codec_create(&codec, &cc) != TQ_OK) return 1;
         tq_record kx, vx;
@@ -129,8 +137,9 @@ int main(int argc, char **argv) {
             char r0[16] = "-", r1[16] = "-"; /* the float table reads no trellis codes */
             if (b0 > 0) snprintf(r0, sizeof r0, "%.2fx", b0 / ns[ti][0]);
             if (b1 > 0) snprintf(r1, sizeof r1, "%.2fx", b1 / ns[ti][1]);
-            printf("%-12s %4d %5g%-2s %10.2f %10.2f %9s %9s\n", t->name, d, (double)cfgs[ci].bits, cfgs[ci].tr ? ":t" : "",
-                   ns[ti][0], ns[ti][1], r0, r1);
+            printf("%-12s %4d %5g%-4s %8.2f %10.2f %9s %9s\n", t->name, d, (double)cfgs[ci].bits,
+                   cfgs[ci].tr && cfgs[ci].sp ? ":t:s" : cfgs[ci].tr ? ":t" : cfgs[ci].sp ? ":s" : "", ns[ti][0], ns[ti][1],
+                   r0, r1);
         }
         free(rec), free(v), free(q), free(qn), free(p), free(S), free(acc);
         tq_codec_free(codec);
