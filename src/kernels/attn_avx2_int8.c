@@ -103,22 +103,48 @@
 #define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
 
 /* Byte orders of a decoded block (i8_pos): plain codes of B = 2, 3, 4 bits (trellis codes of 2
- * bits share B = 2's), trellis codes of 3 bits, and the scores' half block (64 coordinates) of
- * 2-bit codes, plain or trellis. */
+ * bits share B = 2's, of 4 bits B = 4's), trellis codes of 3 bits, and the scores' partial
+ * blocks decoded into fewer vectors (i8_part_byte): a half block (64 coordinates) of 2-bit
+ * codes, a quarter (32) of 2-, 3- (plain only) and 4-bit codes. */
 #define I8_LAYOUT_T3 5
 #define I8_LAYOUT_H2 6
-#define I8_LAYOUTS 7
+#define I8_LAYOUT_Q2 7
+#define I8_LAYOUT_Q3 8
+#define I8_LAYOUT_Q4 9
+#define I8_LAYOUTS 10
+
+static int i8_pos(int L, int p);
+
+/* A partial layout's decoded byte p → the byte of the whole block's layout (i8_part_base) it
+ * holds, −1 for padding. H2: the 16 bytes in both halves of two vectors (vector v, half k: the
+ * whole block's vector 2v + k). Q4 and Q3: one vector, half k the whole block's vector k.
+ * Q2: one vector of four 8-byte runs, run j the whole block's vector 0, 2, 1, 3. */
+static int i8_part_byte(int L, int p) {
+    static const int q2[4] = {0, 2, 1, 3};
+    if (L == I8_LAYOUT_H2) return p < 64 ? 32 * (2 * (p / 32) + p % 32 / 16) + p % 16 : -1;
+    if (L == I8_LAYOUT_Q2) return p < 32 ? 32 * q2[p / 8] + p % 8 : -1;
+    return p < 32 ? 32 * (p / 16) + p % 16 : -1; /* Q3, Q4 */
+}
+static int i8_part_base(int L) { return L == I8_LAYOUT_Q4 ? 4 : L == I8_LAYOUT_Q3 ? 3 : 2; }
+
+/* A partial layout's lane positions: its bytes' (i8_part_byte), then the padding in the order
+ * of the whole block's bytes left over (a permutation of 0..127, as every layout's). */
+static int i8_part_pos(int L, int p) {
+    int w = i8_part_byte(L, p), base = i8_part_base(L);
+    if (w >= 0) return i8_pos(base, w);
+    int pad = p, used[128] = {0};
+    for (int i = 0; i < 128; i++)
+        if (i8_part_byte(L, i) >= 0) used[i8_part_byte(L, i)] = 1, pad--;
+    for (w = 0; w < 128; w++)
+        if (!used[w] && pad-- == 0) break;
+    return i8_pos(base, w);
+}
 
 /* Lane-layout position (16·round + lane) inside its block of decoded byte p (0..127) of a
  * block of layout L (B = 2, 3, 4 or I8_LAYOUT_T3), as i8_decode leaves them. */
 static int i8_pos(int L, int p) {
     int v = p / 32, b = p % 32, lane, round;
-    if (L == I8_LAYOUT_H2) {
-        /* the 16 bytes of the half in both halves of a vector: vector v, half k = byte 32v + 16k
-         * (< 64) is byte b % 16 of the whole block's vector 2v + k; the rest (p ≥ 64, padding)
-         * the whole block's bytes 16–31 of vector (p − 64) / 16 */
-        return p < 64 ? i8_pos(2, 32 * (2 * v + b / 16) + b % 16) : i8_pos(2, 32 * ((p - 64) / 16) + 16 + p % 16);
-    }
+    if (L >= I8_LAYOUT_H2) return i8_part_pos(L, p);
     switch (L) {
     case 4: lane = 8 * (v / 2) + b / 4, round = 2 * (b % 4) + v % 2; break;
     case 2: lane = b / 2, round = 4 * (b % 2) + v; break;
@@ -159,9 +185,10 @@ static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_slot_tab[I8_LAYOUTS][16], i8_base
 static int i8_back_kind[I8_LAYOUTS];
 
 /* A segment's last block: whole (128 coordinates), half (64: i8_decode's first two vectors
- * hold them all; for B = 2 only the scores, in their own order I8_LAYOUT_H2) or another part
- * (loads stop at its bytes). */
-enum { I8_PART, I8_WHOLE, I8_HALF };
+ * hold them all; for B = 2 only the scores, in their own order I8_LAYOUT_H2), quarter (32, the
+ * scores only, B = 2, 4 and plain 3: i8_decode's first vector, I8_LAYOUT_Q2..Q4) or another
+ * part (loads stop at its bytes). */
+enum { I8_PART, I8_WHOLE, I8_HALF, I8_QUARTER };
 
 typedef struct iseg {
     float alpha;      /* this segment's centroid step: its largest |centroid| (pair value) / 63 */
@@ -171,11 +198,11 @@ typedef struct iseg {
                          the first 128 of the 256 pair values (the rest: their negatives) */
     int B, T, nblk;   /* T: trellis codes */
     int last;         /* the last block: I8_WHOLE, I8_HALF (64 coordinates, B ≥ 3) or I8_PART */
-    int slast;        /* the same for the scores: I8_HALF for B = 2 too */
+    int slast;        /* the same for the scores: I8_HALF for B = 2 too, and I8_QUARTER */
     size_t off, bytes;
     int L;                /* the layout (i8_pos) */
     const uint8_t *pos;   /* i8_pos(L, ·) */
-    const uint8_t *spos;  /* the scores' order of the last block: pos, or I8_LAYOUT_H2's */
+    const uint8_t *spos;  /* the scores' order of the last block: pos, or a partial layout's */
     const uint8_t *at;    /* i8_slot_tab[L] */
 } iseg;
 
@@ -225,12 +252,16 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         g[s].last = x->seg[s].count % 128 == 0                ? I8_WHOLE
                     : x->seg[s].count % 128 == 64 && B >= 3 ? I8_HALF
                                                               : I8_PART;
-        g[s].slast = x->seg[s].count % 128 == 64 ? I8_HALF : g[s].last;
+        g[s].slast = x->seg[s].count % 128 == 64                  ? I8_HALF
+                     : x->seg[s].count % 128 == 32 && !(T && B == 3) ? I8_QUARTER
+                                                                     : g[s].last;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
         g[s].L = L;
         g[s].pos = i8_pos_tab[L];
-        g[s].spos = B == 2 && g[s].slast == I8_HALF ? i8_pos_tab[I8_LAYOUT_H2] : g[s].pos;
+        g[s].spos = g[s].slast == I8_QUARTER           ? i8_pos_tab[I8_LAYOUT_Q2 + B - 2]
+                    : B == 2 && g[s].slast == I8_HALF ? i8_pos_tab[I8_LAYOUT_H2]
+                                                      : g[s].pos;
         g[s].at = i8_slot_tab[L];
     }
     return 1;
@@ -287,7 +318,15 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
     int n = full ? 16 * B : rest < 16 * (size_t)B ? (int)rest : 16 * B;
     const uint8_t *src = p + at;
     const int prev = T && h ? src[-1] : 0; /* the stream's byte before the block */
-    if (T && B == 4) {
+    if (T && B == 4 && nv == 1) {
+        /* A quarter (scores, I8_LAYOUT_Q4): the low nibbles' windows (as below) in the low half,
+         * the high nibbles' (the bytes) in the high half. */
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        __m128i v = simd_load16_upto(src, 0, n);
+        __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
+        __m128i wlo = _mm_or_si128(_mm_andnot_si128(m4, _mm_slli_epi16(v, 4)), _mm_and_si128(_mm_srli_epi16(vm1, 4), m4));
+        out[0] = i8_lookup256(g->tab_s, _mm256_inserti128_si256(_mm256_castsi128_si256(wlo), v, 1), u);
+    } else if (T && B == 4) {
         /* A high nibble's window is its byte; a low nibble's is (its nibble, the high nibble of
          * the byte before): the bytes shifted up one (byte 0: the byte before the block). */
         const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -303,6 +342,16 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             out[3] = i8_lookup256(g->tab_s, v1, u);
         }
 #undef I8_WLO
+    } else if (T && B == 2 && nv == 1) {
+        /* A quarter (scores, I8_LAYOUT_Q2): its 8 bytes' words in both halves, shifted by 6 | 8
+         * and 10 | 12, packed: runs of 8 bytes of the shifts 6, 10, 8, 12. */
+        __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)src);
+        __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
+        __m256i w = _mm256_broadcastsi128_si256(_mm_unpacklo_epi8(vm1, v));
+        const __m256i m4 = _mm256_set1_epi16(0x0F);
+        __m256i x1 = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(6, 6, 6, 6, 8, 8, 8, 8)), m4);
+        __m256i x2 = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(10, 10, 10, 10, 12, 12, 12, 12)), m4);
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(x1, x2));
     } else if (T && B == 2 && nv == 2) {
         /* A half block (scores, I8_LAYOUT_H2): its 16 bytes' words (byte j − 1, byte j) in both
          * halves, shifted by 6 | 8 (out[0]) and 10 | 12 (out[1]); a dword shift leaves the
@@ -365,6 +414,11 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             out[2 * v + 1] = i8_lookup64(tab, _mm256_packus_epi16(I8_Y(c2, k2), I8_Y(c3, k3)));
 #undef I8_Y
         }
+    } else if (B == 4 && nv == 1) {
+        /* a quarter (scores, I8_LAYOUT_Q4): its 16 bytes, low nibbles | high nibbles */
+        __m256i v = _mm256_broadcastsi128_si256(simd_load16_upto(src, 0, n));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                                              _mm256_set1_epi8(0x0F)));
     } else if (B == 4) {
         const __m256i m4 = _mm256_set1_epi8(0x0F);
         __m256i v0 = simd_load32_upto(src, 0, n);
@@ -375,6 +429,11 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v1, m4));
             out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
         }
+    } else if (B == 2 && nv == 1) {
+        /* a quarter (scores, I8_LAYOUT_Q2): its 8 bytes in each quarter, shifted by 0, 4, 2, 6 */
+        __m256i v = _mm256_set1_epi64x((long long)_mm_cvtsi128_si64(_mm_loadl_epi64((const __m128i *)(const void *)src)));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 4, 2, 6)),
+                                                              _mm256_set1_epi8(0x03)));
     } else if (B == 2 && nv == 2) {
         /* a half block (scores, I8_LAYOUT_H2): its 16 bytes in both halves, shifted by 0 | 2
          * (out[0]) and 4 | 6 (out[1]) */
@@ -408,15 +467,21 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         const __m256i shP = _mm256_setr_epi32(0, 3, 1, 4, 0, 3, 1, 4);
         const __m256i shQ = _mm256_setr_epi32(4, 5, 2, 5, 4, 5, 2, 5);
         const __m256i m3 = _mm256_set1_epi8(0x07);
-        for (int v = 0; v < nv / 2; v++) {
+        /* a quarter (nv = 1, scores, I8_LAYOUT_Q3): group 0 in both halves, then P's low half
+         * and Q's in one vector */
+        for (int v = 0; v < (nv + 1) / 2; v++) {
             __m128i lo = simd_load16_upto(src, 24 * v, n);
-            __m128i hi = simd_load16_upto(src, v ? 32 : 12, n);
+            __m128i hi = nv == 1 ? lo : simd_load16_upto(src, v ? 32 : 12, n);
             __m256i S = _mm256_shuffle_epi8(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1),
                                             v ? spread23 : spread01);
             __m256i S2 = _mm256_srli_epi32(S, 2);
             __m256i P = _mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(S, cP), shP), m3);
             __m256i Q = _mm256_and_si256(
                 _mm256_srlv_epi32(_mm256_or_si256(_mm256_shuffle_epi8(S2, cQs), _mm256_shuffle_epi8(S, cQ)), shQ), m3);
+            if (nv == 1) {
+                out[0] = _mm256_shuffle_epi8(tab[0], _mm256_permute2x128_si256(P, Q, 0x20));
+                break;
+            }
             out[2 * v] = _mm256_shuffle_epi8(tab[0], P);
             out[2 * v + 1] = _mm256_shuffle_epi8(tab[0], Q);
         }
@@ -487,9 +552,17 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
         for (int h = 0; h < nblk; h++) {
             __m256i d[4];
-            int nv = LAST == I8_HALF && h + 1 == nblk ? 2 : 4;
+            int nv = h + 1 < nblk ? 4 : LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4;
             i8_decode(g, r, h, 1, d, B, T, LAST == I8_WHOLE || h + 1 < nblk, nv);
-            for (int c = 0; c < nv; c += 2) {
+            if (nv == 1) {
+#define I8_Q1(acc, j) I8_DPBUSD(acc, d[0], _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + 128 * (size_t)h)))
+                I8_Q1(a0, 0);
+                I8_Q1(a1, 1);
+                I8_Q1(a2, 2);
+                I8_Q1(a3, 3);
+#undef I8_Q1
+            }
+            for (int c = 0; c + 1 < nv; c += 2) {
                 size_t at = 128 * (size_t)h + 32 * (size_t)c;
 #define I8_Q(j, o) _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at + (o)))
 #define I8_DOT(acc, j) I8_DPBUSD2(acc, d[c], I8_Q(j, 0), d[c + 1], I8_Q(j, 32))
@@ -614,6 +687,8 @@ static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, con
             i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_WHOLE, ahp); \
         else if (one && last == I8_HALF)                                                                 \
             i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_HALF, ahp); \
+        else if (one && last == I8_QUARTER)                                                              \
+            i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_QUARTER, ahp); \
         else if (one) i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_PART, ahp); \
         else if (last == I8_WHOLE)                                                                       \
             i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_WHOLE, ahp); \
