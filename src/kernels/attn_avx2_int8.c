@@ -103,9 +103,9 @@
 #define I8_AHEAD 16     /* records prefetched ahead (a prefetch never faults) */
 
 /* Byte orders of a decoded block (i8_pos): plain codes of B = 2, 3, 4 bits (trellis codes of 2
- * bits share B = 2's, of 4 bits B = 4's), trellis codes of 3 bits, and the scores' partial
- * blocks decoded into fewer vectors (i8_part_byte): a half block (64 coordinates) of 2-bit
- * codes, a quarter (32) of 2-, 3- (plain only) and 4-bit codes. */
+ * bits share B = 2's, of 4 bits B = 4's), trellis codes of 3 bits, and the partial last blocks
+ * decoded into fewer vectors (i8_part_byte): a half block (64 coordinates) of 2-bit codes, a
+ * quarter (32) of 2-, 3- (plain only) and 4-bit codes. */
 #define I8_LAYOUT_T3 5
 #define I8_LAYOUT_H2 6
 #define I8_LAYOUT_Q2 7
@@ -177,17 +177,18 @@ static inline int i8_slot_byte(int slot, int d) { return 32 * (slot / 4) + 16 * 
  *            each 128-bit half;
  *   I8_PAIRS base_q + 2s' + 64(d % 2) + ⌊d / 2⌋ % 2 + 8⌊d / 4⌋ (B = 2): per four slots a pair
  *            shuffle, an unpack of float pairs and a swap of halves;
- *   I8_SCALAR any other (none now): one position at a time.
+ *   I8_SCALAR any other (the partial layouts but H2, whose slots are pairs): one position at a
+ *            time, by a table (once per call of up to 256 tokens).
  * i8_slot_tab[L][s]: where slot s's sums go in F (I8_RUNS: their lane position; else 8s); 
  * i8_base_tab[L][q]: base_q. Filled once, i8_init. */
 enum { I8_RUNS, I8_T4X4, I8_PAIRS, I8_SCALAR };
 static uint8_t i8_pos_tab[I8_LAYOUTS][128], i8_slot_tab[I8_LAYOUTS][16], i8_base_tab[I8_LAYOUTS][4];
+static uint8_t i8_back_tab[I8_LAYOUTS][128]; /* I8_SCALAR: F[i] → A[i8_back_tab[L][i]] */
 static int i8_back_kind[I8_LAYOUTS];
 
 /* A segment's last block: whole (128 coordinates), half (64: i8_decode's first two vectors
- * hold them all; for B = 2 only the scores, in their own order I8_LAYOUT_H2), quarter (32, the
- * scores only, B = 2, 4 and plain 3: i8_decode's first vector, I8_LAYOUT_Q2..Q4) or another
- * part (loads stop at its bytes). */
+ * hold them all; B = 2 in its own order I8_LAYOUT_H2), quarter (32; B = 2, 4 and plain 3:
+ * i8_decode's first vector, I8_LAYOUT_Q2..Q4) or another part (loads stop at its bytes). */
 enum { I8_PART, I8_WHOLE, I8_HALF, I8_QUARTER };
 
 typedef struct iseg {
@@ -197,13 +198,12 @@ typedef struct iseg {
     __m256i tab_s[8]; /* ĉ, likewise (values: the signed operand); 4-bit trellis: ĉ[16k + e],
                          the first 128 of the 256 pair values (the rest: their negatives) */
     int B, T, nblk;   /* T: trellis codes */
-    int last;         /* the last block: I8_WHOLE, I8_HALF (64 coordinates, B ≥ 3) or I8_PART */
-    int slast;        /* the same for the scores: I8_HALF for B = 2 too, and I8_QUARTER */
+    int last;         /* the last block: I8_WHOLE, I8_HALF, I8_QUARTER or I8_PART */
     size_t off, bytes;
-    int L;                /* the layout (i8_pos) */
+    int L;                /* the layout of whole blocks (i8_pos) */
+    int lastL;            /* the last block's: L, or a partial layout */
     const uint8_t *pos;   /* i8_pos(L, ·) */
-    const uint8_t *spos;  /* the scores' order of the last block: pos, or a partial layout's */
-    const uint8_t *at;    /* i8_slot_tab[L] */
+    const uint8_t *lastpos; /* i8_pos(lastL, ·) */
 } iseg;
 
 /* Runs the statement macro M(B, T) with the segment's width and kind as constants (each its own
@@ -249,20 +249,18 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         g[s].B = B;
         g[s].T = T;
         g[s].nblk = (x->seg[s].count + 127) / 128;
-        g[s].last = x->seg[s].count % 128 == 0                ? I8_WHOLE
-                    : x->seg[s].count % 128 == 64 && B >= 3 ? I8_HALF
-                                                              : I8_PART;
-        g[s].slast = x->seg[s].count % 128 == 64                  ? I8_HALF
-                     : x->seg[s].count % 128 == 32 && !(T && B == 3) ? I8_QUARTER
-                                                                     : g[s].last;
+        g[s].last = x->seg[s].count % 128 == 0                     ? I8_WHOLE
+                    : x->seg[s].count % 128 == 64                  ? I8_HALF
+                    : x->seg[s].count % 128 == 32 && !(T && B == 3) ? I8_QUARTER
+                                                                   : I8_PART;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
         g[s].L = L;
+        g[s].lastL = g[s].last == I8_QUARTER          ? I8_LAYOUT_Q2 + B - 2
+                     : B == 2 && g[s].last == I8_HALF ? I8_LAYOUT_H2
+                                                      : L;
         g[s].pos = i8_pos_tab[L];
-        g[s].spos = g[s].slast == I8_QUARTER           ? i8_pos_tab[I8_LAYOUT_Q2 + B - 2]
-                    : B == 2 && g[s].slast == I8_HALF ? i8_pos_tab[I8_LAYOUT_H2]
-                                                      : g[s].pos;
-        g[s].at = i8_slot_tab[L];
+        g[s].lastpos = i8_pos_tab[g[s].lastL];
     }
     return 1;
 }
@@ -525,7 +523,7 @@ static int i8_quant_query(const tq_record *x, const iseg *g, const float *q, int
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
         bias[s] = 64 * _mm_cvtsi128_si32(s4);
         for (int h = 0; h < g[s].nblk; h++, H++) {
-            const uint8_t *pos = h + 1 == g[s].nblk ? g[s].spos : g[s].pos;
+            const uint8_t *pos = h + 1 == g[s].nblk ? g[s].lastpos : g[s].pos;
             const int8_t *src = qi + 128 * H;
             int8_t *dst = out + 128 * H;
             /* once per call of up to a page of records, four queries: keep it a plain gather */
@@ -679,7 +677,7 @@ static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, con
             for (int s = 0; s < x->n_seg; s++) {
                 const int8_t *qp[4];
                 for (int k = 0; k < 4; k++) qp[k] = G->qb[k] + 128 * H0;
-                int first = s == 0, one = g[s].nblk == 1, last = g[s].slast;
+                int first = s == 0, one = g[s].nblk == 1, last = g[s].last;
                 simd_ahead *ahp = j == 0 && first ? &ah : NULL;
 #define I8_RUN(B, T)                                                                           \
     do {                                                                                       \
@@ -761,7 +759,7 @@ static void i8_back_add(int L, const float *F, float *A) {
         }
         break;
     default:
-        for (int i = 0; i < 128; i++) A[i8_pos(L, i8_slot_byte(i / 8, i % 8))] += F[i];
+        for (int i = 0; i < 128; i++) A[i8_back_tab[L][i]] += F[i];
     }
 #undef I8_ADD
 }
@@ -775,7 +773,9 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                                                                  float *const F[4], int B, int T, int LAST,
                                                                  simd_ahead *ah) {
     const float al = g->alpha;
-    const int nv = LAST == I8_HALF ? 2 : 4; /* the decoded vectors (and slots / 4) that matter */
+    /* the decoded vectors (and slots / 4) that matter, and where the slots' sums go in F */
+    const int nv = LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4;
+    const uint8_t *at = i8_slot_tab[LAST == I8_WHOLE ? g->L : g->lastL];
     _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
     for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
         int t1 = t0 + I8_GROUP < n ? t0 + I8_GROUP : n, nquad = (t1 - t0) / 4;
@@ -823,7 +823,7 @@ I8_UNROLL(8)
                 I8_ACC(b3, w, z);
 #undef I8_ACC
             }
-            int oa = g->at[sl], ob = g->at[sl + 1];
+            int oa = at[sl], ob = at[sl + 1];
             _mm256_store_ps(F[0] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0), s0, _mm256_load_ps(F[0] + oa)));
             _mm256_store_ps(F[1] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a1), s1, _mm256_load_ps(F[1] + oa)));
             _mm256_store_ps(F[2] + oa, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a2), s2, _mm256_load_ps(F[2] + oa)));
@@ -904,6 +904,7 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
     do {                                                                                               \
         if (last == I8_WHOLE) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_WHOLE, ahp); \
         else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, ahp); \
+        else if (last == I8_QUARTER) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_QUARTER, ahp); \
         else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, ahp);                 \
     } while (0)
                     I8_BY_WIDTH(&g[s], I8_BLK);
@@ -915,7 +916,8 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 float *A = acc + (size_t)(j + k) * as;
                 H0 = 0;
                 for (int s = 0; s < x->n_seg; s++)
-                    for (int h = 0; h < g[s].nblk; h++, H0++) i8_back_add(g[s].L, F[k] + 128 * H0, A + 128 * H0);
+                    for (int h = 0; h < g[s].nblk; h++, H0++)
+                        i8_back_add(h + 1 < g[s].nblk ? g[s].L : g[s].lastL, F[k] + 128 * H0, A + 128 * H0);
             }
             /* the last n % 4 tokens: the float kernel */
             if (n > nfull)
@@ -942,6 +944,7 @@ static void i8_init(void) {
                 pairs &= at == b + 2 * s1 + 64 * (d % 2) + d / 2 % 2 + 8 * (d / 4);
             }
         i8_back_kind[L] = runs ? I8_RUNS : t4x4 ? I8_T4X4 : pairs ? I8_PAIRS : I8_SCALAR;
+        for (int i = 0; i < 128; i++) i8_back_tab[L][i] = (uint8_t)i8_pos(L, i8_slot_byte(i / 8, i % 8));
         for (int sl = 0; sl < 16; sl++)
             i8_slot_tab[L][sl] = (uint8_t)(runs ? i8_pos(L, i8_slot_byte(sl, 0)) : 8 * sl);
     }
