@@ -51,8 +51,30 @@ struct model_context {
     int kv_keep_history;           /* 1: no layer window given to the cache (context_set_kv_keep_history) */
     model_attn_hook attn_hook;     /* NULL, or called by every layer of context_forward */
     void *attn_hook_ctx;
+    struct layer_replay *replay;   /* NULL, or the record of context_replay_record */
     char err[256];                 /* message of the last failing call */
 };
+
+/* What context_replay_record keeps (forward section): per position its token and, per layer,
+ * its input row and its query, key and value rows as appended. */
+typedef struct layer_replay {
+    int n_pos;                /* positions 0 .. n_pos − 1 */
+    int recording;            /* 1 until context_replay_from */
+    int from;                 /* replaying: layers below it come from the record */
+    int keep_history;         /* the context's kv_keep_history while recording */
+    int match;                /* positions 0 .. match − 1 of the sequence hold the recorded
+                                 tokens (replay_track) */
+    long replayed;            /* layer passes taken from the record so far */
+    int32_t *tok;             /* (n_pos) the token recorded there, −1: none */
+    unsigned char *f16;       /* (n_layer) 1: every recorded call had the layer at fp16 */
+    float *x, *q, *k, *v;     /* (n_layer, n_pos, row width) */
+} layer_replay;
+
+static void replay_free(layer_replay *r) {
+    if (r == NULL) return;
+    free(r->tok), free(r->f16), free(r->x), free(r->q), free(r->k), free(r->v);
+    free(r);
+}
 
 static float gelu_tanh(float x);
 
@@ -164,6 +186,7 @@ model_status context_install_kv(model_context *m, tq_kv_cache *kv, const tq_kv_s
     m->attn_work_size = ws;
     m->kv_scheme = *scheme;
     m->params.kv_scheme = &m->kv_scheme;
+    if (m->replay != NULL) m->replay->match = 0; /* a new cache: its tokens are not known */
     return MODEL_OK;
 }
 
@@ -349,6 +372,80 @@ static void qk_prepare(const model_config *c, float *x, int n, int n_heads, cons
         }
 }
 
+/* ---- layer replay (context_replay_record, context_replay_from) ---- */
+
+/* Row widths of the record: a layer's input, queries, keys, values. */
+static size_t replay_width(const model_config *c, int what) {
+    return what == 0   ? (size_t)c->n_embd
+           : what == 1 ? (size_t)c->n_head * (size_t)c->head_dim
+           : what == 2 ? (size_t)c->n_head_kv * (size_t)c->head_dim
+                       : (size_t)c->n_head_kv * (size_t)c->head_dim_v;
+}
+
+/* The record's rows of layer il from position pos on, of kind what (replay_width). */
+static float *replay_rows(const layer_replay *r, const model_config *c, int what, int il, int pos) {
+    float *base = what == 0 ? r->x : what == 1 ? r->q : what == 2 ? r->k : r->v;
+    return base + ((size_t)il * (size_t)r->n_pos + (size_t)pos) * replay_width(c, what);
+}
+
+/* The record a forward pass of f writes to: one sequence, recording, positions inside it. */
+static layer_replay *replay_recording(const fwd *f) {
+    if (f->n_seqs != 1) return NULL;
+    layer_replay *r = f->seqs[0].x->replay;
+    return r != NULL && r->recording && f->seqs[0].pos0 + f->seqs[0].n <= r->n_pos ? r : NULL;
+}
+
+static int layer_is_f16(const tq_kv_cache *kv, int il) {
+    tq_kv_layer_scheme ls;
+    return tq_kv_cache_get_layer_scheme(kv, il, &ls, sizeof ls) == TQ_OK && ls.key_format == TQ_KV_F16 &&
+           ls.value_format == TQ_KV_F16;
+}
+
+/* The layers a forward pass of f takes from the record: those below context_replay_from's
+ * layer that were fp16 in every recorded call and are now, when f is one sequence whose
+ * tokens were all recorded at its positions (and no hook watches); 0 otherwise. An fp16
+ * layer's rows depend on the tokens before and at each position alone (matmuls per row,
+ * exact attention), so the record is what computing them gives, bit for bit. */
+static int replay_layers(const fwd *f) {
+    if (f->n_seqs != 1) return 0;
+    const fwd_seq *q = &f->seqs[0];
+    const model_context *m = q->x;
+    const layer_replay *r = m->replay;
+    if (r == NULL || r->recording || r->from <= 0 || m->attn_hook != NULL || m->kv_keep_history != r->keep_history ||
+        q->pos0 > r->match || q->pos0 + q->n > r->n_pos)
+        return 0;
+    for (int t = 0; t < q->n; t++) /* the positions before hold the recorded tokens (match) */
+        if (r->tok[q->pos0 + t] != q->tokens[t]) return 0;
+    int from = 0;
+    while (from < r->from && from + 1 < f->c->n_layer && r->f16[from] && layer_is_f16(m->kv, from)) from++;
+    return from;
+}
+
+/* After a pass of sequence q (ok: it succeeded; else the sequence is back at pos0 or less):
+ * how far its positions still hold the recorded tokens. */
+static void replay_track(const fwd_seq *q, int ok) {
+    layer_replay *r = q->x->replay;
+    if (r == NULL) return;
+    int keep = r->match < q->pos0 ? r->match : q->pos0;
+    if (ok && keep == q->pos0)
+        while (keep < r->n_pos && keep - q->pos0 < q->n && r->tok[keep] == q->tokens[keep - q->pos0]) keep++;
+    r->match = keep;
+}
+
+/* Layer il's K/V of sequence m's n new tokens at positions pos0 .. pos0+n-1 (the cache holds
+ * pos0 before). The queries first: a layer's first compression (maybe inside this append)
+ * fixes its key scale from the queries seen so far (tq_kv_cache_observe_queries). */
+static model_status kv_store(model_context *m, int il, const float *qr, const float *kr, const float *vr, int pos0,
+                             size_t n) {
+    tq_status ts = tq_kv_cache_observe_queries(m->kv, il, qr, m->cfg.n_head, n);
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
+    ts = tq_kv_cache_append_pool(m->kv, il, kr, vr, n, m->pool);
+    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)pos0 + n)
+        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
+    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
+    return MODEL_OK;
+}
+
 /* Layer il of sequence q: hook, K/V appended to its cache, its queries attend. */
 static model_status attend_seq(const fwd *f, const fwd_seq *q, int il, const tq_attn_params *ap) {
     const model_config *c = f->c;
@@ -359,21 +456,32 @@ static model_status attend_seq(const fwd *f, const fwd_seq *q, int il, const tq_
     const float *kr = s->k + r * (size_t)c->n_head_kv * (size_t)c->head_dim;
     const float *vr = s->v + r * (size_t)c->n_head_kv * (size_t)c->head_dim_v;
     if (m->attn_hook != NULL) m->attn_hook(m->attn_hook_ctx, il, q->pos0, q->n, qr, kr, vr, ap);
-    /* K/V of the new tokens at positions pos0 .. pos0+n-1 (the cache holds pos0 before), then
-     * the n queries attend as the last n positions (doc/kvcache.md section 1). */
-    /* The queries first: a layer's first compression (maybe inside this append) fixes its key
-     * scale from the queries seen so far (tq_kv_cache_observe_queries). */
-    tq_status ts = tq_kv_cache_observe_queries(m->kv, il, qr, c->n_head, n);
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV observe layer %d: %s", il, tq_error_name(ts));
-    ts = tq_kv_cache_append_pool(m->kv, il, kr, vr, n, m->pool);
-    if (ts == TQ_ERR_RANGE && tq_kv_cache_length(m->kv, il) == (size_t)q->pos0 + n)
-        ts = TQ_OK; /* a norm beyond fp16 while compressing: appended, kept raw (exact) */
-    if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV append layer %d: %s", il, tq_error_name(ts));
+    layer_replay *rec = replay_recording(f);
+    if (rec != NULL) {
+        memcpy(replay_rows(rec, c, 1, il, q->pos0), qr, n * replay_width(c, 1) * sizeof(float));
+        memcpy(replay_rows(rec, c, 2, il, q->pos0), kr, n * replay_width(c, 2) * sizeof(float));
+        memcpy(replay_rows(rec, c, 3, il, q->pos0), vr, n * replay_width(c, 3) * sizeof(float));
+        if (!layer_is_f16(m->kv, il)) rec->f16[il] = 0;
+    }
+    /* K/V of the new tokens, then the n queries attend as the last n positions
+     * (doc/kvcache.md section 1). */
+    model_status st = kv_store(m, il, qr, kr, vr, q->pos0, n);
+    if (st != MODEL_OK) return st;
     const size_t att_row = (size_t)c->n_head * (size_t)c->head_dim_v;
-    ts = tq_kv_attention(m->kv, il, qr, c->n_head, n, ap, m->pool, m->attn_work, m->attn_work_size,
+    tq_status ts = tq_kv_attention(m->kv, il, qr, c->n_head, n, ap, m->pool, m->attn_work, m->attn_work_size,
                          s->att + r * att_row, ((size_t)f->max_rows - r) * att_row);
     if (ts != TQ_OK) return fail(m, MODEL_ERR_INTERNAL, "KV attention layer %d: %s", il, tq_error_name(ts));
     return MODEL_OK;
+}
+
+/* Layer il of a pass replay_layers lets the record give: its K/V appended as recorded (after
+ * observing the recorded queries, as attend_seq does); nothing computed. */
+static model_status replay_layer(const fwd *f, int il) {
+    const fwd_seq *q = &f->seqs[0];
+    layer_replay *r = q->x->replay;
+    r->replayed++;
+    return kv_store(q->x, il, replay_rows(r, f->c, 1, il, q->pos0), replay_rows(r, f->c, 2, il, q->pos0),
+                    replay_rows(r, f->c, 3, il, q->pos0), q->pos0, (size_t)q->n);
 }
 
 static model_status forward_layer(const fwd *f, int il) {
@@ -381,6 +489,8 @@ static model_status forward_layer(const fwd *f, int il) {
     const model_layer *L = &f->w->layers[il];
     model_state *s = f->s;
     const int E = c->n_embd, n = f->n_rows;
+    layer_replay *rec = replay_recording(f);
+    if (rec != NULL) memcpy(replay_rows(rec, c, 0, il, f->seqs[0].pos0), s->x, (size_t)n * (size_t)E * sizeof(float));
 
     /* attention sub-block: x += post_norm(W_o attn(rope(norm(W_q h)), rope(norm(W_k h)), W_v h)) */
     for (int t = 0; t < n; t++) rmsnorm(s->xb + (size_t)t * E, s->x + (size_t)t * E, L->attn_norm, E, c->rms_eps);
@@ -485,14 +595,29 @@ static model_status forward_run(const fwd *f, float *logits, int n_out) {
         rope_table(cs + (size_t)f->max_rows * (size_t)c->n_rot, q->pos0, q->n, c->n_rot, c->rope_base_swa,
                    c->arch == MODEL_ARCH_GEMMA3 ? 1.0f : c->rope_freq_scale);
     }
+    /* Recording: the positions' tokens count once every layer is kept. Replaying: layers
+     * below `from` from the record, then layer from's input rows. */
+    layer_replay *rec = replay_recording(f);
+    if (rec != NULL)
+        for (int t = 0; t < f->seqs[0].n; t++) rec->tok[f->seqs[0].pos0 + t] = -1;
+    const int from = replay_layers(f);
     for (int il = 0; il < c->n_layer; il++) {
-        model_status st = forward_layer(f, il);
+        model_status st = il < from ? replay_layer(f, il) : MODEL_OK;
+        if (il == from && from > 0)
+            memcpy(s->x, replay_rows(f->seqs[0].x->replay, c, 0, il, f->seqs[0].pos0),
+                   (size_t)f->n_rows * (size_t)c->n_embd * sizeof(float));
+        if (st == MODEL_OK && il >= from) st = forward_layer(f, il);
         if (st != MODEL_OK) {
-            for (int i = 0; i < f->n_seqs; i++) /* too far back for the windows: reset */
+            for (int i = 0; i < f->n_seqs; i++) { /* too far back for the windows: reset */
                 if (!kv_rewind(f->seqs[i].x, f->seqs[i].pos0)) kv_rewind(f->seqs[i].x, 0);
+                replay_track(&f->seqs[i], 0);
+            }
             return st;
         }
     }
+    if (rec != NULL)
+        for (int t = 0; t < f->seqs[0].n; t++) rec->tok[f->seqs[0].pos0 + t] = f->seqs[0].tokens[t];
+    for (int i = 0; i < f->n_seqs; i++) replay_track(&f->seqs[i], 1);
     if (logits == NULL || n_out == 0) return MODEL_OK;
 
     /* logits = W_out . norm(x), for the rows asked */
@@ -553,6 +678,42 @@ model_status context_forward_rows(model_context *m, const int32_t *tokens, int n
     }
 }
 
+model_status context_replay_record(model_context *m, int n_pos) {
+    if (m == NULL || n_pos < 0 || n_pos > m->params.max_ctx) return MODEL_ERR_ARG;
+    replay_free(m->replay);
+    m->replay = NULL;
+    if (n_pos == 0) return MODEL_OK;
+    const model_config *c = &m->cfg;
+    layer_replay *r = calloc(1, sizeof *r);
+    if (r == NULL) return fail(m, MODEL_ERR_NOMEM, "layer replay");
+    const size_t rows = (size_t)c->n_layer * (size_t)n_pos;
+    r->n_pos = n_pos;
+    r->recording = 1;
+    r->keep_history = m->kv_keep_history;
+    r->tok = malloc((size_t)n_pos * sizeof *r->tok);
+    r->f16 = malloc((size_t)c->n_layer);
+    r->x = malloc(rows * replay_width(c, 0) * sizeof(float));
+    r->q = malloc(rows * replay_width(c, 1) * sizeof(float));
+    r->k = malloc(rows * replay_width(c, 2) * sizeof(float));
+    r->v = malloc(rows * replay_width(c, 3) * sizeof(float));
+    if (!r->tok || !r->f16 || !r->x || !r->q || !r->k || !r->v) {
+        replay_free(r);
+        return fail(m, MODEL_ERR_NOMEM, "layer replay of %d positions", n_pos);
+    }
+    for (int t = 0; t < n_pos; t++) r->tok[t] = -1;
+    memset(r->f16, 1, (size_t)c->n_layer);
+    m->replay = r;
+    return MODEL_OK;
+}
+
+void context_replay_from(model_context *m, int layer) {
+    if (m == NULL || m->replay == NULL) return;
+    m->replay->recording = 0;
+    m->replay->from = layer > 0 ? layer : 0;
+}
+
+long context_replay_count(const model_context *m) { return m != NULL && m->replay != NULL ? m->replay->replayed : 0; }
+
 void context_set_attn_hook(model_context *m, model_attn_hook fn, void *ctx) {
     if (m == NULL) return;
     m->attn_hook = fn;
@@ -563,6 +724,7 @@ int context_seq_len(const model_context *m) { return m == NULL ? 0 : (int)tq_kv_
 
 void context_truncate(model_context *m, int len) {
     if (m != NULL && !kv_rewind(m, len)) kv_rewind(m, 0);
+    if (m != NULL && m->replay != NULL && m->replay->match > context_seq_len(m)) m->replay->match = context_seq_len(m);
 }
 
 /* ---- create / free ------------------------------------------------------------------------- */
@@ -582,6 +744,7 @@ char *context_error_buffer(model_context *m, size_t *cap) {
 
 void context_free(model_context *m) {
     if (m == NULL) return;
+    replay_free(m->replay);
     free_state(&m->s);
     tq_kv_cache_free(m->kv);
     free(m->attn_work);

@@ -119,6 +119,24 @@ typedef enum model_rows_mode {
 model_status context_forward_rows(model_context *x, const int32_t *tokens, int n, int pos0, model_rows_mode mode,
                                   float *logits);
 
+/* Layer replay, for runs that repeat one token sequence with only some layers' KV schemes
+ * changed (auto:B's calibration, engine/kv_auto.c). context_replay_record(x, n_pos) starts a
+ * record (n_pos 0: drops it): the passes that follow keep, for positions below n_pos, each
+ * layer's input rows and the query, key and value rows it appended. context_replay_from(x, l)
+ * ends the recording; from then on a pass takes the layers below l from the record — their
+ * K/V appended as recorded, layer l's input rows copied — instead of computing them, as far
+ * as they were fp16 in every recorded pass and are now, for a single sequence whose positions
+ * up to the call's last hold the recorded tokens (and no attention hook). An fp16 layer's rows
+ * depend on the tokens alone, so the results are bit for bit those of computing every layer;
+ * any other pass computes every layer. l = 0: every layer computed, the record kept.
+ * Errors: MODEL_ERR_ARG (x NULL, n_pos outside [0, max_ctx]), MODEL_ERR_NOMEM (about
+ * n_layer · n_pos · (n_embd + (n_head + n_head_kv) · head_dim + n_head_kv · head_dim_v)
+ * floats). */
+model_status context_replay_record(model_context *x, int n_pos);
+void context_replay_from(model_context *x, int layer);
+/* Layer passes taken from the record since context_replay_record (0 without one). */
+long context_replay_count(const model_context *x);
+
 /* Installs (fn non-NULL) or removes the attention hook; ctx is passed to every call. */
 void context_set_attn_hook(model_context *x, model_attn_hook fn, void *ctx);
 

@@ -39,6 +39,9 @@ extern const float kv_auto_widths[KV_AUTO_N_OPT];
 #define KV_AUTO_MEASURED_CURVE 1 /* g(b) from whole-model runs instead of the codec's MSE */
 #define KV_AUTO_NO_CHECK 2       /* skip the two closing runs (measured KLD of the choice and
                                     of turboB); measured_kld, uniform_kld stay -1 */
+#define KV_AUTO_NO_REPLAY 4      /* compute every layer of every probe run (the probes take the
+                                    layers below the probed one from the reference run's record
+                                    otherwise, context_replay_record: the same results) */
 
 typedef struct kv_auto_result {
     int n_layer;

@@ -6,12 +6,13 @@ pass=0 fail=0 skipped=0
 skip() { # name, reason: a block that cannot run here, reported (never counted as passed)
   skipped=$((skipped+1)); echo "skip $1: $2"
 }
-check() { # name, expected exit code, command...
-  local name=$1 want=$2; shift 2
+check() { # name, expected exit code, command... (a check of 3 s or more says how long it took)
+  local name=$1 want=$2 t0=$SECONDS; shift 2
   "$@" >/tmp/tq_cli_out.$$ 2>/tmp/tq_cli_err.$$
-  local got=$?
-  if [ "$got" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"
-  else fail=$((fail+1)); echo "FAIL $name: exit $got, wanted $want"; cat /tmp/tq_cli_err.$$; fi
+  local got=$? took=""
+  [ $((SECONDS - t0)) -ge 3 ] && took=" ($((SECONDS - t0)) s)"
+  if [ "$got" = "$want" ]; then pass=$((pass+1)); echo "ok   $name$took"
+  else fail=$((fail+1)); echo "FAIL $name: exit $got, wanted $want$took"; cat /tmp/tq_cli_err.$$; fi
 }
 check "no command" 2 "$tq"
 check "unknown command" 2 "$tq" frobnicate

@@ -129,6 +129,76 @@ static const char *model_path;
 /* A calibration end to end on a tiny synthetic model (runs everywhere, and is what the
  * sanitizer builds run: Gemma 3's takes minutes there): the runs, the budget, the choice
  * reproduced from the sensitivities. */
+/* One sequence of n tokens through x with layer schemes ls (NULL: fp16), in chunks of 16;
+ * every row's logits into out. */
+static model_status replay_run(model_context *x, const tq_kv_layer_scheme *ls, const int32_t *tok, int n,
+                               float *out) {
+    tq_kv_scheme base;
+    if (tq_kv_scheme_parse("f16", &base, NULL, 0) != TQ_OK) return MODEL_ERR_KV_SCHEME;
+    base.prefill_raw = 0; /* compressed at append, 8 tokens at a time */
+    base.batch = 8;
+    model_status st = context_set_kv_layer_schemes(x, &base, ls);
+    for (int p = 0; p < n && st == MODEL_OK; p += 16)
+        st = context_forward(x, tok + p, n - p < 16 ? n - p : 16, p, 1, out + (size_t)p * V);
+    return st;
+}
+
+/* Layer replay (context_replay_record, context_replay_from: what auto:B's probes use): the
+ * logits of computing every layer, bit for bit, where layers are taken from the record, and
+ * every layer computed where the record does not apply (other tokens, a layer below that is
+ * not fp16). */
+static void test_replay(void) {
+    static tiny t;
+    const char *path = "/tmp/tq_test_kv_auto_replay.gguf";
+    model *m = load_tiny(&t, MODEL_ARCH_LLAMA, 1, 778, path);
+    if (m == NULL) return;
+    enum { N = 32 };
+    int32_t a[N], b[N];
+    for (int i = 0; i < N; i++) a[i] = b[i] = (int32_t)((i * 29 + 5) % V);
+    b[20] = (b[20] + 1) % V;
+    static float la[N * V], lb[N * V], ra[N * V];
+    const context_params p = {CTX, 16, 0, NULL, 1};
+    model_context *x = NULL, *y = NULL;
+    char err[256];
+    CHECK(context_create(m, &p, NULL, &x, err, sizeof err) == MODEL_OK);
+    CHECK(context_create(m, &p, NULL, &y, err, sizeof err) == MODEL_OK);
+    /* probe: the last layer's keys at turbo3, the rest fp16; low: layer 0's keys instead */
+    tq_kv_layer_scheme probe[L], low[L];
+    tq_kv_scheme f16, t3;
+    CHECK(tq_kv_scheme_parse("f16", &f16, NULL, 0) == TQ_OK && tq_kv_scheme_parse("turbo3", &t3, NULL, 0) == TQ_OK);
+    for (int il = 0; il < L; il++) probe[il] = low[il] = f16.layer;
+    probe[L - 1] = t3.layer;
+    probe[L - 1].value_format = TQ_KV_F16;
+    low[0] = probe[L - 1];
+    if (x && y) {
+        CHECK(context_replay_record(x, CTX + 1) == MODEL_ERR_ARG);
+        CHECK(context_replay_record(x, N) == MODEL_OK && context_replay_count(x) == 0);
+        CHECK(replay_run(x, NULL, a, N, la) == MODEL_OK); /* recorded */
+        context_replay_from(x, L - 1);
+        /* the probe of the last layer: layers 0 .. L − 2 from the record, both chunks */
+        CHECK(replay_run(x, probe, a, N, ra) == MODEL_OK && replay_run(y, probe, a, N, lb) == MODEL_OK);
+        CHECK(context_replay_count(x) == 2 * (L - 1));
+        CHECK(memcmp(ra, lb, sizeof ra) == 0);
+        CHECK(memcmp(ra, la, sizeof ra) != 0); /* the probe changed the logits */
+        /* other tokens from position 20 on: the first chunk replayed, the second computed */
+        CHECK(replay_run(x, probe, b, N, ra) == MODEL_OK && replay_run(y, probe, b, N, lb) == MODEL_OK);
+        CHECK(context_replay_count(x) == 3 * (L - 1));
+        CHECK(memcmp(ra, lb, sizeof ra) == 0);
+        /* layer 0 compressed: nothing from the record */
+        CHECK(replay_run(x, low, a, N, ra) == MODEL_OK && replay_run(y, low, a, N, lb) == MODEL_OK);
+        CHECK(context_replay_count(x) == 3 * (L - 1));
+        CHECK(memcmp(ra, lb, sizeof ra) == 0);
+        /* from 0: every layer computed, the record kept */
+        context_replay_from(x, 0);
+        CHECK(replay_run(x, probe, a, N, ra) == MODEL_OK && context_replay_count(x) == 3 * (L - 1));
+        CHECK(context_replay_record(x, 0) == MODEL_OK && context_replay_count(x) == 0);
+    }
+    context_free(x);
+    context_free(y);
+    model_free(m);
+    remove(path);
+}
+
 static void test_tiny_auto3(void) {
     static tiny t;
     const char *path = "/tmp/tq_test_kv_auto_tiny.gguf";
@@ -151,6 +221,18 @@ static void test_tiny_auto3(void) {
         CHECK(r.n_layer == L && r.runs == 2 * L + 5);
         CHECK(r.bytes_per_token > 0 && r.bytes_per_token <= r.budget_bytes);
         CHECK(r.key_split_gain > 0.0 && isfinite(r.key_split_gain));
+        {
+            /* The probes' layer replay changes nothing: every layer computed, the same bits. */
+            kv_auto_result rn;
+            st = kv_auto_calibrate(m, pool, ids, 64, &base, bits, KV_AUTO_NO_REPLAY, &rn, err, sizeof err);
+            CHECK_MSG(st == MODEL_OK, "%s", err);
+            if (st == MODEL_OK) {
+                CHECK(memcmp(rn.sens, r.sens, (size_t)L * sizeof *r.sens) == 0);
+                CHECK(rn.measured_kld == r.measured_kld && rn.key_split_gain == r.key_split_gain);
+                CHECK(memcmp(rn.choice, r.choice, (size_t)L * sizeof *r.choice) == 0);
+                kv_auto_result_free(&rn);
+            }
+        }
         {
             /* Without the split: two passes fewer, no gain, and the key curve's other widths
              * are the split's divided by its gain (the values' curve is the same). */
@@ -311,6 +393,7 @@ int main(void) {
     RUN_TEST(test_allocator);
     RUN_TEST(test_option_rule);
     RUN_TEST(test_parse);
+    RUN_TEST(test_replay);
     RUN_TEST(test_tiny_auto3);
     RUN_TEST(test_model_auto3);
     return test_report();
