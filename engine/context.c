@@ -388,11 +388,15 @@ static float *replay_rows(const layer_replay *r, const model_config *c, int what
     return base + ((size_t)il * (size_t)r->n_pos + (size_t)pos) * replay_width(c, what);
 }
 
-/* The record a forward pass of f writes to: one sequence, recording, positions inside it. */
+/* The record a forward pass of f writes to: one sequence, recording, positions inside it, and
+ * the positions before them holding the recorded tokens (so that every recorded position's
+ * rows are those of the recorded tokens before it). */
 static layer_replay *replay_recording(const fwd *f) {
     if (f->n_seqs != 1) return NULL;
     layer_replay *r = f->seqs[0].x->replay;
-    return r != NULL && r->recording && f->seqs[0].pos0 + f->seqs[0].n <= r->n_pos ? r : NULL;
+    return r != NULL && r->recording && f->seqs[0].pos0 <= r->match && f->seqs[0].pos0 + f->seqs[0].n <= r->n_pos
+               ? r
+               : NULL;
 }
 
 static int layer_is_f16(const tq_kv_cache *kv, int il) {
@@ -595,11 +599,12 @@ static model_status forward_run(const fwd *f, float *logits, int n_out) {
         rope_table(cs + (size_t)f->max_rows * (size_t)c->n_rot, q->pos0, q->n, c->n_rot, c->rope_base_swa,
                    c->arch == MODEL_ARCH_GEMMA3 ? 1.0f : c->rope_freq_scale);
     }
-    /* Recording: the positions' tokens count once every layer is kept. Replaying: layers
-     * below `from` from the record, then layer from's input rows. */
+    /* Recording: the call's positions count once every layer is kept, and the later ones no
+     * more (their rows followed other tokens here). Replaying: layers below `from` from the
+     * record, then layer from's input rows. */
     layer_replay *rec = replay_recording(f);
     if (rec != NULL)
-        for (int t = 0; t < f->seqs[0].n; t++) rec->tok[f->seqs[0].pos0 + t] = -1;
+        for (int t = f->seqs[0].pos0; t < rec->n_pos; t++) rec->tok[t] = -1;
     const int from = replay_layers(f);
     for (int il = 0; il < c->n_layer; il++) {
         model_status st = il < from ? replay_layer(f, il) : MODEL_OK;

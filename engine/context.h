@@ -122,7 +122,9 @@ model_status context_forward_rows(model_context *x, const int32_t *tokens, int n
 /* Layer replay, for runs that repeat one token sequence with only some layers' KV schemes
  * changed (auto:B's calibration, engine/kv_auto.c). context_replay_record(x, n_pos) starts a
  * record (n_pos 0: drops it): the passes that follow keep, for positions below n_pos, each
- * layer's input rows and the query, key and value rows it appended. context_replay_from(x, l)
+ * layer's input rows and the query, key and value rows it appended (a pass whose earlier
+ * positions do not hold the recorded tokens records nothing; one that does drops what was
+ * recorded after its positions). context_replay_from(x, l)
  * ends the recording; from then on a pass takes the layers below l from the record — their
  * K/V appended as recorded, layer l's input rows copied — instead of computing them, as far
  * as they were fp16 in every recorded pass and are now, for a single sequence whose positions

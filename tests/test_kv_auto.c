@@ -192,6 +192,12 @@ static void test_replay(void) {
         context_replay_from(x, 0);
         CHECK(replay_run(x, probe, a, N, ra) == MODEL_OK && context_replay_count(x) == 3 * (L - 1));
         CHECK(context_replay_record(x, 0) == MODEL_OK && context_replay_count(x) == 0);
+        /* recording a, then b over it: positions from b's second chunk on hold b's rows */
+        CHECK(context_replay_record(x, N) == MODEL_OK);
+        CHECK(replay_run(x, NULL, a, N, ra) == MODEL_OK && replay_run(x, NULL, b, N, ra) == MODEL_OK);
+        context_replay_from(x, L - 1);
+        CHECK(replay_run(x, probe, a, N, ra) == MODEL_OK && replay_run(y, probe, a, N, lb) == MODEL_OK);
+        CHECK(context_replay_count(x) == L - 1 && memcmp(ra, lb, sizeof ra) == 0);
     }
     context_free(x);
     context_free(y);
