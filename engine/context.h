@@ -124,11 +124,11 @@ model_status context_forward_rows(model_context *x, const int32_t *tokens, int n
  * record (n_pos 0: drops it): the passes that follow keep, for positions below n_pos, each
  * layer's input rows and the query, key and value rows it appended (a pass whose earlier
  * positions do not hold the recorded tokens records nothing; one that does drops what was
- * recorded after its positions). context_replay_from(x, l)
- * ends the recording; from then on a pass takes the layers below l from the record — their
- * K/V appended as recorded, layer l's input rows copied — instead of computing them, as far
- * as they were fp16 in every recorded pass and are now, for a single sequence whose positions
- * up to the call's last hold the recorded tokens (and no attention hook). An fp16 layer's rows
+ * recorded after its positions). context_replay_from(x, l) ends the recording; from then on a
+ * pass takes the layers below l from the record — their K/V appended as recorded, layer l's
+ * input rows copied — instead of computing them, as far as they were fp16 in every recorded
+ * pass and are now, for a single sequence whose positions up to the call's last hold the
+ * recorded tokens (and no attention hook). An fp16 layer's rows
  * depend on the tokens alone, so the results are bit for bit those of computing every layer;
  * any other pass computes every layer. l = 0: every layer computed, the record kept.
  * Errors: MODEL_ERR_ARG (x NULL, n_pos outside [0, max_ctx]), MODEL_ERR_NOMEM (about

@@ -133,8 +133,10 @@ static int i8_part_pos(int L, int p) {
     int w = i8_part_byte(L, p), base = i8_part_base(L);
     if (w >= 0) return i8_pos(base, w);
     int pad = p, used[128] = {0};
-    for (int i = 0; i < 128; i++)
-        if (i8_part_byte(L, i) >= 0) used[i8_part_byte(L, i)] = 1, pad--;
+    for (int i = 0; i < 128; i++) {
+        int u = i8_part_byte(L, i);
+        if (u >= 0) used[u] = 1, pad--;
+    }
     for (w = 0; w < 128; w++)
         if (!used[w] && pad-- == 0) break;
     return i8_pos(base, w);
@@ -312,12 +314,12 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
     size_t at = (size_t)h * 16 * (size_t)B, rest = g->bytes - at;
     /* full (a whole block; a constant where the caller knows): every load is a plain one; nv = 2
      * (a block of 64 coordinates): out[0], out[1] only (coordinates 0–63; B = 2: in the order
-     * I8_LAYOUT_H2, the scores') */
+     * I8_LAYOUT_H2); nv = 1 (32 coordinates): out[0] only, in the order I8_LAYOUT_Q2..Q4 */
     int n = full ? 16 * B : rest < 16 * (size_t)B ? (int)rest : 16 * B;
     const uint8_t *src = p + at;
     const int prev = T && h ? src[-1] : 0; /* the stream's byte before the block */
     if (T && B == 4 && nv == 1) {
-        /* A quarter (scores, I8_LAYOUT_Q4): the low nibbles' windows (as below) in the low half,
+        /* A quarter (I8_LAYOUT_Q4): the low nibbles' windows (as below) in the low half,
          * the high nibbles' (the bytes) in the high half. */
         const __m128i m4 = _mm_set1_epi8(0x0F);
         __m128i v = simd_load16_upto(src, 0, n);
@@ -341,7 +343,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         }
 #undef I8_WLO
     } else if (T && B == 2 && nv == 1) {
-        /* A quarter (scores, I8_LAYOUT_Q2): its 8 bytes' words in both halves, shifted by 6 | 8
+        /* A quarter (I8_LAYOUT_Q2): its 8 bytes' words in both halves, shifted by 6 | 8
          * and 10 | 12, packed: runs of 8 bytes of the shifts 6, 10, 8, 12. */
         __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)src);
         __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
@@ -351,7 +353,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         __m256i x2 = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(10, 10, 10, 10, 12, 12, 12, 12)), m4);
         out[0] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(x1, x2));
     } else if (T && B == 2 && nv == 2) {
-        /* A half block (scores, I8_LAYOUT_H2): its 16 bytes' words (byte j − 1, byte j) in both
+        /* A half block (I8_LAYOUT_H2): its 16 bytes' words (byte j − 1, byte j) in both
          * halves, shifted by 6 | 8 (out[0]) and 10 | 12 (out[1]); a dword shift leaves the
          * upper word's bits above the nibble of the lower one. */
         __m128i v = simd_load16_upto(src, 0, n);
@@ -413,7 +415,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
 #undef I8_Y
         }
     } else if (B == 4 && nv == 1) {
-        /* a quarter (scores, I8_LAYOUT_Q4): its 16 bytes, low nibbles | high nibbles */
+        /* a quarter (I8_LAYOUT_Q4): its 16 bytes, low nibbles | high nibbles */
         __m256i v = _mm256_broadcastsi128_si256(simd_load16_upto(src, 0, n));
         out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
                                                               _mm256_set1_epi8(0x0F)));
@@ -428,12 +430,12 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4));
         }
     } else if (B == 2 && nv == 1) {
-        /* a quarter (scores, I8_LAYOUT_Q2): its 8 bytes in each quarter, shifted by 0, 4, 2, 6 */
+        /* a quarter (I8_LAYOUT_Q2): its 8 bytes in each quarter, shifted by 0, 4, 2, 6 */
         __m256i v = _mm256_set1_epi64x((long long)_mm_cvtsi128_si64(_mm_loadl_epi64((const __m128i *)(const void *)src)));
         out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 4, 2, 6)),
                                                               _mm256_set1_epi8(0x03)));
     } else if (B == 2 && nv == 2) {
-        /* a half block (scores, I8_LAYOUT_H2): its 16 bytes in both halves, shifted by 0 | 2
+        /* a half block (I8_LAYOUT_H2): its 16 bytes in both halves, shifted by 0 | 2
          * (out[0]) and 4 | 6 (out[1]) */
         const __m256i m2 = _mm256_set1_epi8(0x03);
         __m256i v = _mm256_broadcastsi128_si256(simd_load16_upto(src, 0, n));
@@ -465,7 +467,7 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         const __m256i shP = _mm256_setr_epi32(0, 3, 1, 4, 0, 3, 1, 4);
         const __m256i shQ = _mm256_setr_epi32(4, 5, 2, 5, 4, 5, 2, 5);
         const __m256i m3 = _mm256_set1_epi8(0x07);
-        /* a quarter (nv = 1, scores, I8_LAYOUT_Q3): group 0 in both halves, then P's low half
+        /* a quarter (nv = 1, I8_LAYOUT_Q3): group 0 in both halves, then P's low half
          * and Q's in one vector */
         for (int v = 0; v < (nv + 1) / 2; v++) {
             __m128i lo = simd_load16_upto(src, 24 * v, n);
