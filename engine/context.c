@@ -52,6 +52,7 @@ struct model_context {
     model_attn_hook attn_hook;     /* NULL, or called by every layer of context_forward */
     void *attn_hook_ctx;
     struct layer_replay *replay;   /* NULL, or the record of context_replay_record */
+    int hidden_out;                /* 1: passes give norm(x) rows instead of logits */
     char err[256];                 /* message of the last failing call */
 };
 
@@ -625,15 +626,18 @@ static model_status forward_run(const fwd *f, float *logits, int n_out) {
     for (int i = 0; i < f->n_seqs; i++) replay_track(&f->seqs[i], 1);
     if (logits == NULL || n_out == 0) return MODEL_OK;
 
-    /* logits = W_out . norm(x), for the rows asked */
+    /* logits = W_out . norm(x), for the rows asked (only norm(x): context_set_hidden_out) */
+    const int hidden = f->n_seqs == 1 && f->seqs[0].x->hidden_out;
+    float *h = hidden ? logits : s->xb;
     int o = 0;
     for (int i = 0; i < f->n_seqs; i++) {
         const fwd_seq *q = &f->seqs[i];
         if (q->first_out < 0) continue;
         for (int t = q->first_out; t < q->n; t++, o++)
-            rmsnorm(s->xb + (size_t)o * c->n_embd, s->x + (size_t)(q->row + t) * c->n_embd, f->w->output_norm,
+            rmsnorm(h + (size_t)o * c->n_embd, s->x + (size_t)(q->row + t) * c->n_embd, f->w->output_norm,
                     c->n_embd, c->rms_eps);
     }
+    if (hidden) return MODEL_OK;
     TRY(mm(f, &f->w->output, s->xb, logits, n_out, "output"));
     if (c->final_softcap > 0.0f) {
         const float cap = c->final_softcap;
@@ -715,6 +719,48 @@ void context_replay_from(model_context *m, int layer) {
     if (m == NULL || m->replay == NULL) return;
     m->replay->recording = 0;
     m->replay->from = layer > 0 ? layer : 0;
+}
+
+void context_set_hidden_out(model_context *m, int on) {
+    if (m != NULL) m->hidden_out = on != 0;
+}
+
+model_status context_output_logits(model_context *m, const float *h, int n, const int32_t *ids, const int *k,
+                                   size_t stride, float *out) {
+    if (m == NULL) return MODEL_ERR_ARG;
+    if (n < 0 || (n > 0 && (h == NULL || ids == NULL || k == NULL || out == NULL))) return fail(m, MODEL_ERR_ARG, "no rows");
+    const model_config *c = &m->cfg;
+    const matmul_weight *w = &m->w->output;
+    const quant_kernels *qk = quant_kernels_get();
+    const size_t row_bytes = quant_row_bytes(w->type, c->n_embd), E = (size_t)c->n_embd;
+    int *at = calloc((size_t)n + 1, sizeof *at);
+    if (at == NULL) return fail(m, MODEL_ERR_NOMEM, "output logits of %d rows", n);
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < k[r]; i++)
+            if (ids[(size_t)r * stride + (size_t)i] < 0 || ids[(size_t)r * stride + (size_t)i] >= c->n_vocab ||
+                (i > 0 && ids[(size_t)r * stride + (size_t)i] <= ids[(size_t)r * stride + (size_t)i - 1])) {
+                free(at);
+                return fail(m, MODEL_ERR_ARG, "row %d: token ids not ascending inside the vocabulary", r);
+            }
+    float *wf = m->s.xb2; /* the weight row of the token in hand, dequantized once for every row */
+    for (;;) { /* the rows' lists merged: each token's weight row is dequantized once */
+        int32_t t = c->n_vocab;
+        for (int r = 0; r < n; r++)
+            if (at[r] < k[r] && ids[(size_t)r * stride + (size_t)at[r]] < t) t = ids[(size_t)r * stride + (size_t)at[r]];
+        if (t == c->n_vocab) break;
+        if (qk->dequantize_row(w->type, (const char *)w->data + (size_t)t * row_bytes, wf, c->n_embd) != QUANT_OK) {
+            free(at);
+            return fail(m, MODEL_ERR_INTERNAL, "output row %d: type %d", t, w->type);
+        }
+        for (int r = 0; r < n; r++) {
+            if (at[r] >= k[r] || ids[(size_t)r * stride + (size_t)at[r]] != t) continue;
+            float v = qk->dot_f32(wf, h + (size_t)r * E, c->n_embd);
+            if (c->final_softcap > 0.0f) v = c->final_softcap * tanhf(v / c->final_softcap);
+            out[(size_t)r * stride + (size_t)at[r]++] = v;
+        }
+    }
+    free(at);
+    return MODEL_OK;
 }
 
 long context_replay_count(const model_context *m) { return m != NULL && m->replay != NULL ? m->replay->replayed : 0; }

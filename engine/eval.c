@@ -109,6 +109,60 @@ void eval_log_softmax(const float *row, float *out, int n) {
     for (int i = 0; i < n; i++) out[i] = row[i] - lse;
 }
 
+#define HEAD_BINS 1024 /* log-probability bins of 1/32: 0 down to −32 */
+
+/* lp's bin: floor(−32 lp), 0 for lp >= 0, −1 below e^−32 (or NaN): never in a head */
+static int head_bin(float lp) {
+    const float b = -32.0f * lp;
+    return !(b < (float)HEAD_BINS) ? -1 : b > 0.0f ? (int)b : 0;
+}
+
+int eval_head(const float *lp, int n, double mass, int cap, int32_t *ids) {
+    double m[HEAD_BINS] = {0};
+    int cnt[HEAD_BINS] = {0};
+    for (int j = 0; j < n; j++) {
+        const int b = head_bin(lp[j]);
+        if (b < 0) continue;
+        m[b] += exp((double)lp[j]);
+        cnt[b]++;
+    }
+    /* whole bins while short of mass and within cap; then part of the bin that does not fit */
+    int last = -1, count = 0, part = -1, part_n = 0;
+    double got = 0.0;
+    for (int b = 0; b < HEAD_BINS && got < mass; b++) {
+        if (count + cnt[b] > cap) {
+            part = b, part_n = cap - count;
+            break;
+        }
+        count += cnt[b];
+        got += m[b];
+        last = b;
+    }
+    int k = 0;
+    for (int j = 0; j < n; j++) {
+        const int b = head_bin(lp[j]);
+        if (b >= 0 && b <= last) ids[k++] = j;
+        else if (b == part && part_n > 0) ids[k++] = j, part_n--;
+    }
+    return k;
+}
+
+double eval_kld_head(const float *ref, const int32_t *ids, int k, const float *z) {
+    double ph = 0.0, mu = 0.0;
+    for (int i = 0; i < k; i++) {
+        const double p = exp((double)ref[ids[i]]);
+        ph += p;
+        mu += p * ((double)z[i] - ref[ids[i]]);
+    }
+    if (!(ph > 0.0)) return 0.0;
+    mu /= ph;
+    double s = 0.0; /* Σ_head p (e^(δ − μ) − 1), so that log(1 + s) with Σ p = 1 */
+    for (int i = 0; i < k; i++)
+        s += exp((double)ref[ids[i]]) * expm1f((float)((double)z[i] - ref[ids[i]] - mu));
+    const double pt = ph < 1.0 ? 1.0 - ph : 0.0;
+    return log1p(s + (ph + pt - 1.0));
+}
+
 int eval_acc_init(eval_acc *a, long cap) {
     memset(a, 0, sizeof *a);
     a->kld_rows = malloc((size_t)(cap > 0 ? cap : 1) * sizeof *a->kld_rows);

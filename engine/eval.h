@@ -83,6 +83,19 @@ typedef struct eval_acc {
     double ratio;     /* eval_kv_ratio after the first window; 0 before */
 } eval_acc;
 
+/* The head of a log-probability row lp[0..n): the most probable tokens, as few as hold at
+ * least `mass` of the probability, in bins of 1/32 of log-probability (the last bin taken
+ * whole), and at most cap of them (then the bin that does not fit gives its first tokens
+ * up to cap); their ids, ascending, into ids (cap entries); returns the count. Tokens under
+ * e^−32 are never in it. */
+int eval_head(const float *lp, int n, double mass, int cap, int32_t *ids);
+/* KL(p ‖ q) of a row from its head (eval_head) alone: p = e^ref, q's logits z[i] at the head's
+ * tokens ids[i] (i < k), the rest of q's logits taken to move as the head's p-mean
+ * (a tail without a shape of its own): log(Σ_head p e^(δ − μ) + p_tail), δ = z − ref, μ the
+ * head's p-mean of δ, summed in double from expm1f terms. eval_score_row's KLD when the head
+ * is the whole row, up to float rounding; short of it by the tail's own part otherwise. */
+double eval_kld_head(const float *ref, const int32_t *ids, int k, const float *z);
+
 /* Returns 0 on success, -1 out of memory; cap: the rows the run will score. */
 int eval_acc_init(eval_acc *a, long cap);
 void eval_acc_free(eval_acc *a);

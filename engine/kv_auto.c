@@ -163,7 +163,11 @@ typedef struct calib {
     const model *m;
     model_context *x;
     const int32_t *tok;
-    int n, nv, n_rows, n_pieces, runs;
+    int n, nv, n_embd, n_rows, n_pieces, runs;
+    int head_cap;      /* > 0: probes score each row on its head (run) */
+    int32_t *head_ids; /* (n_rows, head_cap) each row's head tokens (eval_head) */
+    int *head_n;       /* (n_rows) their count */
+    float *head_z;     /* (EVAL_PIECE, head_cap) a piece's logits there */
     eval_piece *plan;
     float *logits, *lp, *ref; /* (EVAL_PIECE, nv), (nv), (n_rows, nv) */
     tq_kv_scheme base;        /* prefill_raw = 0 */
@@ -184,8 +188,18 @@ static model_status run(calib *c, const tq_kv_layer_scheme *ls, double *kld) {
     for (int i = 0, row = 0; i < c->n_pieces && st == MODEL_OK; i++) {
         const eval_piece *pc = &c->plan[i];
         st = eval_run_piece(c->x, c->tok, pc, c->logits);
+        const int head = c->head_cap > 0 && kld != NULL; /* c->logits holds norm(x) rows */
+        const size_t hc = (size_t)c->head_cap;
+        if (head && st == MODEL_OK)
+            st = context_output_logits(c->x, c->logits, pc->n_score, c->head_ids + (size_t)row * hc, c->head_n + row,
+                                       hc, c->head_z);
         for (int r = 0; r < pc->n_score && st == MODEL_OK; r++, row++) {
             float *rf = c->ref + (size_t)row * (size_t)c->nv;
+            if (head) {
+                a.kld += eval_kld_head(rf, c->head_ids + (size_t)row * hc, c->head_n[row], c->head_z + (size_t)r * hc);
+                a.rows++;
+                continue;
+            }
             float *mine = kld == NULL ? rf : c->lp;
             eval_log_softmax(c->logits + (size_t)r * (size_t)c->nv, mine, c->nv);
             eval_score_row(&a, rf, mine, c->nv, c->tok[pc->pos + r + 1]);
@@ -332,6 +346,20 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
         fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);
         st = run(c, ls, NULL);
     }
+    /* The probes score each row on its head: the most probable tokens of the reference, as
+     * few as hold KV_AUTO_HEAD_MASS of its probability (the output matrix for those rows
+     * alone instead of all n_vocab; doc/kv-auto.md, "Cost"). */
+    if (st == MODEL_OK && prior == NULL && !(flags & KV_AUTO_FULL_LOGITS)) {
+        c->head_cap = cfg->n_vocab < KV_AUTO_HEAD_CAP ? cfg->n_vocab : KV_AUTO_HEAD_CAP;
+        c->head_ids = malloc((size_t)c->n_rows * (size_t)c->head_cap * sizeof *c->head_ids);
+        c->head_n = malloc((size_t)c->n_rows * sizeof *c->head_n);
+        c->head_z = malloc((size_t)EVAL_PIECE * (size_t)c->head_cap * sizeof *c->head_z);
+        if (c->head_ids == NULL || c->head_n == NULL || c->head_z == NULL) c->head_cap = 0; /* full rows */
+        for (int r = 0; r < c->n_rows && c->head_cap > 0; r++)
+            c->head_n[r] = eval_head(c->ref + (size_t)r * (size_t)c->nv, c->nv, KV_AUTO_HEAD_MASS, c->head_cap,
+                                     c->head_ids + (size_t)r * (size_t)c->head_cap);
+        context_set_hidden_out(c->x, c->head_cap > 0);
+    }
     for (int il = 0; il < L && st == MODEL_OK && prior == NULL; il++)
         for (int side = 0; side < 2 && st == MODEL_OK; side++) {
             fill_layers(ls, L, &c->base, OPT_F16, OPT_F16);
@@ -341,6 +369,9 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
         }
     if (replay) context_replay_record(c->x, 0); /* the other runs compress every layer */
     if (st == MODEL_OK && prior == NULL) st = curves(c, cfg, ls, flags, out);
+    /* the closing runs (their KLDs are printed as measured) score whole rows */
+    c->head_cap = 0;
+    context_set_hidden_out(c->x, 0);
     if (st == MODEL_OK) {
         int uniform = -1;
         for (int o = 0; o < OPT_F16; o++)
@@ -413,6 +444,7 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
     c.tok = tokens;
     c.n = n;
     c.nv = cfg->n_vocab;
+    c.n_embd = cfg->n_embd;
     c.n_rows = eval_rows_per_window(n);
     c.base = *base;
     c.base.prefill_raw = 0; /* every key compressed (eval_scheme_for_view, EVAL_COMPRESSED) */
@@ -443,6 +475,7 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
         snprintf(err, err_cap, "out of memory");
     context_free(c.x);
     free(c.plan), free(c.logits), free(c.lp), free(c.ref);
+    free(c.head_ids), free(c.head_n), free(c.head_z);
     out->runs = c.runs;
     out->seconds = now_s() - t0;
     if (st != MODEL_OK) kv_auto_result_free(out);

@@ -42,6 +42,12 @@ extern const float kv_auto_widths[KV_AUTO_N_OPT];
 #define KV_AUTO_NO_REPLAY 4      /* compute every layer of every probe run (the probes take the
                                     layers below the probed one from the reference run's record
                                     otherwise, context_replay_record: the same results) */
+#define KV_AUTO_FULL_LOGITS 8    /* the probes score every row on the whole vocabulary (on
+                                    each row's head otherwise: KV_AUTO_HEAD_MASS) */
+/* A probe's KLD is taken on the reference's most probable tokens holding this much of each
+ * row's probability, at most KV_AUTO_HEAD_CAP of them (eval_head, eval_kld_head). */
+#define KV_AUTO_HEAD_MASS 0.999
+#define KV_AUTO_HEAD_CAP 16384
 
 typedef struct kv_auto_result {
     int n_layer;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model_fixture.h"
+#include "../engine/eval.h"
 #include "../engine/kv_auto.h"
 #include "../engine/tokenizer.h"
 #include "../engine/vocab.h"
@@ -205,6 +206,117 @@ static void test_replay(void) {
     remove(path);
 }
 
+/* A probe scored on its head (eval_head, eval_kld_head: what auto:B's probes use): the whole
+ * row gives the KLD computed in double, 99% of the mass gives it within a few percent where the
+ * tail moves like the head, and the head is the most probable tokens, ascending, within cap. */
+static void test_head_kld(void) {
+    enum { NV = 5000 };
+    static float z[NV], z2[NV], ref[NV], mine[NV], hz[NV];
+    static int32_t ids[NV];
+    uint64_t st = 0x68656164ULL; /* "head" */
+    for (int j = 0; j < NV; j++) {
+        double g[2];
+        for (int u = 0; u < 2; u++) { /* Box–Muller from a 64-bit LCG */
+            st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+            const double a = ((double)(st >> 11) + 0.5) / 9007199254740992.0;
+            st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+            const double b = (double)(st >> 11) / 9007199254740992.0;
+            g[u] = sqrt(-2.0 * log(a)) * cos(6.283185307179586 * b);
+        }
+        z[j] = (float)(3.0 * g[0]);
+        z2[j] = z[j] + (float)(0.05 * g[1]) + (j % 97 == 0 ? 0.5f : 0.0f);
+    }
+    eval_log_softmax(z, ref, NV);
+    eval_log_softmax(z2, mine, NV);
+    /* the KLD in double from the logits themselves, and eval_score_row's from float rows */
+    double l1 = 0.0, l2 = 0.0, full = 0.0;
+    for (int j = 0; j < NV; j++) l1 += exp((double)z[j]), l2 += exp((double)z2[j]);
+    for (int j = 0; j < NV; j++)
+        full += exp((double)z[j] - log(l1)) * (((double)z[j] - log(l1)) - ((double)z2[j] - log(l2)));
+    eval_acc a;
+    CHECK(eval_acc_init(&a, 0) == 0);
+    eval_score_row(&a, ref, mine, NV, 0);
+    CHECK_MSG(fabs(a.kld - full) <= 2e-3 * full, "eval_score_row %.7g, in double %.7g", a.kld, full);
+    eval_acc_free(&a);
+    CHECK(full > 1e-4);
+    const double mass[3] = {2.0, 0.999, 0.99};
+    int prev = NV + 1;
+    for (int t = 0; t < 3; t++) {
+        const int k = eval_head(ref, NV, mass[t], NV, ids);
+        double got = 0.0;
+        int asc = 1;
+        for (int i = 0; i < k; i++) {
+            got += exp((double)ref[ids[i]]);
+            hz[i] = z2[ids[i]] + 7.0f; /* logits: any shift */
+            if (i > 0 && ids[i] <= ids[i - 1]) asc = 0;
+        }
+        CHECK(asc && k >= 1 && k < prev);
+        CHECK_MSG(got >= (mass[t] < 1.0 ? mass[t] : 0.999999), "mass %g: the head holds %g", mass[t], got);
+        const double kh = eval_kld_head(ref, ids, k, hz);
+        CHECK_MSG(fabs(kh - full) <= (t == 0 ? 1e-5 : t == 1 ? 0.01 : 0.05) * full,
+                  "mass %g (%d tokens): KLD %.7g against %.7g on the whole row", mass[t], k, kh, full);
+        prev = k;
+    }
+    /* cap: exactly cap tokens, none less probable than the best one left out by a bin */
+    const int k = eval_head(ref, NV, 0.999, 10, ids);
+    CHECK(k == 10);
+    float worst_in = 0.0f, best_out = -1e30f;
+    for (int j = 0, i = 0; j < NV; j++) {
+        if (i < k && ids[i] == j) {
+            worst_in = i == 0 || ref[j] < worst_in ? ref[j] : worst_in;
+            i++;
+        } else if (ref[j] > best_out)
+            best_out = ref[j];
+    }
+    CHECK_MSG(worst_in >= best_out - 1.0f / 32.0f, "cap: %g in the head, %g left out", worst_in, best_out);
+    CHECK(eval_head(ref, NV, 0.999, 0, ids) == 0);
+}
+
+/* context_output_logits after context_set_hidden_out: bit for bit the logits of the whole
+ * output matrix under f32_act, for chosen tokens of several rows; bad ids refused. */
+static void test_output_logits(void) {
+    static tiny t;
+    const char *path = "/tmp/tq_test_kv_auto_logits.gguf";
+    model *m = load_tiny(&t, MODEL_ARCH_LLAMA, 1, 779, path);
+    if (m == NULL) return;
+    enum { N = 16, K = 5 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 13 + 3) % V);
+    static float full[N * V], hid[N * V], out[N * K];
+    int32_t ids[N * K];
+    int k[N];
+    const context_params p = {CTX, 16, 0, NULL, 1};
+    model_context *x = NULL;
+    char err[256];
+    CHECK(context_create(m, &p, NULL, &x, err, sizeof err) == MODEL_OK);
+    if (x != NULL) {
+        CHECK(context_forward(x, tok, N, 0, 1, full) == MODEL_OK);
+        context_set_hidden_out(x, 1);
+        CHECK(context_forward(x, tok, N, 0, 1, hid) == MODEL_OK);
+        for (int r = 0; r < N; r++) {
+            k[r] = r % (K + 1); /* 0 to K tokens, rows sharing some */
+            for (int i = 0; i < k[r]; i++) ids[r * K + i] = (int32_t)(i * 11 + (r % 3));
+        }
+        CHECK(context_output_logits(x, hid, N, ids, k, K, out) == MODEL_OK);
+        int same = 1;
+        for (int r = 0; r < N; r++)
+            for (int i = 0; i < k[r]; i++)
+                if (memcmp(&out[r * K + i], &full[(size_t)r * V + (size_t)ids[r * K + i]], sizeof(float)) != 0) same = 0;
+        CHECK_MSG(same, "chosen logits differ from the whole output matrix's");
+        ids[K + 1] = ids[K]; /* row 1: not ascending */
+        k[1] = 2;
+        CHECK(context_output_logits(x, hid, N, ids, k, K, out) == MODEL_ERR_ARG);
+        ids[K + 1] = V; /* outside the vocabulary */
+        CHECK(context_output_logits(x, hid, N, ids, k, K, out) == MODEL_ERR_ARG);
+        context_set_hidden_out(x, 0);
+        static float again[N * V];
+        CHECK(context_forward(x, tok, N, 0, 1, again) == MODEL_OK && memcmp(again, full, sizeof full) == 0);
+    }
+    context_free(x);
+    model_free(m);
+    remove(path);
+}
+
 static void test_tiny_auto3(void) {
     static tiny t;
     const char *path = "/tmp/tq_test_kv_auto_tiny.gguf";
@@ -237,6 +349,23 @@ static void test_tiny_auto3(void) {
                 CHECK(rn.measured_kld == r.measured_kld && rn.key_split_gain == r.key_split_gain);
                 CHECK(memcmp(rn.choice, r.choice, (size_t)L * sizeof *r.choice) == 0);
                 kv_auto_result_free(&rn);
+            }
+        }
+        {
+            /* The probes scored on the whole vocabulary: each sensitivity within 1% of the
+             * head's, the same choice. */
+            kv_auto_result rf;
+            st = kv_auto_calibrate(m, pool, ids, 64, &base, bits, KV_AUTO_FULL_LOGITS, &rf, err, sizeof err);
+            CHECK_MSG(st == MODEL_OK, "%s", err);
+            if (st == MODEL_OK) {
+                for (int il = 0; il < L; il++)
+                    for (int sd = 0; sd < 2; sd++)
+                        CHECK_MSG(fabs(r.sens[il][sd] - rf.sens[il][sd]) <= 0.01 * rf.sens[il][sd],
+                                  "layer %d side %d: %g on the head, %g on the whole rows", il, sd, r.sens[il][sd],
+                                  rf.sens[il][sd]);
+                CHECK(fabs(r.key_split_gain - rf.key_split_gain) <= 0.02 * rf.key_split_gain);
+                CHECK(memcmp(rf.choice, r.choice, (size_t)L * sizeof *r.choice) == 0);
+                kv_auto_result_free(&rf);
             }
         }
         {
@@ -399,6 +528,8 @@ int main(void) {
     RUN_TEST(test_allocator);
     RUN_TEST(test_option_rule);
     RUN_TEST(test_parse);
+    RUN_TEST(test_head_kld);
+    RUN_TEST(test_output_logits);
     RUN_TEST(test_replay);
     RUN_TEST(test_tiny_auto3);
     RUN_TEST(test_model_auto3);
