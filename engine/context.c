@@ -735,13 +735,18 @@ model_status context_output_logits(model_context *m, const float *h, int n, cons
     const size_t row_bytes = quant_row_bytes(w->type, c->n_embd), E = (size_t)c->n_embd;
     int *at = calloc((size_t)n + 1, sizeof *at);
     if (at == NULL) return fail(m, MODEL_ERR_NOMEM, "output logits of %d rows", n);
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n; r++) {
+        if (k[r] < 0 || (size_t)k[r] > stride) {
+            free(at);
+            return fail(m, MODEL_ERR_ARG, "row %d: %d tokens, outside [0, %zu]", r, k[r], stride);
+        }
         for (int i = 0; i < k[r]; i++)
             if (ids[(size_t)r * stride + (size_t)i] < 0 || ids[(size_t)r * stride + (size_t)i] >= c->n_vocab ||
                 (i > 0 && ids[(size_t)r * stride + (size_t)i] <= ids[(size_t)r * stride + (size_t)i - 1])) {
                 free(at);
                 return fail(m, MODEL_ERR_ARG, "row %d: token ids not ascending inside the vocabulary", r);
             }
+    }
     float *wf = m->s.xb2; /* the weight row of the token in hand, dequantized once for every row */
     for (;;) { /* the rows' lists merged: each token's weight row is dequantized once */
         int32_t t = c->n_vocab;

@@ -137,16 +137,17 @@ model_status context_forward_rows(model_context *x, const int32_t *tokens, int n
 model_status context_replay_record(model_context *x, int n_pos);
 void context_replay_from(model_context *x, int layer);
 /* Hidden rows instead of logits (on 1, off 0), for one-sequence passes: a row asked for
- * logits gets the output matrix's input norm(x) instead (n_embd floats, rows n_embd apart),
- * and the output matrix is skipped; context_output_logits then gives the logits of chosen
- * tokens (auto:B's calibration, engine/kv_auto.c). */
+ * logits gets the output matrix's input norm(x) instead (n_embd floats, rows n_embd apart:
+ * the caller's buffer must hold n_embd floats per row, more than n_vocab in some models), and
+ * the output matrix is skipped; context_output_logits then gives the logits of chosen tokens
+ * (auto:B's calibration, engine/kv_auto.c). */
 void context_set_hidden_out(model_context *x, int on);
 /* Chosen logits of n rows h of norm(x) (n_embd apart; context_set_hidden_out): row r's
  * tokens ids[r · stride + i], i < k[r], ascending, give out[r · stride + i], each bit for bit
  * what a pass with f32_act computes for that token (its weight row dequantized, dot_f32, the
  * model's final soft-cap). A token's weight row is dequantized once for all the rows that
- * ask for it. Uses the context's scratch, so not inside a pass. MODEL_ERR_ARG for ids outside
- * the vocabulary or not ascending, MODEL_ERR_NOMEM. */
+ * ask for it. Uses the context's scratch, so not inside a pass. MODEL_ERR_ARG for a count
+ * outside [0, stride] or ids outside the vocabulary or not ascending, MODEL_ERR_NOMEM. */
 model_status context_output_logits(model_context *x, const float *h, int n, const int32_t *ids, const int *k,
                                    size_t stride, float *out);
 /* Layer passes taken from the record since context_replay_record (0 without one). */

@@ -460,7 +460,8 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
     out->choice = malloc((size_t)L * sizeof *out->choice);
     out->sens = calloc((size_t)L, sizeof *out->sens);
     c.plan = malloc((size_t)c.n_pieces * sizeof *c.plan);
-    c.logits = malloc((size_t)EVAL_PIECE * (size_t)c.nv * sizeof *c.logits);
+    /* logits, or norm(x) rows for the head's probes (context_set_hidden_out) */
+    c.logits = malloc((size_t)EVAL_PIECE * (size_t)(c.nv > c.n_embd ? c.nv : c.n_embd) * sizeof *c.logits);
     c.lp = malloc((size_t)c.nv * sizeof *c.lp);
     c.ref = malloc((size_t)c.n_rows * (size_t)c.nv * sizeof *c.ref);
     model_status st = MODEL_ERR_NOMEM;

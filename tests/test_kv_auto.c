@@ -308,6 +308,8 @@ static void test_output_logits(void) {
         CHECK(context_output_logits(x, hid, N, ids, k, K, out) == MODEL_ERR_ARG);
         ids[K + 1] = V; /* outside the vocabulary */
         CHECK(context_output_logits(x, hid, N, ids, k, K, out) == MODEL_ERR_ARG);
+        k[1] = K + 1; /* more than a row holds */
+        CHECK(context_output_logits(x, hid, N, ids, k, K, out) == MODEL_ERR_ARG);
         context_set_hidden_out(x, 0);
         static float again[N * V];
         CHECK(context_forward(x, tok, N, 0, 1, again) == MODEL_OK && memcmp(again, full, sizeof full) == 0);
