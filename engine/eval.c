@@ -156,11 +156,11 @@ double eval_kld_head(const float *ref, const int32_t *ids, int k, const float *z
     }
     if (!(ph > 0.0)) return 0.0;
     mu /= ph;
-    double s = 0.0; /* Σ_head p (e^(δ − μ) − 1), so that log(1 + s) with Σ p = 1 */
+    double s = 0.0; /* Σ_head p (e^(δ − μ) − 1): q's mass over p's, less 1, times p's */
     for (int i = 0; i < k; i++)
         s += exp((double)ref[ids[i]]) * expm1f((float)((double)z[i] - ref[ids[i]] - mu));
-    const double pt = ph < 1.0 ? 1.0 - ph : 0.0;
-    return log1p(s + (ph + pt - 1.0));
+    const double pt = ph < 1.0 ? 1.0 - ph : 0.0; /* the tail, moving by μ: no part in s */
+    return log1p(s / (ph + pt));
 }
 
 int eval_acc_init(eval_acc *a, long cap) {

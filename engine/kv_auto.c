@@ -169,7 +169,7 @@ typedef struct calib {
     int *head_n;       /* (n_rows) their count */
     float *head_z;     /* (EVAL_PIECE, head_cap) a piece's logits there */
     eval_piece *plan;
-    float *logits, *lp, *ref; /* (EVAL_PIECE, nv), (nv), (n_rows, nv) */
+    float *logits, *lp, *ref; /* (EVAL_PIECE, max(nv, n_embd)), (nv), (n_rows, nv) */
     tq_kv_scheme base;        /* prefill_raw = 0 */
     char *err;
     size_t err_cap;
