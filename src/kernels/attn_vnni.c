@@ -29,14 +29,17 @@
  * e: the pair value of e mod 2^(2B), quantized with α from the largest |pair value|) reads it
  * as vpermb reads the plain codes. The same instructions per block as Lloyd-Max codes.
  *
- * Segments of exactly 64 coordinates with plain codes (SmolLM2's heads, turbo3.5's halves at
- * d 128) put two records in one vector (vnni_2x4_half, vnni_accum_halves): the same int32 sums.
+ * A segment of one block of at most 64 coordinates (SmolLM2's heads, the halves of turbo3.5 and
+ * of the key split at d 128) leaves lanes 8–15 padding, one of at most 32 (the quarters of those
+ * at d 64) lanes 4–15: such a segment is packed, two or four records to a vector (two merged by
+ * one vpermt2b, four each in its own 16-byte slot; vseg_load_packed, trellis codes too), and the
+ * queries' bytes of the block are repeated in each slot (vnni_4x4_packed, vnni_accum_packed):
+ * the same int32 sums with a half or a quarter of the instructions per record.
  */
 #include "attn_kernels.h"
 
 #if defined(__x86_64__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 
-#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -54,67 +57,124 @@ typedef struct vseg {
     __m512i table[4];     /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand); wide: 256
                              entries in four registers, else [0] */
     __m512i table_s[4];   /* entry e: ĉ[e mod 2^B] (values: signed operand), likewise */
-    __m512i align2;       /* half (below): vpermt2b, lanes 0–7 ← align of one record's block,
-                             lanes 8–15 ← the same of another's */
+    __m512i alignp;       /* packed (below): P = 2, vpermt2b, lane l ← bytes [B(l mod 8), +4) of
+                             record l / 8's load; P = 4 (B < 4), vpermb, lane l ← bytes
+                             [B(l mod 4), +4) of 16-byte slot l / 4 */
+    __m512i sh4;          /* packed wide: vpermb, each slot's bytes moved up by 4 (sh4m: zeros
+                             in its first 4) */
+    __mmask64 sh4m;
+    __mmask64 mk[VNNI_MAX_BLOCKS];  /* vseg_load's mask of block h: its n stored bytes (trellis
+                                       of B < 4: n + 1 from the byte before, that byte off in
+                                       block 0) */
+    __mmask64 mk2[VNNI_MAX_BLOCKS]; /* wide: the block loaded four bytes early (n + 4 bytes, the
+                                       first four off in block 0) */
     int B, nblk, trellis; /* trellis: the codes are trellis-coded, ĉ the pair values */
     int wide;             /* 4-bit trellis codes: 8-bit windows, a 256-entry table */
-    int half;             /* one block of 64 coordinates, plain codes (SmolLM2's heads, the
-                             halves of turbo3.5's split at d 128): lanes 8–15 are padding, so
-                             two records share one vector (vnni_score_halves) */
+    int pack;             /* records per vector: 1; 2 for one block of ≤ 64 coordinates (lanes
+                             8–15 padding), 4 for ≤ 32 (lanes 4–15) */
+    int H0;               /* the segment's first block in the lane-layout row */
     size_t off, bytes;
 } vseg;
 
-/* α and the segments' state; 0 if some centroid is not finite (then the float kernel). */
+/* The controls of a segment's shape — width B, trellis codes or not, records per vector P —
+ * made once for every shape (vnni_init), so that a call only copies them. */
+typedef struct vctl {
+    __m512i align, lo, hi, lo2, alignp, sh4;
+    __mmask64 sh4m;
+} vctl;
+static vctl vnni_ctl[5][2][3]; /* [B][trellis][log2 P] */
+
+static void vctl_make(vctl *c, int B, int tr, int lg) {
+    const int wide = tr && B == 4, lps = 16 >> lg; /* lanes per slot of 64 >> lg bytes */
+    uint8_t align[64], alignp[64], lo[64], hi[64], lo2[64], sh4[64] = {0};
+    uint64_t sh4m = 0;
+    for (int l = 0; l < 16; l++)
+        for (int j = 0; j < 4; j++) {
+            align[4 * l + j] = (uint8_t)(B * l + j);
+            /* P = 2: vpermt2b of two records' loads; P = 4: vpermb of four 16-byte slots */
+            alignp[4 * l + j] = (uint8_t)((l / lps) * (lg == 1 ? 64 : 16) + B * (l % lps) + j);
+        }
+    if (wide)
+        for (int i = 0; i < 64; i++)
+            if (i % (64 >> lg) >= 4) sh4[i] = (uint8_t)(i - 4), sh4m |= 1ull << i;
+    /* Trellis: the window ending with the code — B < 4 in the block loaded one byte early
+     * (+8 − B), B = 4 in the block as stored (−4: an even lane's code 0 wraps; lo2 reads
+     * it from the block loaded four bytes early, where it sits at bit 28). */
+    int shift = !tr ? 0 : wide ? 64 - 4 : 8 - B;
+    for (int j = 0; j < 8; j++) {
+        int lane = j / 4, k = j % 4; /* byte j of a qword: lane 2i + lane, code k (+4) */
+        for (int w = 0; w < 8; w++) {
+            lo[8 * w + j] = (uint8_t)((32 * lane + shift + B * k) & 63);
+            hi[8 * w + j] = (uint8_t)((32 * lane + shift + B * (k + 4)) & 63);
+            lo2[8 * w + j] = 28;
+        }
+    }
+    c->align = _mm512_loadu_si512(align);
+    c->alignp = _mm512_loadu_si512(alignp);
+    c->lo = _mm512_loadu_si512(lo);
+    c->hi = _mm512_loadu_si512(hi);
+    c->lo2 = _mm512_loadu_si512(lo2);
+    c->sh4 = _mm512_loadu_si512(sh4);
+    c->sh4m = (__mmask64)sh4m;
+}
+
+/* α and the segments' state; 0 if some centroid is not finite (then the float kernel). Called
+ * once per call of the value sums (a page of records) and per decode task of the scores, so
+ * the tables are made 16 entries at a time: ĉ = round(c/α) by vcvtps2dq (the rounding of
+ * lrintf), ĉ + 128 as the same byte with its top bit flipped. */
 static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
     float m = tq_record_absmax(x);
     if (!(m > 0.0f)) return 0; /* a value not finite (−1), or only zeros */
     *alpha = m / 127.0f;
+    const __m512 va = _mm512_set1_ps(*alpha);
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits, nv, tr = x->seg[s].pairs != NULL;
         const float *val = tq_record_seg_values(x, s, &nv);
         if (tr && (B < 2 || B > 4)) return 0; /* not reached: tq_attn_reads_lanes */
         int wide = tr && B == 4, ne = wide ? 256 : 64;
-        uint8_t align[64], lo[64], hi[64], lo2[64], table[256];
-        int8_t table_s[256];
-        uint8_t align2[64];
-        for (int l = 0; l < 16; l++)
-            for (int j = 0; j < 4; j++) {
-                align[4 * l + j] = (uint8_t)(B * l + j);
-                align2[4 * l + j] = (uint8_t)(l < 8 ? B * l + j : 64 + B * (l - 8) + j);
-            }
-        /* Trellis: the window ending with the code — B < 4 in the block loaded one byte early
-         * (+8 − B), B = 4 in the block as stored (−4: an even lane's code 0 wraps; lo2 reads
-         * it from the block loaded four bytes early, where it sits at bit 28). */
-        int shift = !tr ? 0 : wide ? 64 - 4 : 8 - B;
-        for (int j = 0; j < 8; j++) {
-            int lane = j / 4, k = j % 4; /* byte j of a qword: lane 2i + lane, code k (+4) */
-            for (int w = 0; w < 8; w++) {
-                lo[8 * w + j] = (uint8_t)((32 * lane + shift + B * k) & 63);
-                hi[8 * w + j] = (uint8_t)((32 * lane + shift + B * (k + 4)) & 63);
-                lo2[8 * w + j] = 28;
-            }
-        }
-        for (int e = 0; e < ne; e++) {
-            float c = val[e & (nv - 1)] / *alpha;
-            table_s[e] = (int8_t)lrintf(c); /* |c| ≤ 127 */
-            table[e] = (uint8_t)(128 + table_s[e]);
-        }
-        g[s].align = _mm512_loadu_si512(align);
-        g[s].align2 = _mm512_loadu_si512(align2);
-        g[s].lo = _mm512_loadu_si512(lo);
-        g[s].hi = _mm512_loadu_si512(hi);
-        g[s].lo2 = _mm512_loadu_si512(lo2);
+        const int nblk = (x->seg[s].count + 127) / 128;
+        const int P = nblk > 1 || x->seg[s].count > 64 ? 1 : x->seg[s].count > 32 ? 2 : 4;
+        const vctl *c = &vnni_ctl[B][tr][P == 1 ? 0 : P == 2 ? 1 : 2];
+        g[s].align = c->align;
+        g[s].alignp = c->alignp;
+        g[s].lo = c->lo;
+        g[s].hi = c->hi;
+        g[s].lo2 = c->lo2;
+        g[s].sh4 = c->sh4;
+        g[s].sh4m = c->sh4m;
+        /* entry e: val[e mod nv] (nv < 16: the values repeated by a permute) */
+        __m512i rep = _mm512_and_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                       _mm512_set1_epi32(nv - 1));
+        __m512 v16 = nv < 16 ? _mm512_permutexvar_ps(rep, _mm512_maskz_loadu_ps((__mmask16)((1u << nv) - 1u), val))
+                             : _mm512_setzero_ps();
         for (int i = 0; i < ne / 64; i++) {
-            g[s].table[i] = _mm512_loadu_si512(table + 64 * i);
-            g[s].table_s[i] = _mm512_loadu_si512(table_s + 64 * i);
+            __m128i b[4];
+            for (int q = 0; q < 4; q++) {
+                int e = 64 * i + 16 * q;
+                __m512 v = nv < 16 ? v16 : _mm512_loadu_ps(val + (e & (nv - 1)));
+                b[q] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_div_ps(v, va))); /* |ĉ| ≤ 127 */
+            }
+            __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(b[0]), b[1], 1);
+            t = _mm512_inserti32x4(_mm512_inserti32x4(t, b[2], 2), b[3], 3);
+            g[s].table_s[i] = t;
+            g[s].table[i] = _mm512_xor_si512(t, _mm512_set1_epi8((char)0x80));
         }
         g[s].B = B;
         g[s].wide = wide;
         g[s].trellis = tr;
-        g[s].nblk = (x->seg[s].count + 127) / 128;
-        g[s].half = x->seg[s].count == 64 && !tr;
+        g[s].nblk = nblk;
+        g[s].pack = P;
+        g[s].H0 = s ? g[s - 1].H0 + g[s - 1].nblk : 0;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
+        for (int h = 0; h < nblk; h++) {
+            size_t at = (size_t)h * 16 * (size_t)B, n = g[s].bytes - at;
+            if (n > 16 * (size_t)B) n = 16 * (size_t)B;
+            uint64_t k = n >= 64 ? ~0ull : (1ull << n) - 1, k2 = n + 4 >= 64 ? ~0ull : (1ull << (n + 4)) - 1;
+            if (tr && B < 4) k = ((1ull << (n + 1)) - 1) & (h ? ~0ull : ~1ull);
+            g[s].mk[h] = (__mmask64)k;
+            g[s].mk2[h] = (__mmask64)(h ? k2 : k2 & ~0xFull);
+        }
     }
     return 1;
 }
@@ -128,21 +188,14 @@ typedef struct vblk {
 
 static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const uint8_t *r, int h,
                                                             int B) {
-    size_t at = (size_t)h * 16 * (size_t)B, n = g->bytes - at;
-    if (n > 16 * (size_t)B) n = 16 * (size_t)B;
+    const uint8_t *p = r + g->off + (size_t)h * 16 * (size_t)B;
     vblk b;
     b.raw2 = _mm512_setzero_si512();
     if (g->trellis && B < 4) {
-        __mmask64 mk = (((__mmask64)1 << (n + 1)) - 1) & (at ? ~(__mmask64)0 : ~(__mmask64)1);
-        b.raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at - 1); /* n + 1 ≤ 49 bytes */
+        b.raw = _mm512_maskz_loadu_epi8(g->mk[h], p - 1); /* n + 1 ≤ 49 bytes */
     } else {
-        __mmask64 mk = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
-        b.raw = _mm512_maskz_loadu_epi8(mk, r + g->off + at);
-        if (B == 4 && g->wide) {
-            __mmask64 m2 = n + 4 >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n + 4)) - 1;
-            if (!at) m2 &= ~(__mmask64)0xF;
-            b.raw2 = _mm512_maskz_loadu_epi8(m2, r + g->off + at - 4);
-        }
+        b.raw = _mm512_maskz_loadu_epi8(g->mk[h], p);
+        if (B == 4 && g->wide) b.raw2 = _mm512_maskz_loadu_epi8(g->mk2[h], p - 4);
     }
     if (B != 4) b.raw = _mm512_permutexvar_epi8(g->align, b.raw);
     return b;
@@ -157,6 +210,34 @@ static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vb
     if (!u) idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->lo2, b.raw2);
     __m512i a = _mm512_permutex2var_epi8(t[0], idx, t[1]), c = _mm512_permutex2var_epi8(t[2], idx, t[3]);
     return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), a, c);
+}
+
+/* Records r[0 … P) of a packed segment (g->pack = P) in one vector, as vseg_load leaves one
+ * block, with vseg_load's mask of its one block (trellis codes of B < 4 loaded from the byte
+ * before, that byte zero: the start state). P = 2: the two records' loads are merged by one
+ * vpermt2b (lanes 0–7 ← the first's lanes, 8–15 ← the second's); P = 4: each record's bytes
+ * go to its own 16-byte slot, then (B < 4) one vpermb moves each lane's B bytes to its own
+ * 32-bit lane. Wide trellis codes: raw2, each slot (32 or 16 bytes) moved up by four bytes,
+ * zeros in (the block loaded four bytes early). A record's 8B ≤ 32 or 4B ≤ 16 bytes (one more
+ * from the byte before) fit its slot. */
+static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g, const uint8_t *const *r, int P,
+                                                                   int B) {
+    const size_t at = g->off - (size_t)(g->trellis && B < 4);
+    const __mmask64 m = g->mk[0];
+    vblk b;
+    b.raw2 = _mm512_setzero_si512();
+    if (P == 2) {
+        b.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, r[0] + at), g->alignp,
+                                         _mm512_maskz_loadu_epi8(m, r[1] + at));
+    } else {
+        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8((__mmask16)m, r[0] + at));
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[1] + at), 1);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[2] + at), 2);
+        b.raw = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[3] + at), 3);
+        if (B != 4) b.raw = _mm512_permutexvar_epi8(g->alignp, b.raw);
+    }
+    if (B == 4 && g->wide) b.raw2 = _mm512_maskz_permutexvar_epi8(g->sh4m, g->sh4, b.raw);
+    return b;
 }
 
 /* The state of both kernels, kl = the lane-layout row floats; 0: use the float kernel. */
@@ -205,7 +286,7 @@ static int quant_query(const float *q, int kl, int8_t *out, float *beta, int32_t
 
 /* The in-lane rounds of hsum16 (attn_simd.h) in int32 for 4·nu vectors: u[i] per 128-bit lane
  * L = the sums of a[4i], …, a[4i + 3] over lane L. */
-static inline void hsum_in_lanes_i32(const __m512i *a, int nu, __m512i *u) {
+static inline __attribute__((always_inline)) void hsum_in_lanes_i32(const __m512i *a, int nu, __m512i *u) {
 #define SHUF(x, y, imm) _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), imm))
     for (int i = 0; i < nu; i++) {
         __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[4 * i], a[4 * i + 1]),
@@ -218,7 +299,7 @@ static inline void hsum_in_lanes_i32(const __m512i *a, int nu, __m512i *u) {
 }
 
 /* hsum16 (attn_simd.h) in int32. */
-static inline __m512i hsum16_i32(const __m512i a[16]) {
+static inline __attribute__((always_inline)) __m512i hsum16_i32(const __m512i a[16]) {
     __m512i u[4];
     hsum_in_lanes_i32(a, 4, u);
     __m512i v01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
@@ -237,6 +318,7 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
     for (int h = 0; h < g->nblk; h++) {
         const int8_t *q0 = qb[0] + 128 * (H0 + h), *q1 = qb[1] + 128 * (H0 + h),
                      *q2 = qb[2] + 128 * (H0 + h), *q3 = qb[3] + 128 * (H0 + h);
+#pragma GCC unroll 4
         for (int m = 0; m < 4; m++) {
             vblk blk = vseg_load(g, r[m], h, B);
             __m512i cl = vseg_half(g, blk, 0, g->table, B), ch = vseg_half(g, blk, 1, g->table, B);
@@ -252,30 +334,26 @@ static inline __attribute__((always_inline)) void vnni_4x4_seg(const vseg *g, co
     }
 }
 
-/* Half blocks: records r[0], r[1] (then r[2], r[3]) of a segment with g->half in one vector,
- * lanes 0–7 the first's codes, 8–15 the second's, against the queries' first 64 coordinates in
- * both halves (qd[k][u]: query k, half u, this segment's block); a[2k + p] += the products of
- * query k with pair p. The same instructions per vector as a whole block: half as many per
- * record. */
-static inline __attribute__((always_inline)) void vnni_2x4_half(const vseg *g, const uint8_t *const r[4],
-                                                                const int8_t (*qd)[2][64], __m512i a[8],
-                                                                int B) {
-    const __mmask64 mk = ((__mmask64)1 << (8 * B)) - 1;
-    for (int p = 0; p < 2; p++) {
-        vblk blk;
-        blk.raw2 = _mm512_setzero_si512();
-        blk.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(mk, r[2 * p] + g->off), g->align2,
-                                           _mm512_maskz_loadu_epi8(mk, r[2 * p + 1] + g->off));
-        __m512i cl = vseg_half(g, blk, 0, g->table, 4), ch = vseg_half(g, blk, 1, g->table, 4);
+/* A packed segment (g->pack = P, 2 or 4) of records r[0 … 4), P to a vector, against the
+ * queries' bytes of its block repeated in every slot (qd[k][u]: query k, half u):
+ * a[(4/P)k + p] += the products of query k with records Pp … Pp + P − 1. The same instructions
+ * per vector as a whole block: 1/P as many per record. */
+static inline __attribute__((always_inline)) void vnni_4x4_packed(const vseg *g, const uint8_t *const r[4],
+                                                                  const int8_t (*qd)[2][64], __m512i *a, int P,
+                                                                  int B) {
+    for (int p = 0; p < 4 / P; p++) {
+        vblk blk = vseg_load_packed(g, r + P * p, P, B);
+        __m512i cl = vseg_half(g, blk, 0, g->table, B), ch = vseg_half(g, blk, 1, g->table, B);
         for (int k = 0; k < 4; k++) {
-            a[2 * k + p] = _mm512_dpbusd_epi32(a[2 * k + p], cl, _mm512_load_si512(qd[k][0]));
-            a[2 * k + p] = _mm512_dpbusd_epi32(a[2 * k + p], ch, _mm512_load_si512(qd[k][1]));
+            __m512i *ak = &a[(4 / P) * k + p];
+            *ak = _mm512_dpbusd_epi32(*ak, cl, _mm512_load_si512(qd[k][0]));
+            *ak = _mm512_dpbusd_epi32(*ak, ch, _mm512_load_si512(qd[k][1]));
         }
     }
 }
 
-/* The 16 sums of vnni_2x4_half's accumulators, lane 4k + m = query k, record m. */
-static inline __m512i hsum8_halves_i32(const __m512i a[8]) {
+/* The 16 sums of vnni_4x4_packed's accumulators at P = 2, lane 4k + m = query k, record m. */
+static inline __attribute__((always_inline)) __m512i hsum8_halves_i32(const __m512i a[8]) {
     __m512i u[2];
     hsum_in_lanes_i32(a, 2, u);
     /* 128-bit lanes 0, 1: record 2p, lanes 2, 3: record 2p + 1 of accumulator 2k + p; after the
@@ -286,19 +364,30 @@ static inline __m512i hsum8_halves_i32(const __m512i a[8]) {
     return _mm512_permutexvar_epi32(order, v);
 }
 
+/* The same at P = 4: 128-bit lane m of a[k] is record m; after the in-lane sums lane 4m + k
+ * holds query k, record m. */
+static inline __attribute__((always_inline)) __m512i hsum4_quarters_i32(const __m512i a[4]) {
+    __m512i u;
+    hsum_in_lanes_i32(a, 1, &u);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_epi32(order, u);
+}
+
 /* What the scores of a call make of its queries before reading a record, kept so that calls on
  * many pages of records reuse it (tq_attn_kernels.prep_turbo_lanes): the segment tables and,
- * per group of four queries, q̂, its bias and α·β, and for all-half segments the queries'
- * halves duplicated. */
+ * per group of four queries, q̂, its bias and α·β, and for packed segments the queries' bytes of
+ * the block repeated in every slot. */
 typedef struct vnni_qgroup {
     __m512i vbias;
     __m512 vab;
     int fin;             /* 0: a query of the group is not finite (the float kernels take it) */
     const int8_t *qp[4]; /* kl bytes each (absent queries: the first's) */
-    int8_t (*qd)[4][2][64]; /* [segment]: when every segment is a half */
+    int8_t (*qd)[4][2][64]; /* [segment]: a packed segment's block of each query, repeated in
+                               every slot */
 } vnni_qgroup;
 typedef struct vnni_qprep {
-    int ok, kl, tr, halves;
+    int ok, kl, tr;
+    int packs; /* bit P set: a segment of g->pack = P */
     float alpha;
     vseg g[2];
     vnni_qgroup grp[]; /* (nq + 3) / 4, then each group's bytes */
@@ -321,8 +410,8 @@ static int vnni_prep_turbo_lanes(const tq_record *x, const float *q, size_t qs, 
     P->ok = vnni_prepare(x, P->g, &P->alpha, &P->kl);
     if (!P->ok) return 1;
     const int kl = P->kl, ng = (nq + 3) / 4;
-    P->halves = 1;
-    for (int s = 0; s < x->n_seg; s++) P->halves &= P->g[s].half;
+    P->packs = 0;
+    for (int s = 0; s < x->n_seg; s++) P->packs |= 1 << P->g[s].pack;
     uint8_t *bytes = (uint8_t *)(void *)(P->grp + ng);
     for (int j = 0; j < nq; j += 4) {
         vnni_qgroup *G = &P->grp[j / 4];
@@ -348,16 +437,54 @@ static int vnni_prep_turbo_lanes(const tq_record *x, const float *q, size_t qs, 
         }
         G->vbias = _mm512_loadu_si512(b16);
         G->vab = _mm512_loadu_ps(ab);
-        /* every segment half: two records per vector, the queries' halves duplicated */
-        if (P->halves)
-            for (int s = 0; s < x->n_seg; s++)
-                for (int k = 0; k < 4; k++)
-                    for (int u = 0; u < 2; u++) {
-                        __m512i v = _mm512_load_si512(G->qp[k] + 128 * s + 64 * u);
-                        _mm512_store_si512(G->qd[s][k][u], _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 0, 1, 0)));
-                    }
+        /* packed segments: the block's first 32 or 16 bytes of each half repeated */
+        for (int s = 0; s < x->n_seg; s++)
+            for (int k = 0; k < 4 && P->g[s].pack > 1; k++)
+                for (int u = 0; u < 2; u++) {
+                    __m512i v = _mm512_load_si512(G->qp[k] + 128 * P->g[s].H0 + 64 * u);
+                    v = P->g[s].pack == 2 ? _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(1, 0, 1, 0))
+                                          : _mm512_shuffle_i64x2(v, v, 0);
+                    _mm512_store_si512(G->qd[s][k][u], v);
+                }
     }
     return 1;
+}
+
+/* vnni_4x4_seg and vnni_4x4_packed with the segment's width and pack as constants. */
+static inline __attribute__((always_inline)) void vnni_seg_whole(const vseg *g, const uint8_t *const r[4], const int8_t *const qp[4], __m512i a[16]) {
+    switch (g->B) {
+    case 4: vnni_4x4_seg(g, r, qp, g->H0, a, 4); break;
+    case 3: vnni_4x4_seg(g, r, qp, g->H0, a, 3); break;
+    case 2: vnni_4x4_seg(g, r, qp, g->H0, a, 2); break;
+    default: vnni_4x4_seg(g, r, qp, g->H0, a, 1); break;
+    }
+}
+static inline __attribute__((always_inline)) void vnni_seg_packed(const vseg *g, const uint8_t *const r[4], const int8_t (*qd)[2][64], __m512i *a) {
+#define PACKED(P)                                                                                              \
+    switch (g->B) {                                                                                            \
+    case 4: vnni_4x4_packed(g, r, qd, a, P, 4); break;                                                         \
+    case 3: vnni_4x4_packed(g, r, qd, a, P, 3); break;                                                         \
+    case 2: vnni_4x4_packed(g, r, qd, a, P, 2); break;                                                         \
+    default: vnni_4x4_packed(g, r, qd, a, P, 1); break;                                                        \
+    }
+    if (g->pack == 2) {
+        PACKED(2)
+    } else {
+        PACKED(4)
+    }
+#undef PACKED
+}
+
+/* The sums of records r's segments of pack P (2 or 4) against query group G, lane 4k + m =
+ * query k, record m. */
+static inline __attribute__((always_inline)) __m512i vnni_packed_sums(const vseg *g, int n_seg,
+                                                                      const uint8_t *const r[4],
+                                                                      const vnni_qgroup *G, int P) {
+    __m512i a[8];
+    for (int i = 0; i < 16 / P; i++) a[i] = _mm512_setzero_si512();
+    for (int s = 0; s < n_seg; s++)
+        if (g[s].pack == P) vnni_seg_packed(&g[s], r, (const int8_t(*)[2][64])G->qd[s], a);
+    return P == 2 ? hsum8_halves_i32(a) : hsum4_quarters_i32(a);
 }
 
 /* score_turbo_lanes on queries prepared by vnni_prep_turbo_lanes (q, qs: the same queries,
@@ -371,7 +498,7 @@ static int vnni_score_prepared(const tq_record *x, const uint8_t *rec, int nk, c
         return tr ? trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x))
                   : fallback->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, ahead);
     const vseg *g = P->g;
-    const int kl = P->kl, halves = P->halves;
+    const int kl = P->kl, packs = P->packs;
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
@@ -393,32 +520,16 @@ static int vnni_score_prepared(const tq_record *x, const uint8_t *rec, int nk, c
             for (int m = 0; m < 4; m++) r[m] = rec + (size_t)(t + (m < n4 ? m : 0)) * rb;
             if (j == 0) simd_ahead_step(&ah, 4);
             ok &= simd_rec_scales(x, r, 4, n4, sc);
-            __m512i a[16], sums;
-            for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
-            if (halves) {
-                for (int s = 0; s < x->n_seg; s++) {
-                    const int8_t(*qs2)[2][64] = (const int8_t(*)[2][64])G->qd[s];
-                    switch (g[s].B) {
-                    case 4: vnni_2x4_half(&g[s], r, qs2, a, 4); break;
-                    case 3: vnni_2x4_half(&g[s], r, qs2, a, 3); break;
-                    case 2: vnni_2x4_half(&g[s], r, qs2, a, 2); break;
-                    default: vnni_2x4_half(&g[s], r, qs2, a, 1); break;
-                    }
-                }
-                sums = hsum8_halves_i32(a);
-            } else {
-                int H0 = 0;
-                for (int s = 0; s < x->n_seg; s++) {
-                    switch (g[s].B) {
-                    case 4: vnni_4x4_seg(&g[s], r, qp, H0, a, 4); break;
-                    case 3: vnni_4x4_seg(&g[s], r, qp, H0, a, 3); break;
-                    case 2: vnni_4x4_seg(&g[s], r, qp, H0, a, 2); break;
-                    default: vnni_4x4_seg(&g[s], r, qp, H0, a, 1); break;
-                    }
-                    H0 += g[s].nblk;
-                }
+            __m512i sums = _mm512_setzero_si512();
+            if (packs & 1 << 1) {
+                __m512i a[16];
+                for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
+                for (int s = 0; s < x->n_seg; s++)
+                    if (g[s].pack == 1) vnni_seg_whole(&g[s], r, qp, a);
                 sums = hsum16_i32(a);
             }
+            if (packs & 1 << 2) sums = _mm512_add_epi32(sums, vnni_packed_sums(g, x->n_seg, r, G, 2));
+            if (packs & 1 << 4) sums = _mm512_add_epi32(sums, vnni_packed_sums(g, x->n_seg, r, G, 4));
             __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, vbias)), vab);
             if (m4 == 4 && n4 == 4) {
                 store16(v, sc, S + (size_t)j * ss + (size_t)t, ss);
@@ -522,70 +633,85 @@ static inline __attribute__((always_inline)) void vnni_accum_seg(const vseg *g, 
         }
 }
 
-/* Two records' half block (vnni_2x4_half's layout) of half u: lanes 0–7 record a's table values
- * (t: g->table_s), 8–15 record b's. */
-static inline __attribute__((always_inline)) __m512i vnni_decode_pair(const vseg *g, const uint8_t *ra,
-                                                                      const uint8_t *rb, int u, int B) {
-    const __mmask64 mk = ((__mmask64)1 << (8 * B)) - 1;
-    vblk blk;
-    blk.raw2 = _mm512_setzero_si512();
-    blk.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(mk, ra + g->off), g->align2,
-                                       _mm512_maskz_loadu_epi8(mk, rb + g->off));
-    return vseg_half(g, blk, u, g->table_s, 4);
-}
-
-/* vnni_accum_seg for a segment with g->half: eight records per step in four vectors of two
- * (x01 … x67); after the transpose a dword of 128-bit lanes 0–1 holds records 0, 2, 4, 6 of one
- * coordinate, the same dword of lanes 2–3 records 1, 3, 5, 7, so the weight vector has the
- * even records' bytes in its low half and the odd ones' in its high half; per group the two
- * halves are added (the block's first 64 coordinates: F's first 8 floats per vector). n: a
- * multiple of 4; a last step of 4 repeats its records with weight 0. */
-static inline __attribute__((always_inline)) void vnni_accum_halves(const vseg *g, const uint8_t *r0, size_t rb,
+/* vnni_accum_seg for a packed segment (g->pack = P, 2 or 4): 4P records per step in four
+ * vectors of P (vector v: records Pv … Pv + P − 1, one per slot). After the transpose a dword
+ * of 128-bit lane L holds one coordinate of the four records of slot i = L·P/4 (records i,
+ * P + i, 2P + i, 3P + i), so lane L of the weight vector has those records' bytes; per group
+ * the slots' sums are added (the block's first 64 or 32 coordinates: F's first 8 or 4 floats
+ * per vector). n: a multiple of 4; a shorter last step repeats its records with weight 0. */
+static inline __attribute__((always_inline)) void vnni_accum_packed(const vseg *g, const uint8_t *r0, size_t rb,
                                                                     int n, const uint8_t (*W)[VNNI_CALL],
                                                                     const float (*ag)[VNNI_CALL / VNNI_GROUP],
-                                                                    int H0, float *const F[4], int B,
+                                                                    float *const F[4], int P, int B,
                                                                     simd_ahead *ah) {
-    const __m512i spread = _mm512_set_epi8(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1,
-                                           15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1,
-                                           14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0,
-                                           14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    uint8_t ctl[64];
+    for (int i = 0; i < 64; i++) {
+        int L = i / 16, b = i % 16, slot = L * P / 4;
+        ctl[i] = (uint8_t)(b % 4 * P + slot);
+    }
+    const __m512i spread = _mm512_loadu_si512(ctl);
     for (int u = 0; u < 2; u++)
         for (int t0 = 0; t0 < n; t0 += VNNI_GROUP) {
             int t1 = t0 + VNNI_GROUP < n ? t0 + VNNI_GROUP : n;
             __m512i a[16];
             for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_si512();
-            for (int t = t0; t < t1; t += 8) {
-                const int four = t + 8 > t1; /* records t + 4 … t + 7 absent */
-                const uint8_t *r = r0 + (size_t)t * rb, *r4 = four ? r : r + 4 * rb;
-                if (ah && u == 0) simd_ahead_step(ah, four ? 4 : 8);
-                __m512i x01 = vnni_decode_pair(g, r, r + rb, u, B), x23 = vnni_decode_pair(g, r + 2 * rb, r + 3 * rb, u, B),
-                        x45 = vnni_decode_pair(g, r4, r4 + rb, u, B),
-                        x67 = vnni_decode_pair(g, r4 + 2 * rb, r4 + 3 * rb, u, B);
+            for (int t = t0; t < t1; t += 4 * P) {
+                const int cnt = t1 - t < 4 * P ? t1 - t : 4 * P; /* records present, a multiple of 4 */
+                const uint8_t *r[16];
+                for (int i = 0; i < 4 * P; i++) r[i] = r0 + (size_t)(t + (i < cnt ? i : 0)) * rb;
+                if (ah && u == 0) simd_ahead_step(ah, cnt);
+                __m512i x[4];
+                for (int v = 0; v < 4; v++) x[v] = vseg_half(g, vseg_load_packed(g, r + P * v, P, B), u, g->table_s, B);
                 __m512i y[4];
-                transpose_bytes4(x01, x23, x45, x67, y);
+                transpose_bytes4(x[0], x[1], x[2], x[3], y);
                 for (int j = 0; j < 4; j++) {
-                    uint64_t w8;
-                    if (four) {
-                        uint32_t w4;
-                        memcpy(&w4, &W[j][t], 4);
-                        w8 = w4;
-                    } else {
-                        memcpy(&w8, &W[j][t], 8);
-                    }
-                    __m512i wb = _mm512_shuffle_epi8(_mm512_set1_epi64((long long)w8), spread);
+                    __m128i w = _mm_maskz_loadu_epi8((__mmask16)((1u << cnt) - 1u), &W[j][t]);
+                    __m512i wb = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(w), spread);
                     for (int q = 0; q < 4; q++) a[4 * j + q] = _mm512_dpbusd_epi32(a[4 * j + q], wb, y[q]);
                 }
             }
             for (int j = 0; j < 4; j++) {
-                __m256 sc = _mm256_set1_ps(ag[j][t0 / VNNI_GROUP]);
-                float *f = F[j] + ((size_t)H0 * 2 + (size_t)u) * 64;
+                float *f = F[j] + ((size_t)g->H0 * 2 + (size_t)u) * 64;
                 for (int q = 0; q < 4; q++) {
-                    __m256i both = _mm256_add_epi32(_mm512_castsi512_si256(a[4 * j + q]),
-                                                    _mm512_extracti64x4_epi64(a[4 * j + q], 1));
-                    _mm256_storeu_ps(f + 16 * q, _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), sc, _mm256_loadu_ps(f + 16 * q)));
+                    __m256i s2 = _mm256_add_epi32(_mm512_castsi512_si256(a[4 * j + q]),
+                                                  _mm512_extracti64x4_epi64(a[4 * j + q], 1));
+                    if (P == 2) {
+                        __m256 sc = _mm256_set1_ps(ag[j][t0 / VNNI_GROUP]);
+                        _mm256_storeu_ps(f + 16 * q, _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), sc, _mm256_loadu_ps(f + 16 * q)));
+                    } else {
+                        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s2), _mm256_extracti128_si256(s2, 1));
+                        __m128 sc = _mm_set1_ps(ag[j][t0 / VNNI_GROUP]);
+                        _mm_storeu_ps(f + 16 * q, _mm_fmadd_ps(_mm_cvtepi32_ps(s4), sc, _mm_loadu_ps(f + 16 * q)));
+                    }
                 }
             }
         }
+}
+
+/* vnni_accum_seg and vnni_accum_packed with the segment's width and pack as constants. */
+static inline __attribute__((always_inline)) void vnni_accum_any(const vseg *g, const uint8_t *r0, size_t rb, int n, const uint8_t (*W)[VNNI_CALL],
+                           const float (*ag)[VNNI_CALL / VNNI_GROUP], float *const F[4], simd_ahead *ah) {
+#define ACCUM(call)                                                                                            \
+    switch (g->B) {                                                                                            \
+    case 4: call(4); break;                                                                                    \
+    case 3: call(3); break;                                                                                    \
+    case 2: call(2); break;                                                                                    \
+    default: call(1); break;                                                                                   \
+    }
+#define WHOLE(B) vnni_accum_seg(g, r0, rb, n, W, ag, g->H0, F, B, ah)
+#define PACK2(B) vnni_accum_packed(g, r0, rb, n, W, ag, F, 2, B, ah)
+#define PACK4(B) vnni_accum_packed(g, r0, rb, n, W, ag, F, 4, B, ah)
+    if (g->pack == 1) {
+        ACCUM(WHOLE)
+    } else if (g->pack == 2) {
+        ACCUM(PACK2)
+    } else {
+        ACCUM(PACK4)
+    }
+#undef ACCUM
+#undef WHOLE
+#undef PACK2
+#undef PACK4
 }
 
 static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p,
@@ -646,26 +772,8 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
             const uint8_t(*Wc)[VNNI_CALL] = (const uint8_t(*)[VNNI_CALL])W;
             const float(*agc)[VNNI_CALL / VNNI_GROUP] = (const float(*)[VNNI_CALL / VNNI_GROUP])ag;
-            int H0 = 0;
-            for (int s = 0; s < x->n_seg; s++) {
-                if (g[s].half) {
-                    switch (g[s].B) {
-                    case 4: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4, j == 0 && s == 0 ? &ah : NULL); break;
-                    case 3: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3, j == 0 && s == 0 ? &ah : NULL); break;
-                    case 2: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 2, j == 0 && s == 0 ? &ah : NULL); break;
-                    default: vnni_accum_halves(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 1, j == 0 && s == 0 ? &ah : NULL); break;
-                    }
-                    H0 += 1;
-                    continue;
-                }
-                switch (g[s].B) {
-                case 4: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 4, j == 0 && s == 0 ? &ah : NULL); break;
-                case 3: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 3, j == 0 && s == 0 ? &ah : NULL); break;
-                case 2: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 2, j == 0 && s == 0 ? &ah : NULL); break;
-                default: vnni_accum_seg(&g[s], r0, rb, nfull, Wc, agc, H0, Fp, 1, j == 0 && s == 0 ? &ah : NULL); break;
-                }
-                H0 += g[s].nblk;
-            }
+            for (int s = 0; s < x->n_seg; s++)
+                vnni_accum_any(&g[s], r0, rb, nfull, Wc, agc, Fp, j == 0 && s == 0 ? &ah : NULL);
             /* buffer order → lane layout */
             for (int k = 0; k < m4; k++) {
                 float *A = acc + (size_t)(j + k) * as;
@@ -702,6 +810,9 @@ static void vnni_init(void) {
     vnni_table.score_turbo_lanes_prepared = vnni_score_prepared;
     vnni_table.accum_turbo_lanes = vnni_accum_turbo_lanes;
     vnni_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
+    for (int B = 1; B <= 4; B++)
+        for (int tr = 0; tr < 2; tr++)
+            for (int lg = 0; lg < 3; lg++) vctl_make(&vnni_ctl[B][tr][lg], B, tr, lg);
 }
 
 const tq_attn_kernels *tq_attn_kernels_avx512_vnni(void) {
