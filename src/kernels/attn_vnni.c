@@ -34,7 +34,9 @@
  * at d 64) lanes 4–15: such a segment is packed, two or four records to a vector (two merged by
  * one vpermt2b, four each in its own 16-byte slot; vseg_load_packed, trellis codes too), and the
  * queries' bytes of the block are repeated in each slot (vnni_4x4_packed, vnni_accum_packed):
- * the same int32 sums with a half or a quarter of the instructions per record.
+ * the same int32 sums with a half or a quarter of the instructions per record. The value sums
+ * read a record of two such segments of plain codes (fractional widths at d ≤ 128) as one
+ * (vseg_merge).
  */
 #include "attn_kernels.h"
 
@@ -63,6 +65,7 @@ typedef struct vseg {
     __m512i sh4;          /* packed wide: vpermb, each slot's bytes moved up by 4 (sh4m: zeros
                              in its first 4) */
     __mmask64 sh4m;
+    __mmask64 km;                   /* merged (vseg_merge): the bytes of segment 1's lanes */
     __mmask64 mk[VNNI_MAX_BLOCKS];  /* vseg_load's mask of block h: its n stored bytes (trellis
                                        of B < 4: n + 1 from the byte before, that byte off in
                                        block 0) */
@@ -206,6 +209,8 @@ static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const
 static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vblk b, int u,
                                                                const __m512i *t, int B) {
     __m512i idx = _mm512_multishift_epi64_epi8(u ? g->hi : g->lo, b.raw);
+    if (B == 0) /* merged: segment 1's lanes from its own table */
+        return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(idx, t[0]), g->km, idx, t[1]);
     if (B != 4 || !g->wide) return _mm512_permutexvar_epi8(idx, t[0]);
     if (!u) idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->lo2, b.raw2);
     __m512i a = _mm512_permutex2var_epi8(t[0], idx, t[1]), c = _mm512_permutex2var_epi8(t[2], idx, t[3]);
@@ -238,6 +243,46 @@ static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g
     }
     if (B == 4 && g->wide) b.raw2 = _mm512_maskz_permutexvar_epi8(g->sh4m, g->sh4, b.raw);
     return b;
+}
+
+/* The value sums of a record of two one-block segments of plain codes with L0 + L1 ≤ 16 lanes
+ * (turbo3.5's and turbo2.5's values at head dims ≤ 128) read both segments in one vector: m,
+ * a segment read with B = 0, whose lanes 0 … L0 − 1 are segment 0's and L0 … L0 + L1 − 1
+ * segment 1's, two records to a vector when L0 + L1 ≤ 8 (lanes 8 on: the second record's).
+ * One masked load covers both segments' bytes (they are consecutive, ≤ 64 bytes); the align
+ * moves each lane's bytes from its own segment; each byte of the shift controls is its lane's
+ * segment's, and segment 1's lanes are looked up in its own table (a second, masked vpermb:
+ * km). Two passes of transposes, weights and group sums become one. Returns 0 where the record
+ * is not of that shape. */
+static int vseg_merge(const tq_record *x, const vseg *g, vseg *m) {
+    if (x->n_seg != 2 || g[0].trellis || g[1].trellis || g[0].pack == 1 || g[1].pack == 1) return 0;
+    const int L0 = x->seg[0].count / 8, L1 = x->seg[1].count / 8, B0 = g[0].B, B1 = g[1].B;
+    const size_t rel = x->seg[1].off - x->seg[0].off, span = rel + g[1].bytes;
+    if (x->seg[1].off < x->seg[0].off + g[0].bytes || L0 + L1 > 16 || span > 64) return 0;
+    const int P = L0 + L1 <= 8 ? 2 : 1;
+    const __m512i l = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i lr = P == 2 ? _mm512_and_si512(l, _mm512_set1_epi32(7)) : l; /* lane in its record */
+    const __mmask16 in1 = _mm512_cmpge_epi32_mask(lr, _mm512_set1_epi32(L0));
+    __m512i base = _mm512_mask_blend_epi32(
+        in1, _mm512_mullo_epi32(lr, _mm512_set1_epi32(B0)),
+        _mm512_add_epi32(_mm512_set1_epi32((int)rel),
+                         _mm512_mullo_epi32(_mm512_sub_epi32(lr, _mm512_set1_epi32(L0)), _mm512_set1_epi32(B1))));
+    if (P == 2) base = _mm512_add_epi32(base, _mm512_slli_epi32(_mm512_srli_epi32(l, 3), 6)); /* vpermt2b: +64 */
+    *m = g[0];
+    m->align = m->alignp = _mm512_add_epi32(_mm512_mullo_epi32(base, _mm512_set1_epi32(0x01010101)),
+                                            _mm512_set1_epi32(0x03020100));
+    m->km = _mm512_movepi8_mask(_mm512_movm_epi32(in1));
+    m->lo = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].lo, vnni_ctl[B1][0][0].lo);
+    m->hi = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].hi, vnni_ctl[B1][0][0].hi);
+    m->table[1] = g[1].table[0];
+    m->table_s[1] = g[1].table_s[0];
+    m->mk[0] = span >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << span) - 1;
+    m->B = 0;
+    m->pack = P;
+    m->nblk = 1;
+    m->H0 = 0;
+    m->bytes = span;
+    return 1;
 }
 
 /* The state of both kernels, kl = the lane-layout row floats; 0: use the float kernel. */
@@ -701,7 +746,10 @@ static inline __attribute__((always_inline)) void vnni_accum_any(const vseg *g, 
 #define WHOLE(B) vnni_accum_seg(g, r0, rb, n, W, ag, g->H0, F, B, ah)
 #define PACK2(B) vnni_accum_packed(g, r0, rb, n, W, ag, F, 2, B, ah)
 #define PACK4(B) vnni_accum_packed(g, r0, rb, n, W, ag, F, 4, B, ah)
-    if (g->pack == 1) {
+    if (g->B == 0) { /* merged (vseg_merge) */
+        if (g->pack == 1) WHOLE(0);
+        else PACK2(0);
+    } else if (g->pack == 1) {
         ACCUM(WHOLE)
     } else if (g->pack == 2) {
         ACCUM(PACK2)
@@ -724,6 +772,9 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     if (!vnni_prepare(x, g, &alpha, &kl))
         return tr ? trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x))
                   : fallback->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, ahead);
+    vseg mg = g[0]; /* what vseg_merge does not set (gcc cannot see it unread otherwise) */
+    const int merged = vseg_merge(x, g, &mg);
+    const int L0 = x->seg[0].count / 8, Lm = merged ? L0 + x->seg[1].count / 8 : 0;
     size_t rb = x->rec_bytes;
     simd_ahead ah = simd_ahead_init(ahead, nk);
     int ok = 1;
@@ -772,10 +823,22 @@ static int vnni_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
             for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
             const uint8_t(*Wc)[VNNI_CALL] = (const uint8_t(*)[VNNI_CALL])W;
             const float(*agc)[VNNI_CALL / VNNI_GROUP] = (const float(*)[VNNI_CALL / VNNI_GROUP])ag;
-            for (int s = 0; s < x->n_seg; s++)
+            if (merged) vnni_accum_any(&mg, r0, rb, nfull, Wc, agc, Fp, j == 0 ? &ah : NULL);
+            for (int s = 0; s < x->n_seg && !merged; s++)
                 vnni_accum_any(&g[s], r0, rb, nfull, Wc, agc, Fp, j == 0 && s == 0 ? &ah : NULL);
-            /* buffer order → lane layout */
-            for (int k = 0; k < m4; k++) {
+            /* buffer order → lane layout (merged: the one block's lanes to their segments) */
+            for (int k = 0; k < m4 && merged; k++) {
+                float *A = acc + (size_t)(j + k) * as;
+                for (int u = 0; u < 2; u++)
+                    for (int r = 0; r < 4; r++)
+                        for (int L = 0; L < 4; L++)
+                            for (int q = 0; q < 4; q++) {
+                                int l = 4 * L + r;
+                                if (l < Lm)
+                                    A[(l < L0 ? 0 : 128 - L0) + 16 * (4 * u + q) + l] += F[k][(size_t)u * 64 + 16 * r + 4 * L + q];
+                            }
+            }
+            for (int k = 0; k < m4 && !merged; k++) {
                 float *A = acc + (size_t)(j + k) * as;
                 for (int H = 0; H < kl / 128; H++)
                     for (int u = 0; u < 2; u++)
