@@ -227,18 +227,20 @@ static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vb
  * from the byte before) fit its slot. */
 static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g, const uint8_t *const *r, int P,
                                                                    int B) {
-    const size_t at = g->off - (size_t)(g->trellis && B < 4);
+    /* the byte before: subtracted from the pointer (an offset of off − 1 wraps at off = 0) */
+    const size_t off = g->off;
+    const int tb = g->trellis && B < 4;
     const __mmask64 m = g->mk[0];
     vblk b;
     b.raw2 = _mm512_setzero_si512();
     if (P == 2) {
-        b.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, r[0] + at), g->alignp,
-                                         _mm512_maskz_loadu_epi8(m, r[1] + at));
+        b.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, r[0] + off - tb), g->alignp,
+                                         _mm512_maskz_loadu_epi8(m, r[1] + off - tb));
     } else {
-        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8((__mmask16)m, r[0] + at));
-        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[1] + at), 1);
-        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[2] + at), 2);
-        b.raw = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[3] + at), 3);
+        __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8((__mmask16)m, r[0] + off - tb));
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[1] + off - tb), 1);
+        v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[2] + off - tb), 2);
+        b.raw = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[3] + off - tb), 3);
         if (B != 4) b.raw = _mm512_permutexvar_epi8(g->alignp, b.raw);
     }
     if (B == 4 && g->wide) b.raw2 = _mm512_maskz_permutexvar_epi8(g->sh4m, g->sh4, b.raw);
