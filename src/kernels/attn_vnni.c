@@ -50,21 +50,30 @@
 
 #define VNNI_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 
+/* The controls of a segment's shape — width B, trellis codes or not, records per vector P —
+ * made once for every shape (vnni_init), so that a call only copies them. */
+typedef struct vctl {
+    __m512i align;  /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block (trellis: of the block
+                       loaded from one byte earlier) */
+    __m512i lo, hi; /* vpmultishiftqb controls: codes 0–3 / 4–7 of each lane as bytes */
+    __m512i lo2;    /* wide: the control of even lanes' code 0 in the block loaded from four
+                       bytes earlier (byte 0 of each qword) */
+    __m512i alignp; /* packed (vseg_load_packed): P = 2, vpermt2b, lane l ← bytes [B(l mod 8),
+                       +4) of record l / 8's load; P = 4 (B < 4), vpermb, lane l ← bytes
+                       [B(l mod 4), +4) of 16-byte slot l / 4 */
+    __m512i sh4;    /* packed wide: vpermb, each slot's bytes moved up by 4 (sh4m: zeros in its
+                       first 4) */
+    __m512i spread; /* packed values (vnni_accum_packed): vpshufb, lane L of the weights ← the
+                       bytes of the four records of slot L·P/4 */
+    __mmask64 sh4m;
+} vctl;
+static vctl vnni_ctl[5][2][3]; /* [B][trellis][log2 P] */
+
 typedef struct vseg {
-    __m512i align;        /* vpermb: lane l ← bytes [Bl, Bl + 4) of the block (trellis: of the
-                             block loaded from one byte earlier) */
-    __m512i lo, hi;       /* vpmultishiftqb controls: codes 0–3 / 4–7 of each lane as bytes */
-    __m512i lo2;          /* wide: the control of even lanes' code 0 in the block loaded from
-                             four bytes earlier (byte 0 of each qword) */
+    vctl c;               /* the shape's controls (vnni_ctl; vseg_merge: its own) */
     __m512i table[4];     /* entry e: 128 + ĉ[e mod 2^B] (scores: unsigned operand); wide: 256
                              entries in four registers, else [0] */
     __m512i table_s[4];   /* entry e: ĉ[e mod 2^B] (values: signed operand), likewise */
-    __m512i alignp;       /* packed (below): P = 2, vpermt2b, lane l ← bytes [B(l mod 8), +4) of
-                             record l / 8's load; P = 4 (B < 4), vpermb, lane l ← bytes
-                             [B(l mod 4), +4) of 16-byte slot l / 4 */
-    __m512i sh4;          /* packed wide: vpermb, each slot's bytes moved up by 4 (sh4m: zeros
-                             in its first 4) */
-    __mmask64 sh4m;
     __mmask64 km;                   /* merged (vseg_merge): the bytes of segment 1's lanes */
     __mmask64 mk[VNNI_MAX_BLOCKS];  /* vseg_load's mask of block h: its n stored bytes (trellis
                                        of B < 4: n + 1 from the byte before, that byte off in
@@ -79,13 +88,7 @@ typedef struct vseg {
     size_t off, bytes;
 } vseg;
 
-/* The controls of a segment's shape — width B, trellis codes or not, records per vector P —
- * made once for every shape (vnni_init), so that a call only copies them. */
-typedef struct vctl {
-    __m512i align, lo, hi, lo2, alignp, sh4;
-    __mmask64 sh4m;
-} vctl;
-static vctl vnni_ctl[5][2][3]; /* [B][trellis][log2 P] */
+
 
 static void vctl_make(vctl *c, int B, int tr, int lg) {
     const int wide = tr && B == 4, lps = 16 >> lg; /* lanes per slot of 64 >> lg bytes */
@@ -119,6 +122,10 @@ static void vctl_make(vctl *c, int B, int tr, int lg) {
     c->lo2 = _mm512_loadu_si512(lo2);
     c->sh4 = _mm512_loadu_si512(sh4);
     c->sh4m = (__mmask64)sh4m;
+    uint8_t spread[64];
+    for (int i = 0; i < 64; i++) /* byte b of 128-bit lane L: record b mod 4 of slot L·P/4 */
+        spread[i] = (uint8_t)(i % 16 % 4 * (1 << lg) + (i / 16) * (1 << lg) / 4);
+    c->spread = _mm512_loadu_si512(spread);
 }
 
 /* α and the segments' state; 0 if some centroid is not finite (then the float kernel). Called
@@ -137,14 +144,8 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
         int wide = tr && B == 4, ne = wide ? 256 : 64;
         const int nblk = (x->seg[s].count + 127) / 128;
         const int P = nblk > 1 || x->seg[s].count > 64 ? 1 : x->seg[s].count > 32 ? 2 : 4;
-        const vctl *c = &vnni_ctl[B][tr][P == 1 ? 0 : P == 2 ? 1 : 2];
-        g[s].align = c->align;
-        g[s].alignp = c->alignp;
-        g[s].lo = c->lo;
-        g[s].hi = c->hi;
-        g[s].lo2 = c->lo2;
-        g[s].sh4 = c->sh4;
-        g[s].sh4m = c->sh4m;
+        const vctl *ctl = &vnni_ctl[B][tr][P == 1 ? 0 : P == 2 ? 1 : 2];
+        g[s].c = *ctl;
         /* entry e: val[e mod nv] (nv < 16: the values repeated by a permute) */
         __m512i rep = _mm512_and_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                        _mm512_set1_epi32(nv - 1));
@@ -200,7 +201,7 @@ static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const
         b.raw = _mm512_maskz_loadu_epi8(g->mk[h], p);
         if (B == 4 && g->wide) b.raw2 = _mm512_maskz_loadu_epi8(g->mk2[h], p - 4);
     }
-    if (B != 4) b.raw = _mm512_permutexvar_epi8(g->align, b.raw);
+    if (B != 4) b.raw = _mm512_permutexvar_epi8(g->c.align, b.raw);
     return b;
 }
 
@@ -208,11 +209,11 @@ static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const
  * loaded block. */
 static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vblk b, int u,
                                                                const __m512i *t, int B) {
-    __m512i idx = _mm512_multishift_epi64_epi8(u ? g->hi : g->lo, b.raw);
+    __m512i idx = _mm512_multishift_epi64_epi8(u ? g->c.hi : g->c.lo, b.raw);
     if (B == 0) /* merged: segment 1's lanes from its own table */
         return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(idx, t[0]), g->km, idx, t[1]);
     if (B != 4 || !g->wide) return _mm512_permutexvar_epi8(idx, t[0]);
-    if (!u) idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->lo2, b.raw2);
+    if (!u) idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->c.lo2, b.raw2);
     __m512i a = _mm512_permutex2var_epi8(t[0], idx, t[1]), c = _mm512_permutex2var_epi8(t[2], idx, t[3]);
     return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), a, c);
 }
@@ -234,16 +235,16 @@ static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g
     vblk b;
     b.raw2 = _mm512_setzero_si512();
     if (P == 2) {
-        b.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, r[0] + off - tb), g->alignp,
+        b.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, r[0] + off - tb), g->c.alignp,
                                          _mm512_maskz_loadu_epi8(m, r[1] + off - tb));
     } else {
         __m512i v = _mm512_castsi128_si512(_mm_maskz_loadu_epi8((__mmask16)m, r[0] + off - tb));
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[1] + off - tb), 1);
         v = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[2] + off - tb), 2);
         b.raw = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[3] + off - tb), 3);
-        if (B != 4) b.raw = _mm512_permutexvar_epi8(g->alignp, b.raw);
+        if (B != 4) b.raw = _mm512_permutexvar_epi8(g->c.alignp, b.raw);
     }
-    if (B == 4 && g->wide) b.raw2 = _mm512_maskz_permutexvar_epi8(g->sh4m, g->sh4, b.raw);
+    if (B == 4 && g->wide) b.raw2 = _mm512_maskz_permutexvar_epi8(g->c.sh4m, g->c.sh4, b.raw);
     return b;
 }
 
@@ -271,11 +272,12 @@ static int vseg_merge(const tq_record *x, const vseg *g, vseg *m) {
                          _mm512_mullo_epi32(_mm512_sub_epi32(lr, _mm512_set1_epi32(L0)), _mm512_set1_epi32(B1))));
     if (P == 2) base = _mm512_add_epi32(base, _mm512_slli_epi32(_mm512_srli_epi32(l, 3), 6)); /* vpermt2b: +64 */
     *m = g[0];
-    m->align = m->alignp = _mm512_add_epi32(_mm512_mullo_epi32(base, _mm512_set1_epi32(0x01010101)),
+    m->c.align = m->c.alignp = _mm512_add_epi32(_mm512_mullo_epi32(base, _mm512_set1_epi32(0x01010101)),
                                             _mm512_set1_epi32(0x03020100));
     m->km = _mm512_movepi8_mask(_mm512_movm_epi32(in1));
-    m->lo = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].lo, vnni_ctl[B1][0][0].lo);
-    m->hi = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].hi, vnni_ctl[B1][0][0].hi);
+    m->c.lo = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].lo, vnni_ctl[B1][0][0].lo);
+    m->c.hi = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].hi, vnni_ctl[B1][0][0].hi);
+    m->c.spread = vnni_ctl[1][0][1].spread; /* P = 2 (P = 1 reads none) */
     m->table[1] = g[1].table[0];
     m->table_s[1] = g[1].table_s[0];
     m->mk[0] = span >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << span) - 1;
@@ -691,12 +693,7 @@ static inline __attribute__((always_inline)) void vnni_accum_packed(const vseg *
                                                                     const float (*ag)[VNNI_CALL / VNNI_GROUP],
                                                                     float *const F[4], int P, int B,
                                                                     simd_ahead *ah) {
-    uint8_t ctl[64];
-    for (int i = 0; i < 64; i++) {
-        int L = i / 16, b = i % 16, slot = L * P / 4;
-        ctl[i] = (uint8_t)(b % 4 * P + slot);
-    }
-    const __m512i spread = _mm512_loadu_si512(ctl);
+    const __m512i spread = g->c.spread;
     for (int u = 0; u < 2; u++)
         for (int t0 = 0; t0 < n; t0 += VNNI_GROUP) {
             int t1 = t0 + VNNI_GROUP < n ? t0 + VNNI_GROUP : n;
