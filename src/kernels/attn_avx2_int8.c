@@ -4,8 +4,8 @@
  * (attn_vnni.c) with the byte dot product of AVX2: vpmaddubsw (unsigned × signed bytes, pairs
  * summed in int16, saturating) then vpmaddwd by ones (pairs of int16 summed in int32). So that
  * vpmaddubsw can never saturate, the centroids are rounded to 7 bits instead of 8:
- * ĉ = round(c / α), α = the largest |centroid| of the segment / 63 (one α per segment of a
- * split record, VNNI: one per tensor), |ĉ| ≤ 63.
+ * ĉ = round(c / α), α = the largest |centroid| of the tensor / 63 (every segment of a split
+ * record the same α, as with VNNI), |ĉ| ≤ 63.
  * Compiled with -mavx2 -mfma -mf16c.
  *
  * Codes → bytes, per 128-coordinate block (16 lanes × 8 rounds) into four vectors of 32 bytes:
@@ -34,9 +34,12 @@
  *
  * Scores: q̂ = round(q / β), β = max|q| / Q per query row (Q = I8_QLEV: 63, or 127 with
  * AVX-VNNI), the table holds ĉ + 64 ∈ [1, 127]:
- *   ⟨q, row⟩ ≈ scale · β · Σ_s α_s (Σ_{i∈s} (ĉ_i + 64) · q̂_i − 64 · Σ_{i∈s} q̂_i),
+ *   ⟨q, row⟩ ≈ scale · α · β · (Σ (ĉ_i + 64) · q̂_i − 64 · Σ q̂_i),
  * vpmaddubsw pairs ≤ 2·127·63, two slices' pairs summed in int16 ≤ 32004 < 2^15;
- * error at most scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4) (α of the segment of i).
+ * error at most scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4). A record of two half or two
+ * quarter blocks of Lloyd-Max codes (the key split and the fractional widths at d 64 and 128:
+ * i8_two_blocks) is read in one pass over both segments, its scores converted once per record
+ * (i8_score_run2) and its values summed in the same quad slots; others a pass per segment.
  * Values: w_t = p_t · scale_t rounded per group of 32 tokens to ŵ ∈ [0, 255] (γ = the group's
  * largest w / 255), four tokens' bytes of one coordinate brought together by a 4 × 4 byte
  * transpose, one broadcast dword of their weights: pairs ≤ 2·255·63 < 2^15; error per
@@ -194,7 +197,7 @@ static int i8_back_kind[I8_LAYOUTS];
 enum { I8_PART, I8_WHOLE, I8_HALF, I8_QUARTER };
 
 typedef struct iseg {
-    float alpha;      /* this segment's centroid step: its largest |centroid| (pair value) / 63 */
+    float alpha;      /* the centroid step: the tensor's largest |centroid| (pair value) / 63 */
     __m256i tab_u[8]; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand);
                          3-bit trellis: 64 + ĉ[16k + e] in tab_u[k], the 64 pair values */
     __m256i tab_s[8]; /* ĉ, likewise (values: the signed operand); 4-bit trellis: ĉ[16k + e],
@@ -220,17 +223,39 @@ typedef struct iseg {
     default: M(2, 1); break;        \
     }
 
+/* 1 if x's records are read in one pass over both segments (i8_score_run2, i8_accum_block with
+ * B1): two segments of Lloyd-Max codes, one block each, both a half or both a quarter block —
+ * the key split and the fractional widths at d 64 and 128 — of the widths I8_BY_PAIR has. At
+ * whole blocks (d 256) and with trellis codes the one pass measured slower than two (the
+ * decoders' constants and tables spill: AVX2 has 16 vector registers). */
+static int i8_two_blocks(const tq_record *x, const iseg *g) {
+    if (x->n_seg != 2 || g[0].nblk != 1 || g[1].nblk != 1 || g[0].T || g[1].T || g[0].last != g[1].last ||
+        (g[0].last != I8_HALF && g[0].last != I8_QUARTER))
+        return 0;
+    int b = 4 * g[0].B + g[1].B;
+    return b == 4 * 4 + 2 || b == 4 * 3 + 2 || b == 4 * 4 + 3;
+}
+
+/* Runs the statement macro M(B0, B1) with the two segments' widths as constants (i8_two_blocks'
+ * pairs: the key split 4 + 2, turbo2.5's 3 + 2, turbo3.5's 4 + 3). */
+#define I8_BY_PAIR(g, M)                    \
+    switch (4 * (g)[0].B + (g)[1].B) {      \
+    case 4 * 4 + 2: M(4, 2); break;         \
+    case 4 * 3 + 2: M(3, 2); break;         \
+    default: M(4, 3); break;                \
+    }
+
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
  * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
  * kernels). */
 static int iseg_setup(const tq_record *x, iseg *g) {
-    for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits;
-        if (B < 2 || B > 4) return 0;
-        float m = tq_record_seg_absmax(x, s);
-        if (!(m > 0.0f)) return 0; /* not finite (−1), or only zeros */
-        g[s].alpha = m / 63.0f;
-    }
+    for (int s = 0; s < x->n_seg; s++)
+        if (x->seg[s].bits < 2 || x->seg[s].bits > 4) return 0;
+    /* One α for every segment (the largest |value| of the tensor), so that the int32 sums of a
+     * record's segments add before one conversion (i8_score_run2). */
+    float m = tq_record_absmax(x);
+    if (!(m > 0.0f)) return 0; /* not finite (−1), or only zeros */
+    for (int s = 0; s < x->n_seg; s++) g[s].alpha = m / 63.0f;
     for (int s = 0; s < x->n_seg; s++) {
         int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
         int L = T && B == 3 ? I8_LAYOUT_T3 : B;
@@ -537,6 +562,25 @@ I8_UNROLL(16)
     return 1;
 }
 
+/* acc_j += the byte dot products of a decoded block (nv vectors, i8_decode) with query j's
+ * bytes of that block (q[j]: 128 bytes in the block's decoded order). */
+static inline __attribute__((always_inline)) void i8_dot_block(const __m256i d[4], int nv, const int8_t *const q[4],
+                                                               __m256i acc[4]) {
+#define I8_Q(j, o) _mm256_loadu_si256((const __m256i *)(const void *)(q[j] + (o)))
+    if (nv == 1)
+        for (int j = 0; j < 4; j++) I8_DPBUSD(acc[j], d[0], I8_Q(j, 0));
+    for (int c = 0; c + 1 < nv; c += 2)
+        for (int j = 0; j < 4; j++) I8_DPBUSD2(acc[j], d[c], I8_Q(j, 32 * c), d[c + 1], I8_Q(j, 32 * c + 32));
+#undef I8_Q
+}
+
+/* The four int32 sums (hadd pairs, then the two 128-bit halves), less the bias, times α·β. */
+static inline __attribute__((always_inline)) __m128 i8_reduce4(const __m256i acc[4], __m128i vbias, __m128 vab) {
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]), _mm256_hadd_epi32(acc[2], acc[3]));
+    __m128i tot = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    return _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(tot, vbias)), vab);
+}
+
 /* One segment of n records (stride rb from rec) against four queries (qb[j]: this segment's
  * first block): P[t][j] (first segment) or P[t][j] += (vab_j · (Σ − bias_j)). */
 static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, const uint8_t *rec, size_t rb,
@@ -549,36 +593,45 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
         const uint8_t *r = rec + (size_t)t * rb + g->off;
         _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
         if (ah) simd_ahead_step(ah, 1);
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
         for (int h = 0; h < nblk; h++) {
-            __m256i d[4];
+            __m256i d[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                         _mm256_setzero_si256()}; /* nv < 4: the rest unread */
             int nv = h + 1 < nblk ? 4 : LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4;
             i8_decode(g, r, h, 1, d, B, T, LAST == I8_WHOLE || h + 1 < nblk, nv);
-            if (nv == 1) {
-#define I8_Q1(acc, j) I8_DPBUSD(acc, d[0], _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + 128 * (size_t)h)))
-                I8_Q1(a0, 0);
-                I8_Q1(a1, 1);
-                I8_Q1(a2, 2);
-                I8_Q1(a3, 3);
-#undef I8_Q1
-            }
-            for (int c = 0; c + 1 < nv; c += 2) {
-                size_t at = 128 * (size_t)h + 32 * (size_t)c;
-#define I8_Q(j, o) _mm256_loadu_si256((const __m256i *)(const void *)(qb[j] + at + (o)))
-#define I8_DOT(acc, j) I8_DPBUSD2(acc, d[c], I8_Q(j, 0), d[c + 1], I8_Q(j, 32))
-                I8_DOT(a0, 0);
-                I8_DOT(a1, 1);
-                I8_DOT(a2, 2);
-                I8_DOT(a3, 3);
-#undef I8_DOT
-#undef I8_Q
-            }
+            const int8_t *qh[4] = {qb[0] + 128 * (size_t)h, qb[1] + 128 * (size_t)h, qb[2] + 128 * (size_t)h,
+                                   qb[3] + 128 * (size_t)h};
+            i8_dot_block(d, nv, qh, acc);
         }
-        /* the four sums at once: hadd pairs, then the two 128-bit halves */
-        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
-        __m128i tot = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        __m128 v = _mm_mul_ps(_mm_cvtepi32_ps(_mm_sub_epi32(tot, vbias)), vab);
+        __m128 v = i8_reduce4(acc, vbias, vab);
         _mm_storeu_ps(P[t], first ? v : _mm_add_ps(v, _mm_loadu_ps(P[t])));
+    }
+}
+
+/* A record of two segments of one block each, both WHOLE, HALF or QUARTER (LAST), of B0 and
+ * B1 bits (T: trellis codes), n records against four queries (qb[j]: block 0, segment 0; the
+ * next 128 bytes segment 1's block): both segments' products in the same int32 sums (one α),
+ * one conversion per record: P[t][j] = vab_j · (Σ − bias_j), bias over both segments. */
+static inline __attribute__((always_inline)) void i8_score_run2(const iseg *g, const uint8_t *rec, size_t rb,
+                                                                int n, const int8_t *const qb[4], __m128i vbias,
+                                                                __m128 vab, float (*P)[4], int B0, int B1, int T,
+                                                                int LAST, simd_ahead *ah) {
+    const int nv = LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4;
+    const int8_t *q1[4] = {qb[0] + 128, qb[1] + 128, qb[2] + 128, qb[3] + 128};
+    for (int t = 0; t < n; t++) {
+        const uint8_t *r = rec + (size_t)t * rb;
+        _mm_prefetch((const char *)(r + g[0].off + I8_AHEAD * rb), _MM_HINT_T0);
+        if (ah) simd_ahead_step(ah, 1);
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
+        __m256i d[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                         _mm256_setzero_si256()}; /* nv < 4: the rest unread */
+        i8_decode(&g[0], r + g[0].off, 0, 1, d, B0, T, LAST == I8_WHOLE, nv);
+        i8_dot_block(d, nv, qb, acc);
+        i8_decode(&g[1], r + g[1].off, 0, 1, d, B1, T, LAST == I8_WHOLE, nv);
+        i8_dot_block(d, nv, q1, acc);
+        _mm_storeu_ps(P[t], i8_reduce4(acc, vbias, vab));
     }
 }
 
@@ -675,8 +728,22 @@ static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, con
             int n = nk - t0 < I8_CALL ? nk - t0 : I8_CALL;
             const uint8_t *r0 = rec + (size_t)t0 * rb;
             ok &= simd_rec_scales_run(x, r0, n, sc);
-            int H0 = 0;
-            for (int s = 0; s < x->n_seg; s++) {
+            int H0 = 0, two = i8_two_blocks(x, g);
+            if (two) {
+                /* one pass over both segments, else a pass per segment */
+                const int8_t *qp[4] = {G->qb[0], G->qb[1], G->qb[2], G->qb[3]};
+                __m128i vb = _mm_add_epi32(G->vbias[0], G->vbias[1]);
+                simd_ahead *ahp = j == 0 ? &ah : NULL;
+                int half = g[0].last == I8_HALF;
+#define I8_RUN2(B0, B1)                                                                                   \
+    do {                                                                                                  \
+        if (half) i8_score_run2(g, r0, rb, n, qp, vb, G->vab[0], Pt, B0, B1, 0, I8_HALF, ahp);            \
+        else i8_score_run2(g, r0, rb, n, qp, vb, G->vab[0], Pt, B0, B1, 0, I8_QUARTER, ahp);              \
+    } while (0)
+                I8_BY_PAIR(g, I8_RUN2);
+#undef I8_RUN2
+            }
+            for (int s = 0; s < x->n_seg && !two; s++) {
                 const int8_t *qp[4];
                 for (int k = 0; k < 4; k++) qp[k] = G->qb[k] + 128 * H0;
                 int first = s == 0, one = g[s].nblk == 1, last = g[s].last;
@@ -767,17 +834,24 @@ static void i8_back_add(int L, const float *F, float *A) {
 }
 
 /* One block h of one segment over n tokens (a multiple of 4; records r0 + t·rb), four
- * queries: F[j][at[slot] + d] += α_s·γ · the int32 sums (i8_back_add then reads F). */
+ * queries: F[j][at[slot] + d] += α·γ · the int32 sums (i8_back_add then reads F). B1 > 0:
+ * merged, a record of two segments of one block each, both HALF or QUARTER (h = 0): segment
+ * 1's block (B1 bits) decoded after segment 0's into the same quad slots, its sums to the
+ * next block of F — one pass instead of two. */
 static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, const uint8_t *r0, size_t rb,
                                                                  int n, int h,
                                                                  const uint8_t (*W)[I8_CALL],
                                                                  const float (*ag)[I8_CALL / I8_GROUP],
-                                                                 float *const F[4], int B, int T, int LAST,
+                                                                 float *const F[4], int B, int T, int LAST, int B1,
                                                                  simd_ahead *ah) {
     const float al = g->alpha;
     /* the decoded vectors (and slots / 4) that matter, and where the slots' sums go in F */
-    const int nv = LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4;
-    const uint8_t *at = i8_slot_tab[LAST == I8_WHOLE ? g->L : g->lastL];
+    const int nvs = LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4, nv = B1 ? 2 * nvs : nvs;
+    int at[16];
+    for (int sl = 0; sl < 4 * nvs; sl++) {
+        at[sl] = i8_slot_tab[LAST == I8_WHOLE ? g->L : g->lastL][sl];
+        if (B1) at[4 * nvs + sl] = 128 + i8_slot_tab[g[1].lastL][sl];
+    }
     _Alignas(32) uint8_t buf[I8_GROUP / 4][16][32];
     for (int t0 = 0; t0 < n; t0 += I8_GROUP) {
         int t1 = t0 + I8_GROUP < n ? t0 + I8_GROUP : n, nquad = (t1 - t0) / 4;
@@ -786,11 +860,18 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
             _mm_prefetch((const char *)(r + I8_AHEAD * rb), _MM_HINT_T0);
             _mm_prefetch((const char *)(r + (I8_AHEAD + 2) * rb), _MM_HINT_T0);
             if (ah) simd_ahead_step(ah, 4);
-            __m256i x0[4], x1[4], x2[4], x3[4];
-            i8_decode(g, r, h, 0, x0, B, T, LAST == I8_WHOLE, nv);
-            i8_decode(g, r + rb, h, 0, x1, B, T, LAST == I8_WHOLE, nv);
-            i8_decode(g, r + 2 * rb, h, 0, x2, B, T, LAST == I8_WHOLE, nv);
-            i8_decode(g, r + 3 * rb, h, 0, x3, B, T, LAST == I8_WHOLE, nv);
+            __m256i x0[8], x1[8], x2[8], x3[8]; /* merged (B1): segment 1 from x[nvs] */
+            i8_decode(g, r, h, 0, x0, B, T, LAST == I8_WHOLE, nvs);
+            i8_decode(g, r + rb, h, 0, x1, B, T, LAST == I8_WHOLE, nvs);
+            i8_decode(g, r + 2 * rb, h, 0, x2, B, T, LAST == I8_WHOLE, nvs);
+            i8_decode(g, r + 3 * rb, h, 0, x3, B, T, LAST == I8_WHOLE, nvs);
+            if (B1) {
+                const uint8_t *r1 = r - g->off + g[1].off;
+                i8_decode(&g[1], r1, 0, 0, x0 + nvs, B1, T, 0, nvs);
+                i8_decode(&g[1], r1 + rb, 0, 0, x1 + nvs, B1, T, 0, nvs);
+                i8_decode(&g[1], r1 + 2 * rb, 0, 0, x2 + nvs, B1, T, 0, nvs);
+                i8_decode(&g[1], r1 + 3 * rb, 0, 0, x3 + nvs, B1, T, 0, nvs);
+            }
             for (int c = 0; c < nv; c++) {
                 __m256i lo01 = _mm256_unpacklo_epi8(x0[c], x1[c]), hi01 = _mm256_unpackhi_epi8(x0[c], x1[c]);
                 __m256i lo23 = _mm256_unpacklo_epi8(x2[c], x3[c]), hi23 = _mm256_unpackhi_epi8(x2[c], x3[c]);
@@ -895,8 +976,21 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
             for (int k = 0; k < 4; k++) memset(F[k], 0, sizeof(float) * (size_t)kl);
             const uint8_t(*Wc)[I8_CALL] = (const uint8_t(*)[I8_CALL])W;
             const float(*agc)[I8_CALL / I8_GROUP] = (const float(*)[I8_CALL / I8_GROUP])ag;
-            int H0 = 0;
-            for (int s = 0; s < x->n_seg; s++) {
+            int H0 = 0, two = i8_two_blocks(x, g);
+            if (two) {
+                /* one pass over both segments, else a pass per segment and block */
+                float *Fp[4] = {F[0], F[1], F[2], F[3]};
+                simd_ahead *ahp = j == 0 ? &ah : NULL;
+                int half = g[0].last == I8_HALF;
+#define I8_BLK2(B0, B1)                                                                          \
+    do {                                                                                         \
+        if (half) i8_accum_block(g, r0, rb, nfull, 0, Wc, agc, Fp, B0, 0, I8_HALF, B1, ahp);     \
+        else i8_accum_block(g, r0, rb, nfull, 0, Wc, agc, Fp, B0, 0, I8_QUARTER, B1, ahp);       \
+    } while (0)
+                I8_BY_PAIR(g, I8_BLK2);
+#undef I8_BLK2
+            }
+            for (int s = 0; s < x->n_seg && !two; s++) {
                 for (int h = 0; h < g[s].nblk; h++) {
                     simd_ahead *ahp = j == 0 && s == 0 && h == 0 ? &ah : NULL;
                     float *Fp[4] = {F[0] + 128 * (H0 + h), F[1] + 128 * (H0 + h), F[2] + 128 * (H0 + h),
@@ -904,10 +998,10 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                     int last = h + 1 < g[s].nblk ? I8_WHOLE : g[s].last;
 #define I8_BLK(B, T)                                                                                   \
     do {                                                                                               \
-        if (last == I8_WHOLE) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_WHOLE, ahp); \
-        else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, ahp); \
-        else if (last == I8_QUARTER) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_QUARTER, ahp); \
-        else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, ahp);                 \
+        if (last == I8_WHOLE) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_WHOLE, 0, ahp); \
+        else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, 0, ahp); \
+        else if (last == I8_QUARTER) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_QUARTER, 0, ahp); \
+        else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, 0, ahp);                 \
     } while (0)
                     I8_BY_WIDTH(&g[s], I8_BLK);
 #undef I8_BLK
