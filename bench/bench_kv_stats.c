@@ -18,7 +18,19 @@
  *   gain        the key scale's predicted score-error factor Σa·Σb / (Σ√(ab))² (doc/kvcache.md),
  *               a, b the query and key channel energies
  *   v|mean|/rms the same offset ratio for the values (a value mean would remove that share of
- *               their energy; measured: 0.38 on both models, doc/kvcache.md). */
+ *               their energy; measured: 0.38 on both models, doc/kvcache.md).
+ *
+ * --mean-drift (keeps every key: layers × heads × tokens × head_dim floats) adds, per layer, how
+ * much of the key energy at the late positions [c/2, c) each key mean leaves (the residual
+ * energy Σ|k − m|² over Σ|k|²; doc/kvcache.md §7, "A key mean that turns with RoPE"):
+ *   frozen   the cache's mean: the average key of the first 512 positions, fixed
+ *   late     the late positions' own average (what no fixed mean can beat)
+ *   rope     R_p μ: μ the average of the first 512 keys turned back by their RoPE angles
+ *            (pre-RoPE), turned forward to each position p
+ *   block64  R_c μ at the centre c of each 64-position block, for the pairs that turn at most
+ *            2 radians per block; the other pairs the frozen mean's
+ * The RoPE angles are the model's (rope.freq_base, the sliding-window layers' base, freq_scale;
+ * layers whose heads are not wholly rotated print "-"). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +43,8 @@
 
 typedef struct {
     int n_kv, n_q, dk, dv, n_layer;
+    float *keys; /* --mean-drift: (layer, kv head, position, dk), else NULL */
+    int n_ctx;
     double *k_sum, *k_sq, *q_sq, *k_norm, *k_norm_sq, *v_norm; /* per layer x kv head (x dk) */
     double *v_sum, *v_norm_sq; /* per layer x kv head (x dv), per layer x kv head */
     long n_tok;
@@ -39,9 +53,12 @@ typedef struct {
 static void hook(void *ctx, int il, int pos0, int n, const float *q, const float *k, const float *v,
                  const tq_attn_params *ap) {
     stats *s = ctx;
-    (void)pos0;
     (void)ap;
     const int dk = s->dk, dv = s->dv, g = s->n_q / s->n_kv;
+    for (int t = 0; s->keys && t < n; t++)
+        for (int h = 0; h < s->n_kv; h++)
+            memcpy(s->keys + (((size_t)il * s->n_kv + h) * s->n_ctx + (size_t)(pos0 + t)) * dk,
+                   k + ((size_t)t * s->n_kv + h) * dk, sizeof(float) * (size_t)dk);
     for (int t = 0; t < n; t++)
         for (int h = 0; h < s->n_kv; h++) {
             const size_t lh = (size_t)il * (size_t)s->n_kv + (size_t)h;
@@ -90,9 +107,101 @@ static int32_t *read_tokens(const model *m, const char *path, int raw_ids, size_
     return ids;
 }
 
+#define DRIFT_FIT 512 /* the cache's TQ_KV_KEY_SCALE_TOKENS */
+#define DRIFT_BLOCK 64
+
+/* RoPE pair j of a head: its two channels (layout as the model's) and its angle per position. */
+static void drift_pair(const model_config *c, int il, int j, int *i0, int *i1, double *w) {
+    const int half = c->n_rot / 2, local = c->sliding_window && c->swa_pattern && il % c->swa_pattern < c->swa_pattern - 1;
+    *i0 = c->rope_layout == MODEL_ROPE_NEOX ? j : 2 * j;
+    *i1 = c->rope_layout == MODEL_ROPE_NEOX ? j + half : 2 * j + 1;
+    *w = pow(local ? c->rope_base_swa : c->rope_base, -2.0 * j / c->n_rot) * (local ? 1.0 : c->rope_freq_scale);
+}
+
+/* out = R_{sign·p} in (pair j's 2-vector turned by sign·w·p), for the pairs where sel[j] (all if NULL). */
+static void drift_turn(const model_config *c, int il, const double *in, double p, int sign, const int *sel, double *out) {
+    for (int i = 0; i < c->head_dim; i++) out[i] = in[i];
+    for (int j = 0; j < c->n_rot / 2; j++) {
+        int i0, i1;
+        double w;
+        drift_pair(c, il, j, &i0, &i1, &w);
+        if (sel && !sel[j]) continue;
+        double cs = cos(w * p), sn = sign * sin(w * p);
+        out[i0] = in[i0] * cs - in[i1] * sn;
+        out[i1] = in[i0] * sn + in[i1] * cs;
+    }
+}
+
+static void print_mean_drift(const model_config *c, const stats *s) {
+    const int dk = s->dk, n = s->n_ctx, fit = n / 2 < DRIFT_FIT ? n / 2 : DRIFT_FIT, l0 = n / 2;
+    printf("\nkey energy left at positions [%d, %d) by each key mean (fitted on [0, %d)):\n", l0, n, fit);
+    printf("layer  frozen   late    rope  block64\n");
+    double T[5] = {0};
+    for (int il = 0; il < s->n_layer; il++) {
+        double L[5] = {0};
+        int rot = c->n_rot == dk && dk % 2 == 0, sel[512];
+        for (int j = 0; rot && j < c->n_rot / 2; j++) {
+            int i0, i1;
+            double w;
+            drift_pair(c, il, j, &i0, &i1, &w);
+            sel[j] = w * DRIFT_BLOCK <= 2.0;
+        }
+        for (int h = 0; h < s->n_kv; h++) {
+            const float *K = s->keys + ((size_t)il * s->n_kv + h) * (size_t)n * dk;
+            double fr[1024] = {0}, late[1024] = {0}, mu[1024] = {0}, row[1024], u[1024], st[1024] = {0};
+            for (int t = 0; t < fit; t++) {
+                for (int i = 0; i < dk; i++) row[i] = K[(size_t)t * dk + i], fr[i] += row[i] / fit;
+                if (rot) drift_turn(c, il, row, t, -1, NULL, u);
+                for (int i = 0; rot && i < dk; i++) mu[i] += u[i] / fit;
+            }
+            /* block64's other pairs: the frozen mean less what the turned pairs' means give there */
+            for (int i = 0; i < dk; i++) st[i] = fr[i];
+            for (int t = 0; rot && t < fit; t++) {
+                double m[1024], z[1024] = {0};
+                for (int j = 0; j < c->n_rot / 2; j++) {
+                    int i0, i1;
+                    double w;
+                    drift_pair(c, il, j, &i0, &i1, &w);
+                    if (sel[j]) z[i0] = mu[i0], z[i1] = mu[i1];
+                }
+                drift_turn(c, il, z, t, 1, sel, m);
+                for (int i = 0; i < dk; i++) st[i] -= m[i] / fit;
+            }
+            for (int t = l0; t < n; t++)
+                for (int i = 0; i < dk; i++) late[i] += K[(size_t)t * dk + i] / (n - l0);
+            for (int t = l0; t < n; t++) {
+                double mr[1024], mb[1024], z[1024];
+                if (rot) {
+                    drift_turn(c, il, mu, t, 1, NULL, mr);
+                    for (int i = 0; i < dk; i++) z[i] = 0;
+                    for (int j = 0; j < c->n_rot / 2; j++) {
+                        int i0, i1;
+                        double w;
+                        drift_pair(c, il, j, &i0, &i1, &w);
+                        if (sel[j]) z[i0] = mu[i0], z[i1] = mu[i1];
+                    }
+                    drift_turn(c, il, z, (double)(t / DRIFT_BLOCK * DRIFT_BLOCK) + DRIFT_BLOCK / 2.0, 1, sel, mb);
+                    for (int i = 0; i < dk; i++) mb[i] += st[i];
+                }
+                for (int i = 0; i < dk; i++) {
+                    double k = K[(size_t)t * dk + i];
+                    L[0] += k * k;
+                    L[1] += (k - fr[i]) * (k - fr[i]);
+                    L[2] += (k - late[i]) * (k - late[i]);
+                    if (rot) L[3] += (k - mr[i]) * (k - mr[i]), L[4] += (k - mb[i]) * (k - mb[i]);
+                }
+            }
+        }
+        for (int i = 0; i < 5; i++) T[i] += L[i];
+        if (rot) printf("%5d  %6.3f  %6.3f  %6.3f  %6.3f\n", il, L[1] / L[0], L[2] / L[0], L[3] / L[0], L[4] / L[0]);
+        else printf("%5d  %6.3f  %6.3f       -       -\n", il, L[1] / L[0], L[2] / L[0]);
+    }
+    printf("all    %6.3f  %6.3f  %6.3f  %6.3f\n", T[1] / T[0], T[2] / T[0], T[3] / T[0], T[4] / T[0]);
+}
+
 int main(int argc, char **argv) {
     const char *model_path = "models/gemma3-270m-q4_k_m.gguf", *text = NULL, *ids_path = NULL;
-    int n_ctx = 2048, threads = 2;
+    int n_ctx = 2048, threads = 2, drift = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v && !strcmp(a, "-m")) model_path = v, i++;
@@ -100,13 +209,14 @@ int main(int argc, char **argv) {
         else if (v && !strcmp(a, "--ids")) ids_path = v, i++;
         else if (v && !strcmp(a, "-c")) n_ctx = atoi(v), i++;
         else if (v && !strcmp(a, "-t")) threads = atoi(v), i++;
+        else if (!strcmp(a, "--mean-drift")) drift = 1;
         else {
-            fprintf(stderr, "usage: %s [-m model] (-f text | --ids ids.i32) [-c tokens] [-t threads]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-m model] (-f text | --ids ids.i32) [-c tokens] [-t threads] [--mean-drift]\n", argv[0]);
             return 2;
         }
     }
-    if ((text == NULL) == (ids_path == NULL) || n_ctx < 1 || threads < 1) {
-        fprintf(stderr, "%s: give one of -f and --ids; -c, -t >= 1\n", argv[0]);
+    if ((text == NULL) == (ids_path == NULL) || n_ctx < 1 || threads < 1 || (drift && n_ctx < 128)) {
+        fprintf(stderr, "%s: give one of -f and --ids; -c, -t >= 1 (--mean-drift: -c >= 128)\n", argv[0]);
         return 2;
     }
     fixture f;
@@ -126,7 +236,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     const model_config *c = model_get_config(m);
-    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, n_ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    if (drift && c->head_dim > 1024) {
+        fprintf(stderr, "--mean-drift: head_dim %d > 1024\n", c->head_dim);
+        return 1;
+    }
+    if (drift && !(s.keys = malloc(sizeof(float) * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)n_ctx * (size_t)c->head_dim))) {
+        fprintf(stderr, "--mean-drift: out of memory\n");
+        return 1;
+    }
     const size_t lh = (size_t)c->n_layer * (size_t)c->n_head_kv;
     s.k_sum = calloc(lh * (size_t)s.dk, sizeof(double));
     s.k_sq = calloc(lh * (size_t)s.dk, sizeof(double));
@@ -189,8 +307,10 @@ int main(int argc, char **argv) {
     const double nh = (double)s.n_layer * s.n_kv;
     printf("mean over heads: |mean|/rms %.3f, kloud (geo) %.1f, qloud (geo) %.1f, gain (geo) %.2f, value |mean|/rms "
            "%.3f\n", all_mr / nh, exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer), all_vr / nh);
+    if (s.keys) print_mean_drift(c, &s);
     fixture_close(&f);
     free(ids);
+    free(s.keys);
     free(s.k_sum), free(s.k_sq), free(s.q_sq), free(s.k_norm), free(s.k_norm_sq), free(s.v_norm);
     free(s.v_sum), free(s.v_norm_sq);
     return 0;
