@@ -201,16 +201,26 @@ static model_status build_kv(model_context *m, const tq_kv_scheme *scheme, const
     kc.layer_schemes = layer_schemes;
     kc.reserve_tokens = (size_t)m->params.max_ctx;
     kc.key_rope_pairs = model_key_rope_pairs(c); /* the key scale's statistics per RoPE pair */
+    /* The key mean turns with RoPE (doc/kvcache.md §2, "Key mean"); TQ_KEY_MEAN_ROPE=0 keeps
+     * it fixed (the cache before 2026-12-06, for comparisons). */
+    const char *turn = getenv("TQ_KEY_MEAN_ROPE");
+    float *freqs = malloc((size_t)c->n_layer * (size_t)(c->head_dim / 2 + 1) * sizeof *freqs);
+    if (freqs == NULL) return fail(m, MODEL_ERR_NOMEM, "KV cache RoPE angles");
+    if (!(turn && strcmp(turn, "0") == 0) && model_key_rope_freqs(m->model, freqs)) kc.key_rope_freqs = freqs;
     /* Sliding-window layers keep only what their queries can see (the library recycles the
      * pages of older positions): memory O(window) instead of O(context). */
     size_t *windows = calloc((size_t)c->n_layer, sizeof *windows);
-    if (windows == NULL) return fail(m, MODEL_ERR_NOMEM, "KV cache windows");
+    if (windows == NULL) {
+        free(freqs);
+        return fail(m, MODEL_ERR_NOMEM, "KV cache windows");
+    }
     for (int il = 0; il < c->n_layer; il++)
         windows[il] = m->w->layers[il].is_swa && !m->kv_keep_history ? (size_t)c->sliding_window : 0;
     kc.layer_windows = windows;
     tq_kv_cache *kv = NULL;
     tq_status ts = tq_kv_cache_create(&kv, &kc);
     free(windows); /* copied by create */
+    free(freqs);
     if (ts != TQ_OK) return kv_fail(m, ts, "create");
     ts = tq_kv_cache_reserve(kv, (size_t)m->params.max_ctx); /* in case create took no reserve */
     if (ts != TQ_OK) {

@@ -335,6 +335,21 @@ int model_key_rope_pairs(const model_config *c) {
     return c->rope_layout == MODEL_ROPE_NEOX ? TQ_ROPE_PAIRS_HALVES : TQ_ROPE_PAIRS_ADJACENT;
 }
 
+int model_key_rope_freqs(const model *m, float *out) {
+    const model_config *c = m == NULL ? NULL : &m->cfg;
+    if (model_key_rope_pairs(c) == TQ_ROPE_PAIRS_NONE) return 0;
+    const int half = c->head_dim / 2;
+    for (int il = 0; il < c->n_layer; il++) {
+        /* as rope_table (context.c): the sliding-window layers' base, and Gemma 3's without
+         * the linear factor */
+        const int swa = m->w.layers[il].is_swa;
+        const double base = swa ? c->rope_base_swa : c->rope_base;
+        const double scale = swa && c->arch == MODEL_ARCH_GEMMA3 ? 1.0 : c->rope_freq_scale;
+        for (int i = 0; i < half; i++) out[(size_t)il * half + i] = (float)(scale * pow(base, -2.0 * i / c->n_rot));
+    }
+    return 1;
+}
+
 static size_t weight_bytes(const matmul_weight *w) {
     return w->data ? (size_t)w->rows * quant_row_bytes(w->type, w->cols) : 0;
 }

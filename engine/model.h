@@ -144,6 +144,9 @@ int model_layer_is_swa(const model *m, int il);
 /* The KV cache's key_rope_pairs for this model (TQ_ROPE_PAIRS_*, doc/kvcache.md §2): the
  * channel pairs its RoPE turns when it turns the whole head, else NONE (also for NULL). */
 int model_key_rope_pairs(const model_config *c);
+/* The keys' RoPE angle per position of each pair (n_layer, head_dim / 2) into out, as the
+ * cache's key_rope_freqs: 1, or 0 (nothing written) where model_key_rope_pairs is NONE. */
+int model_key_rope_freqs(const model *m, float *out);
 /* Bytes of weights one decode step reads: every layer's matrices and norms, the output matrix
  * and norm, one embedding row (none more when the output is the tied embedding). What bounds
  * decode speed at short context (tq bench: bytes per token). 0 for a NULL model. */

@@ -153,7 +153,7 @@ static void make_plan(const tq_kv_cache *c, const tq_kv_layer *l, int n_q_heads,
 static size_t work_floats(const plan *pl, size_t n_queries, int n_threads) {
     return round16(n_queries * (size_t)pl->nqh * (size_t)pl->kw) +
            round16(n_queries * (size_t)pl->nqh * (size_t)pl->kl) +
-           round16(n_queries * (size_t)pl->nqh) +
+           round16(n_queries * (size_t)pl->nqh) + round16(n_queries * (size_t)pl->nqh * (size_t)pl->dk) +
            (size_t)pl->H * pl->n_qb * (size_t)pl->max_split * pl->part_floats +
            (size_t)n_threads * pl->scratch_floats;
 }
@@ -211,7 +211,10 @@ typedef struct attn_ctx {
     float *qprep;        /* (n_q, nqh, kw) */
     float *qlane;        /* (n_q, nqh, kl): qprep in the lane layout, when lanes_k */
     int lanes_k, lanes_v; /* decode reads K / V with the lane kernels */
-    float *qmu;          /* (n_q, nqh) */
+    float *qmu;          /* (n_q, nqh) ⟨q, key mean⟩, or its part that does not turn */
+    float *qab;          /* (n_q, nqh, dk): with a mean that turns with RoPE (n_turn > 0), each
+                            row's A, B per turning pair (tq_key_transform_rope_terms) */
+    int n_turn;
     float *parts;        /* (H, n_qb, n_split, rows, row_floats) */
     float *scratch;      /* (threads, scratch_floats) */
     float *out;          /* (n_q, nqh, dv) */
@@ -245,6 +248,32 @@ static tq_attn_ahead next_keys(const attn_ctx *x, size_t b1, size_t t1, int h) {
     if (end > l->n_comp) end = l->n_comp;
     if (b1 >= end || b1 < tq_kv_sink_len(x->c, l)) return TQ_ATTN_NO_AHEAD;
     return (tq_attn_ahead){tq_kv_krec(x->c, l, b1, h), (end - b1) * l->k.rec_bytes};
+}
+
+/* The blocks of TQ_KEY_MEAN_BLOCK positions a tile may touch (KB_FUSED keys, unaligned). */
+#define TURN_BLOCKS (KB_FUSED / TQ_KEY_MEAN_BLOCK + 2)
+/* A task's cos, sin move on one block at a time in float, computed afresh (in double) at
+ * blocks that are multiples of this: the float rotations then drift by a few 10⁻⁵ at most. */
+#define TURN_RESEED 256
+
+/* Si[g·sb + t − v0] += ⟨q_g, R_c μ⟩ for keys t in [v0, v1) and the G query heads of row
+ * qrow…qrow + G − 1, c the centre of t's block of TQ_KEY_MEAN_BLOCK positions: per block, G dot
+ * products of the rows' A, B (x->qab) with the cos, sin there (cst: blocks cfirst, cfirst + 1,
+ * …, 2 n_turn floats each; one dot_multi). */
+static void add_turning_mean(const attn_ctx *x, size_t qrow, int G, size_t v0, size_t v1, const float *cst,
+                             size_t cfirst, float *Si, size_t sb) {
+    const int n2 = 2 * x->n_turn;
+    float o[TQ_MAX_DIM];
+    for (size_t b = v0 / TQ_KEY_MEAN_BLOCK; b <= (v1 - 1) / TQ_KEY_MEAN_BLOCK; b++) {
+        x->ak->dot_multi(cst + (b - cfirst) * (size_t)TQ_MAX_DIM, x->qab + qrow * (size_t)x->pl.dk, (size_t)x->pl.dk,
+                         G, n2, o);
+        size_t e0 = b * TQ_KEY_MEAN_BLOCK > v0 ? b * TQ_KEY_MEAN_BLOCK : v0;
+        size_t e1 = (b + 1) * TQ_KEY_MEAN_BLOCK < v1 ? (b + 1) * TQ_KEY_MEAN_BLOCK : v1;
+        for (int g = 0; g < G; g++) {
+            float *s = Si + (size_t)g * sb - v0;
+            for (size_t t = e0; t < e1; t++) s[t] += o[g];
+        }
+    }
 }
 
 static void task_fn(void *ctxp, size_t task, int thread) {
@@ -313,6 +342,11 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                 ak->prep_turbo_lanes(&l->k, x->qlane + qrow * (size_t)pl->kl, (size_t)pl->kl, G, qprep[i - i0]);
             }
     }
+    /* A turning key mean: cos, sin of each turning pair at the centres of the tile's blocks of
+     * TQ_KEY_MEAN_BLOCK positions (cs), carried from tile to tile by one rotation per block. */
+    const int nt = x->n_turn;
+    float cs_cur[TQ_MAX_DIM], cst[TURN_BLOCKS * TQ_MAX_DIM];
+    size_t cs_blk = (size_t)-1, cfirst = 0;
     for (size_t b0 = t0; b0 < t1;) {
         int comp = b0 < l->n_comp && b0 >= ns;
         size_t bl = big && comp ? KB_FUSED : KB;
@@ -322,6 +356,20 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         if (comp && b1 > l->n_comp) b1 = l->n_comp;
         if (b0 < ns && b1 > ns) b1 = ns;
         size_t nb = b1 - b0;
+        if (comp && nt) {
+            cfirst = b0 / TQ_KEY_MEAN_BLOCK;
+            for (size_t b = cfirst; b <= (b1 - 1) / TQ_KEY_MEAN_BLOCK; b++) {
+                if (cs_blk != b) {
+                    /* one block on: a rotation; afresh every TURN_RESEED blocks (float error) */
+                    if (cs_blk + 1 == b && b % TURN_RESEED)
+                        tq_key_transform_block_cs_next(l->kt, cs_cur);
+                    else
+                        tq_key_transform_block_cs(l->kt, b, cs_cur);
+                    cs_blk = b;
+                }
+                memcpy(cst + (b - cfirst) * (size_t)TQ_MAX_DIM, cs_cur, 2 * (size_t)nt * sizeof(float));
+            }
+        }
         /* Which query positions see any key of the block. */
         int any = 0;
         for (size_t i = i0; i < i1 && !any; i++) {
@@ -385,6 +433,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                     for (int g = 0; g < G; g++) Si[(size_t)g * sb + (t - v0)] = tmp[g];
                 }
             }
+            if (comp && nt) add_turning_mean(x, qrow, G, v0, v1, cst, cfirst, Si, sb);
             for (int g = 0; g < G; g++) {
                 float *s = Si + (size_t)g * sb;
                 int n = (int)(v1 - v0);
@@ -553,6 +602,9 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
     w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->kl);
     x.qmu = w;
     w += round16(n_queries * (size_t)pl->nqh);
+    x.qab = w;
+    w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->dk);
+    x.n_turn = l->k.format == TQ_KV_TURBO ? tq_key_transform_n_turn(l->kt) : 0;
     x.lanes_k = pl->kl > 0 && x.ak->score_turbo_lanes != NULL && tq_attn_reads_lanes(x.ak, &l->k);
     x.lanes_v = pl->vl > 0 && x.ak->accum_turbo_lanes != NULL && tq_attn_reads_lanes(x.ak, &l->v);
     x.parts = w;
@@ -580,7 +632,10 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
             }
             if (l->k.rot) tq_rotation_forward(l->k.rot, pr, pr, 1); /* q8_0r / q4_0r keys */
         }
-        x.qmu[r] = tq_key_transform_offset_row(l->kt, h, qr); /* ⟨q, mean⟩, added to scores */
+        /* ⟨q, mean⟩, added to scores: one number, or with a turning mean its fixed part and
+         * the A, B that give the rest per block of positions */
+        x.qmu[r] = x.n_turn ? tq_key_transform_rope_terms(l->kt, h, qr, x.qab + r * (size_t)pl->dk)
+                            : tq_key_transform_offset_row(l->kt, h, qr);
     }
     tq_threadpool_run(pool, task_fn, &x, (size_t)pl->H * pl->n_qb * (size_t)pl->n_split);
     tq_threadpool_run(pool, merge_fn, &x, (size_t)pl->H * pl->n_qb);

@@ -56,9 +56,10 @@ uint32_t tq_cf_crc_of(const tq_cf_crc *ct, const uint8_t *p, size_t n) {
 /* Sizes                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-size_t tq_cf_scheme_payload(int n_layers, uint32_t version) {
+size_t tq_cf_scheme_payload(int n_layers, uint32_t version, uint32_t flags, int dk) {
     return CF_SCHEME_FIXED +
-           (size_t)n_layers * (CF_LAYER_SCHEME + (version >= 4 ? CF_LAYER_WINDOW : 0));
+           (size_t)n_layers * (CF_LAYER_SCHEME + (version >= 4 ? CF_LAYER_WINDOW : 0) +
+                               (flags & CF_FLAG_FREQS ? 4 * (size_t)(dk / 2) : 0));
 }
 
 size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp) {

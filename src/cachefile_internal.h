@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 8; versions 1 to 7 still load), shared by the
+ * Cache files (doc/cachefile.md, format version 9; versions 1 to 8 still load), shared by the
  * three files that implement them: cachefile.c (the layout: CRC32C, section sizes, layer
  * scheme records, the checks of a layer section and its restore), cachefile_write.c (save) and
  * cachefile_read.c (load). Not public.
@@ -13,14 +13,16 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 8, so moving the public macro without this code fails to compile. */
+ * version 9, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 8, "src/cachefile*.c write the version 8 layout");
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 9, "src/cachefile*.c write the version 9 layout");
 /* Header flags (offset 52), v6: bit 0 the scheme's trellis; v7: bits 1-2 the config's
- * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); zero before. */
+ * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); v9: bit 3 the config's key_rope_freqs (the
+ * scheme section ends with them); zero before. */
 #define CF_FLAG_TRELLIS 1u
 #define CF_FLAG_PAIRS_SHIFT 1
 #define CF_FLAG_PAIRS (3u << CF_FLAG_PAIRS_SHIFT)
+#define CF_FLAG_FREQS 8u
 #define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */
@@ -63,8 +65,8 @@ static inline size_t tq_cf_mul_sat(size_t a, size_t b) {
 }
 static inline size_t tq_cf_add_sat(size_t a, size_t b) { return b > SIZE_MAX - a ? SIZE_MAX : a + b; }
 
-/* Payload bytes of the scheme section of a file of this version. */
-size_t tq_cf_scheme_payload(int n_layers, uint32_t version);
+/* Payload bytes of the scheme section of a file of this version, header flags and key dim. */
+size_t tq_cf_scheme_payload(int n_layers, uint32_t version, uint32_t flags, int dk);
 /* Payload bytes of layer i's section for (len, n_comp): SIZE_MAX on overflow. */
 size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp);
 

@@ -25,13 +25,16 @@ typedef struct cf_front {
     tq_kv_cache_config cfg; /* shapes and scheme (check_scheme); layer_schemes set by load */
     tq_kv_layer_scheme *ls; /* the n_layers layer scheme records (check_scheme; owned) */
     size_t *windows;        /* v4: the n_layers layer windows, NULL when all are 0 (owned) */
+    float *freqs;           /* v9: the keys' RoPE angles (n_layers, dk / 2), or NULL (owned) */
 } cf_front;
 
 static void front_free(cf_front *f) {
     free(f->ls);
     free(f->windows);
+    free(f->freqs);
     f->ls = NULL;
     f->windows = NULL;
+    f->freqs = NULL;
 }
 
 /* Bytes of the header and the scheme section. */
@@ -53,7 +56,9 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     uint32_t sink = tq_cf_get_u32(d + 56);
     uint32_t flags = tq_cf_get_u32(d + 52);
     uint32_t pairs = (flags & CF_FLAG_PAIRS) >> CF_FLAG_PAIRS_SHIFT;
-    if ((version < 6 && flags) || (version < 7 && pairs) || (flags & ~(CF_FLAG_TRELLIS | CF_FLAG_PAIRS)) ||
+    if ((version < 6 && flags) || (version < 7 && pairs) ||
+        (flags & ~(CF_FLAG_TRELLIS | CF_FLAG_PAIRS | CF_FLAG_FREQS)) ||
+        ((flags & CF_FLAG_FREQS) && (version < 9 || !pairs)) ||
         (version < 5 && sink) || sink > TQ_KV_SINK_MAX)
         return TQ_ERR_FORMAT;
     uint32_t n_layers = tq_cf_get_u32(d + 16), H = tq_cf_get_u32(d + 20), dk = tq_cf_get_u32(d + 24),
@@ -62,7 +67,7 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     if (n_layers < 1 || n_layers > 4096 || H < 1 || H > 1024 || dk < TQ_MIN_DIM ||
         dk > TQ_MAX_DIM || dv < TQ_MIN_DIM || dv > TQ_MAX_DIM)
         return TQ_ERR_FORMAT;
-    if (scheme_bytes != tq_cf_scheme_payload((int)n_layers, version)) return TQ_ERR_FORMAT;
+    if (scheme_bytes != tq_cf_scheme_payload((int)n_layers, version, flags, (int)dk)) return TQ_ERR_FORMAT;
     if (expect && (expect->n_layers != (int)n_layers || expect->n_kv_heads != (int)H ||
                    expect->head_dim_k != (int)dk || expect->head_dim_v != (int)dv))
         return TQ_ERR_MISMATCH;
@@ -171,6 +176,22 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
         windowed |= w != 0;
     }
     f->ls = ls;
+    /* v9: the keys' RoPE angles, each as tq_kv_cache_create accepts them. */
+    if (f->flags & CF_FLAG_FREQS) {
+        const size_t half = (size_t)dk / 2, nf = (size_t)n_layers * half;
+        const uint8_t *fp = wp + (size_t)n_layers * CF_LAYER_WINDOW;
+        f->freqs = malloc(nf * sizeof *f->freqs);
+        if (!f->freqs) {
+            front_free(f);
+            return TQ_ERR_NOMEM;
+        }
+        for (size_t j = 0; j < nf; j++) f->freqs[j] = tq_load_f32(fp + 4 * j);
+        for (uint32_t i = 0; i < n_layers; i++)
+            if (!tq_key_transform_rope_freqs_ok(f->freqs + i * half, dk, cfg.key_rope_pairs)) {
+                front_free(f);
+                return TQ_ERR_FORMAT;
+            }
+    }
     if (windowed) {
         f->windows = malloc(n_layers * sizeof *f->windows);
         if (!f->windows) {
@@ -197,7 +218,10 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
                  expect->scheme.quantized_kv_start == sc->quantized_kv_start &&
                  (expect->scheme.prefill_raw ? 1 : 0) == sc->prefill_raw &&
                  expect->scheme.seed == sc->seed && expect->scheme.sink == sc->sink &&
-                 expect->key_rope_pairs == cfg.key_rope_pairs;
+                 expect->key_rope_pairs == cfg.key_rope_pairs &&
+                 !expect->key_rope_freqs == !f->freqs &&
+                 (!f->freqs || memcmp(expect->key_rope_freqs, f->freqs,
+                                      (size_t)n_layers * (size_t)(dk / 2) * sizeof *f->freqs) == 0);
         for (uint32_t i = 0; ok && expect->layer_schemes && i < n_layers; i++) {
             tq_kv_layer_scheme e = expect->layer_schemes[i];
             if (e.key_format != TQ_KV_TURBO) e.key_mean = e.key_scale = 0;
@@ -229,6 +253,7 @@ static tq_status load_layers(const uint8_t *d, size_t size, const tq_cf_crc *ct,
     tq_kv_layer_scheme *ls = f->ls;
     f->cfg.layer_schemes = ls;
     f->cfg.layer_windows = f->windows;
+    f->cfg.key_rope_freqs = f->freqs;
     tq_kv_cache *c = NULL;
     tq_status st = tq_kv_cache_create(&c, &f->cfg);
     /* A key split the file claims must be the one the cache makes of its scheme. */
@@ -237,6 +262,7 @@ static tq_status load_layers(const uint8_t *d, size_t size, const tq_cf_crc *ct,
     front_free(f);
     f->cfg.layer_schemes = NULL;
     f->cfg.layer_windows = NULL;
+    f->cfg.key_rope_freqs = NULL;
     if (st) {
         tq_kv_cache_free(c);
         return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;

@@ -26,7 +26,9 @@ static int has_dropped(const tq_kv_cache *c) {
 
 size_t tq_kv_cache_save_bound(const tq_kv_cache *c) {
     if (!c || has_dropped(c)) return 0;
-    size_t n = CF_HEADER_BYTES + CF_SECTION_HEAD + tq_cf_scheme_payload(c->cfg.n_layers, CF_VERSION) +
+    size_t n = CF_HEADER_BYTES + CF_SECTION_HEAD +
+               tq_cf_scheme_payload(c->cfg.n_layers, CF_VERSION, c->cfg.key_rope_freqs ? CF_FLAG_FREQS : 0,
+                                    c->cfg.head_dim_k) +
                CF_CRC;
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
@@ -137,6 +139,8 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     const tq_kv_scheme *sc = &cfg->scheme;
     uint8_t b[CF_SCHEME_FIXED];
     uint64_t n_tokens = 0;
+    const uint32_t fr = cfg->key_rope_freqs ? CF_FLAG_FREQS : 0u;
+    const uint32_t payload = (uint32_t)tq_cf_scheme_payload(cfg->n_layers, CF_VERSION, fr, cfg->head_dim_k);
     for (int i = 0; i < cfg->n_layers; i++) n_tokens += c->layers[i].len;
 
     /* Header. */
@@ -151,9 +155,9 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     tq_cf_put_u32(h + 28, (uint32_t)cfg->head_dim_v);
     tq_cf_put_u64(h + 32, sc->seed);
     tq_cf_put_u64(h + 40, n_tokens);
-    tq_cf_put_u32(h + 48, (uint32_t)tq_cf_scheme_payload(cfg->n_layers, CF_VERSION));
+    tq_cf_put_u32(h + 48, payload);
     tq_cf_put_u32(h + 52, (sc->trellis ? CF_FLAG_TRELLIS : 0u) |
-                              (uint32_t)cfg->key_rope_pairs << CF_FLAG_PAIRS_SHIFT); /* v6, v7 */
+                              (uint32_t)cfg->key_rope_pairs << CF_FLAG_PAIRS_SHIFT | fr); /* v6, v7, v9 */
     tq_cf_put_u32(h + 56, (uint32_t)sc->sink); /* v5 */
     crc_begin(s);
     sink_write(s, h, 60);
@@ -162,7 +166,7 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     /* Scheme section. */
     crc_begin(s);
     memcpy(b, tq_cf_tag_scheme, 4);
-    tq_cf_put_u32(b + 4, (uint32_t)tq_cf_scheme_payload(cfg->n_layers, CF_VERSION));
+    tq_cf_put_u32(b + 4, payload);
     sink_write(s, b, CF_SECTION_HEAD);
     tq_cf_put_layer_scheme(b, &sc->layer);
     tq_cf_put_layer_scheme(b + 16, &sc->edge);
@@ -181,6 +185,11 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     for (int i = 0; i < cfg->n_layers; i++) { /* v4: the layer windows */
         tq_cf_put_u64(b, c->layers[i].window);
         sink_write(s, b, CF_LAYER_WINDOW);
+    }
+    /* v9: the keys' RoPE angles, (n_layers, head_dim_k / 2) f32 */
+    for (size_t j = 0; fr && j < (size_t)cfg->n_layers * (size_t)(cfg->head_dim_k / 2); j++) {
+        tq_store_f32(b, cfg->key_rope_freqs[j]);
+        sink_write(s, b, 4);
     }
     crc_end(s);
 

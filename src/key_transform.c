@@ -27,6 +27,16 @@ struct tq_key_transform {
     uint16_t *perm; /* (n_heads, dim) with a split: stored coordinate j of head h holds channel
                        perm[h·dim + j] (the identity until scale_set); else NULL */
     int scale_set;
+    /* A mean that turns with RoPE (tq_key_transform_create's freqs; doc/kvcache.md §2, "Key
+     * mean"): the n_turn pairs turn[k] (pair index) whose angle per position freq[k] is at
+     * most TQ_KEY_MEAN_TURN_MAX radians per TQ_KEY_MEAN_BLOCK positions hold, in `mean`, the
+     * pre-RoPE mean μ; the key at position p is stored less R_c μ, c the centre of p's block
+     * of TQ_KEY_MEAN_BLOCK positions. n_turn 0: a fixed mean. */
+    int n_turn;
+    uint16_t *turn;
+    double *freq;
+    float *step; /* (2 n_turn): cos, then sin of freq[k] · TQ_KEY_MEAN_BLOCK (one block on) */
+    float *freqs_in; /* (dim / 2) the freqs given, for create_like and cache files; else NULL */
 };
 
 static size_t nm_of(const tq_key_transform *kt) { return (size_t)kt->n_heads * (size_t)kt->dim; }
@@ -37,15 +47,34 @@ void tq_key_transform_free(tq_key_transform *kt) {
     free(kt->scale);
     free(kt->q_sq);
     free(kt->perm);
+    free(kt->turn);
+    free(kt->freq);
+    free(kt->step);
+    free(kt->freqs_in);
     free(kt);
 }
 
+/* Channels of RoPE pair j (pairs: TQ_ROPE_PAIRS_ADJACENT or _HALVES). */
+static inline void pair_channels(int pairs, int dim, int j, int *i0, int *i1) {
+    *i0 = pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * j : j;
+    *i1 = pairs == TQ_ROPE_PAIRS_ADJACENT ? 2 * j + 1 : j + dim / 2;
+}
+
+int tq_key_transform_rope_freqs_ok(const float *freqs, int dim, int pairs) {
+    if (!freqs) return 1;
+    if (pairs == TQ_ROPE_PAIRS_NONE || dim % 2) return 0;
+    for (int j = 0; j < dim / 2; j++)
+        if (!(freqs[j] >= 0.0f && freqs[j] <= 1e6f)) return 0; /* NaN too */
+    return 1;
+}
+
 tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, int mean,
-                                  int scale, int block, int block_bits, int pairs) {
+                                  int scale, int block, int block_bits, int pairs,
+                                  const float *freqs) {
     *out = NULL;
     if (n_heads < 1 || n_heads > 1024 || dim < TQ_MIN_DIM || dim > TQ_MAX_DIM ||
         (block && (!scale || block < 1 || block >= dim || block_bits < 1 || block_bits > 8)) ||
-        !tq_rope_pairs_valid(pairs, dim))
+        !tq_rope_pairs_valid(pairs, dim) || !tq_key_transform_rope_freqs_ok(freqs, dim, pairs))
         return TQ_ERR_INVALID;
     tq_key_transform *kt = calloc(1, sizeof *kt);
     if (!kt) return TQ_ERR_NOMEM;
@@ -62,6 +91,26 @@ tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, 
         ok &= (kt->q_sq = malloc(nm * sizeof(double))) != NULL;
         if (block) ok &= (kt->perm = malloc(nm * sizeof(uint16_t))) != NULL;
     }
+    if (mean && freqs && ok) {
+        int n = 0, half = dim / 2;
+        for (int j = 0; j < half; j++)
+            n += freqs[j] > 0.0f && (double)freqs[j] * TQ_KEY_MEAN_BLOCK <= TQ_KEY_MEAN_TURN_MAX;
+        ok &= (kt->freqs_in = malloc((size_t)half * sizeof(float))) != NULL;
+        if (ok) memcpy(kt->freqs_in, freqs, (size_t)half * sizeof(float));
+        if (n && ok) {
+            ok &= (kt->turn = malloc((size_t)n * sizeof(uint16_t))) != NULL;
+            ok &= (kt->freq = malloc((size_t)n * sizeof(double))) != NULL;
+            ok &= (kt->step = malloc((size_t)n * 2 * sizeof(float))) != NULL;
+        }
+        for (int j = 0; ok && j < half; j++)
+            if (freqs[j] > 0.0f && (double)freqs[j] * TQ_KEY_MEAN_BLOCK <= TQ_KEY_MEAN_TURN_MAX) {
+                kt->step[kt->n_turn] = (float)cos((double)freqs[j] * TQ_KEY_MEAN_BLOCK);
+                kt->step[n + kt->n_turn] = (float)sin((double)freqs[j] * TQ_KEY_MEAN_BLOCK);
+                kt->turn[kt->n_turn] = (uint16_t)j;
+                kt->freq[kt->n_turn] = freqs[j];
+                kt->n_turn++;
+            }
+    }
     if (!ok) {
         tq_key_transform_free(kt);
         return TQ_ERR_NOMEM;
@@ -73,7 +122,8 @@ tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, 
 
 tq_status tq_key_transform_create_like(tq_key_transform **out, const tq_key_transform *like) {
     return tq_key_transform_create(out, like->n_heads, like->dim, like->mean != NULL,
-                                   like->scale != NULL, like->block, like->block_bits, like->pairs);
+                                   like->scale != NULL, like->block, like->block_bits, like->pairs,
+                                   like->freqs_in);
 }
 
 void tq_key_transform_reset(tq_key_transform *kt) {
@@ -110,6 +160,8 @@ void tq_key_transform_memory(const tq_key_transform *kt, size_t *data, size_t *a
     if (!kt) return;
     size_t nm = nm_of(kt);
     *allocated = sizeof *kt;
+    if (kt->freqs_in) *allocated += (size_t)kt->dim / 2 * sizeof(float);
+    *allocated += (size_t)kt->n_turn * (sizeof(uint16_t) + sizeof(double) + 2 * sizeof(float));
     if (kt->mean) *data += nm * sizeof(float), *allocated += nm * sizeof(float);
     if (kt->scale) *data += nm * sizeof(float), *allocated += nm * (sizeof(float) + sizeof(double));
     if (kt->perm) *data += nm * sizeof(uint16_t), *allocated += nm * sizeof(uint16_t);
@@ -139,7 +191,8 @@ tq_status tq_key_transform_observe(tq_key_transform *kt, const float *q, int n_q
 
 void tq_key_transform_copy(tq_key_transform *dst, const tq_key_transform *src) {
     if (!dst || !src || nm_of(dst) != nm_of(src) || !dst->mean != !src->mean ||
-        !dst->scale != !src->scale || !dst->perm != !src->perm)
+        !dst->scale != !src->scale || !dst->perm != !src->perm || dst->n_turn != src->n_turn ||
+        (dst->n_turn && memcmp(dst->freq, src->freq, (size_t)dst->n_turn * sizeof(double))))
         return;
     size_t nm = nm_of(src);
     if (src->mean) memcpy(dst->mean, src->mean, nm * sizeof(float));
@@ -162,8 +215,9 @@ void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transf
 }
 
 /* The per-head key mean of rows [0, n), summed row by row (each key read once, in order) in
- * double. */
-static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const void *ctx) {
+ * double; a turning pair's two channels turned back by the row's angle first (row t at
+ * position pos0 + t): the pre-RoPE mean. */
+static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const void *ctx, size_t pos0) {
     int dk = kt->dim, H = kt->n_heads;
     double acc[TQ_MAX_DIM];
     float k[TQ_MAX_DIM];
@@ -172,7 +226,16 @@ static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const v
         for (int i = 0; i < dk; i++) acc[i] = 0.0;
         for (size_t t = 0; t < n; t++) {
             row(ctx, t, h, k);
-            for (int i = 0; i < dk; i++) acc[i] += k[i];
+            double x[TQ_MAX_DIM];
+            for (int i = 0; i < dk; i++) x[i] = k[i];
+            for (int j = 0; j < kt->n_turn; j++) {
+                int i0, i1;
+                pair_channels(kt->pairs, dk, kt->turn[j], &i0, &i1);
+                double a = kt->freq[j] * (double)(pos0 + t), cs = cos(a), sn = sin(a);
+                x[i0] = k[i0] * cs + k[i1] * sn;
+                x[i1] = -(double)k[i0] * sn + k[i1] * cs;
+            }
+            for (int i = 0; i < dk; i++) acc[i] += x[i];
         }
         for (int i = 0; i < dk; i++) m[i] = n ? (float)(acc[i] / (double)n) : 0.0f;
     }
@@ -246,7 +309,7 @@ static void split_channels(tq_key_transform *kt, int h, const double *an, const 
  * s_i ∝ ((a_i + ε) / (b_i + ε))^p with p = n / (4 (n + 32)), geometric mean 1. p = 1/4
  * minimizes the score error Σ_i a_i/s_i² · Σ_i s_i² b_i (the rotation spreads the error of
  * s ⊙ k evenly over channels). Without observed queries a_i = 1. */
-static void fit_scale(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const void *ctx) {
+static void fit_scale(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const void *ctx, size_t pos0) {
     int dk = kt->dim, H = kt->n_heads;
     double p = 0.25 * (double)n / ((double)n + KEY_SCALE_HALF_TOKENS);
     double b[TQ_MAX_DIM], lg[TQ_MAX_DIM], an[TQ_MAX_DIM], bn[TQ_MAX_DIM];
@@ -258,10 +321,12 @@ static void fit_scale(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const 
         float *s = kt->scale + (size_t)h * (size_t)dk;
         double sa = 0.0, sb = 0.0;
         for (int i = 0; i < dk; i++) b[i] = 0.0;
+        float mp[TQ_MAX_DIM];
         for (size_t t = 0; t < n; t++) {
             row(ctx, t, h, k);
+            const float *mt = m && kt->n_turn ? tq_key_transform_mean_at(kt, h, pos0 + t, mp) : m;
             for (int i = 0; i < dk; i++) {
-                double x = (double)k[i] - (m ? (double)m[i] : 0.0);
+                double x = (double)k[i] - (mt ? (double)mt[i] : 0.0);
                 b[i] += x * x;
             }
         }
@@ -299,9 +364,70 @@ static void fit_scale(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const 
 }
 
 void tq_key_transform_fit_rows(tq_key_transform *kt, size_t n_mean, size_t n_scale,
-                               tq_key_rows_fn row, const void *ctx) {
-    if (kt->mean && !kt->mean_set) fit_mean(kt, n_mean, row, ctx);
-    if (kt->scale && !kt->scale_set) fit_scale(kt, n_scale, row, ctx);
+                               tq_key_rows_fn row, const void *ctx, size_t pos0) {
+    if (kt->mean && !kt->mean_set) fit_mean(kt, n_mean, row, ctx, pos0);
+    if (kt->scale && !kt->scale_set) fit_scale(kt, n_scale, row, ctx, pos0);
+}
+
+/* ---- a mean that turns with RoPE ---- */
+
+int tq_key_transform_n_turn(const tq_key_transform *kt) { return kt ? kt->n_turn : 0; }
+
+const float *tq_key_transform_rope_freqs(const tq_key_transform *kt) { return kt ? kt->freqs_in : NULL; }
+
+void tq_key_transform_block_cs(const tq_key_transform *kt, size_t block, float *cs) {
+    const double c = (double)block * TQ_KEY_MEAN_BLOCK + TQ_KEY_MEAN_BLOCK / 2;
+    const int n = kt->n_turn;
+    for (int j = 0; j < n; j++) {
+        double a = kt->freq[j] * c;
+        cs[j] = (float)cos(a);
+        cs[n + j] = (float)sin(a);
+    }
+}
+
+void tq_key_transform_block_cs_next(const tq_key_transform *kt, float *cs) {
+    const int n = kt->n_turn;
+    const float *dc = kt->step, *ds = kt->step + n;
+    float *c = cs, *s = cs + n;
+    for (int j = 0; j < n; j++) { /* independent lanes: vectorized */
+        float c1 = c[j] * dc[j] - s[j] * ds[j], s1 = c[j] * ds[j] + s[j] * dc[j];
+        c[j] = c1;
+        s[j] = s1;
+    }
+}
+
+const float *tq_key_transform_mean_at(const tq_key_transform *kt, int h, size_t pos, float *buf) {
+    if (!kt || !kt->mean) return NULL;
+    const float *mu = kt->mean + (size_t)h * (size_t)kt->dim;
+    if (!kt->n_turn) return mu;
+    const double cc = (double)(pos / TQ_KEY_MEAN_BLOCK) * TQ_KEY_MEAN_BLOCK + TQ_KEY_MEAN_BLOCK / 2;
+    memcpy(buf, mu, (size_t)kt->dim * sizeof(float));
+    for (int j = 0; j < kt->n_turn; j++) {
+        int i0, i1;
+        pair_channels(kt->pairs, kt->dim, kt->turn[j], &i0, &i1);
+        double c = cos(kt->freq[j] * cc), s = sin(kt->freq[j] * cc);
+        buf[i0] = (float)(mu[i0] * c - mu[i1] * s);
+        buf[i1] = (float)(mu[i0] * s + mu[i1] * c);
+    }
+    return buf;
+}
+
+float tq_key_transform_rope_terms(const tq_key_transform *kt, int h, const float *q, float *ab) {
+    if (!kt || !kt->mean) return 0.0f;
+    const float *mu = kt->mean + (size_t)h * (size_t)kt->dim;
+    uint8_t turned[TQ_MAX_DIM] = {0};
+    for (int j = 0; j < kt->n_turn; j++) {
+        int i0, i1;
+        pair_channels(kt->pairs, kt->dim, kt->turn[j], &i0, &i1);
+        turned[i0] = turned[i1] = 1;
+        /* ⟨(q0, q1), R_a (m0, m1)⟩ = cos a (q0 m0 + q1 m1) + sin a (q1 m0 − q0 m1) */
+        ab[j] = (float)((double)q[i0] * mu[i0] + (double)q[i1] * mu[i1]);
+        ab[kt->n_turn + j] = (float)((double)q[i1] * mu[i0] - (double)q[i0] * mu[i1]);
+    }
+    double a = 0.0;
+    for (int i = 0; i < kt->dim; i++)
+        if (!turned[i]) a += (double)q[i] * mu[i];
+    return (float)a;
 }
 
 /* ---- applying ---- */
@@ -311,26 +437,30 @@ static inline int channel(const tq_key_transform *kt, size_t hk, int j) {
     return kt->perm ? (int)kt->perm[hk + (size_t)j] : j;
 }
 
-void tq_key_transform_key_row(const tq_key_transform *kt, int h, const float *k, float *out) {
+void tq_key_transform_key_row(const tq_key_transform *kt, int h, size_t pos, const float *k, float *out) {
     const size_t hk = (size_t)h * (size_t)kt->dim;
+    float mp[TQ_MAX_DIM];
+    const float *m = tq_key_transform_mean_at(kt, h, pos, mp);
     /* Stored coordinate i: s ⊙ (k − mean) of channel perm[i] (i without a split). */
     for (int i = 0; i < kt->dim; i++) {
         int ch = channel(kt, hk, i);
         float x = k[ch];
-        if (kt->mean) x -= kt->mean[hk + (size_t)ch];
+        if (m) x -= m[ch];
         if (kt->scale) x *= kt->scale[hk + (size_t)ch];
         out[i] = x;
     }
 }
 
-void tq_key_transform_invert_row(const tq_key_transform *kt, int h, const float *stored,
+void tq_key_transform_invert_row(const tq_key_transform *kt, int h, size_t pos, const float *stored,
                                  float *out) {
     const size_t hk = (size_t)h * (size_t)kt->dim;
+    float mp[TQ_MAX_DIM];
+    const float *m = tq_key_transform_mean_at(kt, h, pos, mp);
     for (int j = 0; j < kt->dim; j++) {
         int ch = channel(kt, hk, j);
         float x = stored[j];
         if (kt->scale) x /= kt->scale[hk + (size_t)ch];
-        if (kt->mean) x += kt->mean[hk + (size_t)ch];
+        if (m) x += m[ch];
         out[ch] = x;
     }
 }
@@ -348,7 +478,7 @@ const float *tq_key_transform_query_row(const tq_key_transform *kt, int h, const
 }
 
 float tq_key_transform_offset_row(const tq_key_transform *kt, int h, const float *q) {
-    if (!kt || !kt->mean) return 0.0f;
+    if (!kt || !kt->mean || kt->n_turn) return 0.0f;
     const float *m = kt->mean + (size_t)h * (size_t)kt->dim;
     double a = 0.0;
     for (int j = 0; j < kt->dim; j++) a += (double)q[j] * m[j];
@@ -543,7 +673,7 @@ tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_co
     if (!all_finite(keys, n_keys * (size_t)H * (size_t)d)) return TQ_ERR_NONFINITE;
     tq_key_transform *kt;
     tq_status st = tq_key_transform_create(&kt, H, d, cfg->mean != 0, cfg->scale != 0, block,
-                                           block_bits, cfg->rope_pairs);
+                                           block_bits, cfg->rope_pairs, NULL);
     if (st) return st;
     st = tq_key_transform_observe(kt, queries, n_q_heads, n_queries);
     if (st) {
@@ -551,7 +681,7 @@ tq_status tq_key_transform_fit(tq_key_transform **out, const tq_key_transform_co
         return st;
     }
     float_rows rows = {keys, H, d};
-    tq_key_transform_fit_rows(kt, n_keys, n_keys, float_row, &rows);
+    tq_key_transform_fit_rows(kt, n_keys, n_keys, float_row, &rows, 0);
     *out = kt;
     return TQ_OK;
 }
@@ -579,7 +709,7 @@ tq_status tq_key_transform_keys(const tq_key_transform *kt, const float *keys, s
     size_t H = (size_t)kt->n_heads, d = (size_t)kt->dim;
     if (!all_finite(keys, n * H * d)) return TQ_ERR_NONFINITE;
     for (size_t r = 0; r < n * H; r++)
-        tq_key_transform_key_row(kt, (int)(r % H), keys + r * d, stored + r * d);
+        tq_key_transform_key_row(kt, (int)(r % H), 0, keys + r * d, stored + r * d);
     return TQ_OK;
 }
 
@@ -588,7 +718,7 @@ tq_status tq_key_transform_invert(const tq_key_transform *kt, const float *store
     if (!kt || (n && (!keys || !stored))) return TQ_ERR_NULL;
     size_t H = (size_t)kt->n_heads, d = (size_t)kt->dim;
     for (size_t r = 0; r < n * H; r++)
-        tq_key_transform_invert_row(kt, (int)(r % H), stored + r * d, keys + r * d);
+        tq_key_transform_invert_row(kt, (int)(r % H), 0, stored + r * d, keys + r * d);
     return TQ_OK;
 }
 
@@ -671,7 +801,7 @@ tq_status tq_key_transform_deserialize(const void *data, size_t size, tq_key_tra
         size != KT_HEAD + tq_key_transform_state_size((size_t)H * d, mean, scale, block > 0))
         return TQ_ERR_FORMAT;
     tq_key_transform *kt;
-    tq_status st = tq_key_transform_create(&kt, (int)H, (int)d, mean, scale, (int)block, p[20], pairs);
+    tq_status st = tq_key_transform_create(&kt, (int)H, (int)d, mean, scale, (int)block, p[20], pairs, NULL);
     if (st) return st == TQ_ERR_NOMEM ? st : TQ_ERR_FORMAT;
     st = tq_key_transform_read_state(kt, p + KT_HEAD, p[22], p[23]);
     if (st) {

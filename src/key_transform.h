@@ -13,13 +13,24 @@
 
 #include "turboquant.h"
 
+/* A mean that turns with RoPE: positions per block (the key at position p is stored less
+ * R_c μ, c the centre of its block) and the most a pair may turn per block to be turned
+ * (radians; faster pairs keep the fixed mean). doc/kvcache.md §2, "Key mean". */
+#define TQ_KEY_MEAN_BLOCK 64
+#define TQ_KEY_MEAN_TURN_MAX 2.0
+
 /* A transform of n_heads × dim with the parts asked for (block > 0: a key split whose first
  * block has `block` channels at block_bits; pairs: TQ_ROPE_PAIRS_*, the channel pairs whose
- * statistics the fit moves halfway together), not fitted: mean unset, scale 1, identity order, no
- * query statistics. Errors: TQ_ERR_NOMEM, TQ_ERR_INVALID (a shape, block or pairing out of
- * range). */
+ * statistics the fit moves halfway together; freqs: with a mean and pairs, the angle per
+ * position of each of the dim / 2 pairs (radians, 0: not turned) — the mean then turns with
+ * RoPE — or NULL), not fitted: mean unset, scale 1, identity order, no query statistics.
+ * Errors: TQ_ERR_NOMEM, TQ_ERR_INVALID (a shape, block, pairing or angle out of range). */
 tq_status tq_key_transform_create(tq_key_transform **out, int n_heads, int dim, int mean,
-                                  int scale, int block, int block_bits, int pairs);
+                                  int scale, int block, int block_bits, int pairs,
+                                  const float *freqs);
+/* 1 if freqs (dim / 2 angles, or NULL) suits a transform of dim with pairs: NULL, or pairs set,
+ * dim even and every angle in [0, 10⁶]. */
+int tq_key_transform_rope_freqs_ok(const float *freqs, int dim, int pairs);
 /* A new, unfitted transform of the same shape and parts as `like`. */
 tq_status tq_key_transform_create_like(tq_key_transform **out, const tq_key_transform *like);
 /* Back to "not fitted" (a cache truncated to 0): the mean unset (its values kept, as a cache
@@ -55,20 +66,40 @@ void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transf
 /* Key row t < n of head h, as floats (dim of them) into out. */
 typedef void (*tq_key_rows_fn)(const void *ctx, size_t t, int h, float *out);
 /* Fits what is not fixed yet: the mean from rows [0, n_mean), then the scale and split from
- * rows [0, n_scale) (less the mean) and the observed queries. */
+ * rows [0, n_scale) (less the mean) and the observed queries; row t is the key at position
+ * pos0 + t (what a turning mean needs). */
 void tq_key_transform_fit_rows(tq_key_transform *kt, size_t n_mean, size_t n_scale,
-                               tq_key_rows_fn row, const void *ctx);
+                               tq_key_rows_fn row, const void *ctx, size_t pos0);
 
-/* Head h's key k (dim floats, channel order) → its stored coordinates. */
-void tq_key_transform_key_row(const tq_key_transform *kt, int h, const float *k, float *out);
-/* Stored coordinates of head h → the key in channel order (the inverse). */
-void tq_key_transform_invert_row(const tq_key_transform *kt, int h, const float *stored,
+/* Head h's key k at position pos (dim floats, channel order) → its stored coordinates. */
+void tq_key_transform_key_row(const tq_key_transform *kt, int h, size_t pos, const float *k, float *out);
+/* Stored coordinates of head h's key at position pos → the key in channel order (the
+ * inverse). */
+void tq_key_transform_invert_row(const tq_key_transform *kt, int h, size_t pos, const float *stored,
                                  float *out);
+
+/* A mean that turns with RoPE. The pairs that turn (0: a fixed mean, NULL kt too). */
+int tq_key_transform_n_turn(const tq_key_transform *kt);
+/* The angles given at create (dim / 2), or NULL. */
+const float *tq_key_transform_rope_freqs(const tq_key_transform *kt);
+/* The mean subtracted from head h's key at position pos: the stored mean itself when it does
+ * not turn, else R_c μ written to buf (dim floats); NULL without a mean. */
+const float *tq_key_transform_mean_at(const tq_key_transform *kt, int h, size_t pos, float *buf);
+/* cs (2 n_turn floats) = the cos of each turning pair's angle at the centre of block `block`
+ * (positions [64 block, 64 block + 64)), then the sin (computed in double); _next moves cs on
+ * by one block (one rotation per pair, in float: callers start afresh now and then). */
+void tq_key_transform_block_cs(const tq_key_transform *kt, size_t block, float *cs);
+void tq_key_transform_block_cs_next(const tq_key_transform *kt, float *cs);
+/* ⟨q, mean at a position⟩ of head h in parts: ab (2 n_turn floats) gets each turning pair's A,
+ * then each B, with ⟨q, R_c μ⟩ = ⟨ab, cs⟩ (tq_key_transform_block_cs); the return value is the
+ * rest, ⟨q, μ⟩ over the channels that do not turn (0 without a mean). */
+float tq_key_transform_rope_terms(const tq_key_transform *kt, int h, const float *q, float *ab);
 /* A query of KV head h in the stored keys' basis: q itself without a scale (kt NULL too), else
  * q / s in the key split's order written to buf. */
 const float *tq_key_transform_query_row(const tq_key_transform *kt, int h, const float *q,
                                         float *buf);
-/* ⟨q, mean of head h⟩ (summed in double), 0 without a mean (kt NULL too). */
+/* ⟨q, mean of head h⟩ (summed in double), 0 without a mean (kt NULL too) or with a turning
+ * one (tq_key_transform_rope_terms). */
 float tq_key_transform_offset_row(const tq_key_transform *kt, int h, const float *q);
 
 /* The state a cache file keeps (doc/cachefile.md, layer section): with a mean, the mean (f32,

@@ -78,6 +78,8 @@ tq_status tq_kv_cache_fork(const tq_kv_cache *src, tq_kv_cache **out) {
     if (st) return st;
     dst->cfg = src->cfg;
     dst->cfg.reserve_tokens = 0; /* nothing reserved for the fork */
+    dst->cfg.layer_windows = dst->windows; /* the fork's own copies, not the source's */
+    dst->cfg.key_rope_freqs = dst->freqs;
     for (size_t i = 0; i < n && !st; i++) st = fork_layer(src, &src->layers[i], &dst->layers[i]);
     if (st) {
         tq_kv_cache_free(dst);

@@ -121,6 +121,7 @@ void tq_kv_cache_free(tq_kv_cache *c) {
         for (int i = 0; i < c->cfg.n_layers; i++) layer_free(&c->layers[i]);
     free(c->layers);
     free(c->windows);
+    free(c->freqs);
     free(c);
 }
 
@@ -148,6 +149,10 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
         cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)
         return TQ_ERR_DIM;
     if (!tq_rope_pairs_valid(cfg->key_rope_pairs, cfg->head_dim_k)) return TQ_ERR_INVALID;
+    for (int i = 0; cfg->key_rope_freqs && i < cfg->n_layers; i++)
+        if (!tq_key_transform_rope_freqs_ok(cfg->key_rope_freqs + (size_t)i * (size_t)(cfg->head_dim_k / 2),
+                                            cfg->head_dim_k, cfg->key_rope_pairs))
+            return TQ_ERR_INVALID;
     int windowed = 0;
     for (int i = 0; cfg->layer_windows && i < cfg->n_layers; i++) {
         if (cfg->layer_windows[i] > TQ_KV_WINDOW_MAX) return TQ_ERR_INVALID;
@@ -169,7 +174,13 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
         if (c->windows) memcpy(c->windows, cfg->layer_windows, wb);
         c->cfg.layer_windows = c->windows;
     }
-    if (!c->layers || (windowed && !c->windows)) {
+    if (cfg->key_rope_freqs) { /* the cache's copy, likewise */
+        size_t fb = (size_t)cfg->n_layers * (size_t)(cfg->head_dim_k / 2) * sizeof *c->freqs;
+        c->freqs = malloc(fb);
+        if (c->freqs) memcpy(c->freqs, cfg->key_rope_freqs, fb);
+        c->cfg.key_rope_freqs = c->freqs;
+    }
+    if (!c->layers || (windowed && !c->windows) || (cfg->key_rope_freqs && !c->freqs)) {
         st = TQ_ERR_NOMEM;
         goto fail;
     }
@@ -201,7 +212,8 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
             /* A key split's first block is the codec's segment 0. */
             st = tq_key_transform_create(&l->kt, cfg->n_kv_heads, cfg->head_dim_k,
                                          l->scheme.key_mean, l->scheme.key_scale, l->k.block,
-                                         l->k.block ? l->k.seg[0].bits : 0, cfg->key_rope_pairs);
+                                         l->k.block ? l->k.seg[0].bits : 0, cfg->key_rope_pairs,
+                                         c->freqs ? c->freqs + (size_t)i * (size_t)(cfg->head_dim_k / 2) : NULL);
             if (st) goto fail;
         }
     }
@@ -307,7 +319,7 @@ static void fit_keys(const tq_kv_cache *c, tq_kv_layer *l) {
     raw_keys r = {c, l, l->n_comp};
     tq_key_transform_fit_rows(l->kt, held < most ? held : most,
                               held < TQ_KV_KEY_SCALE_TOKENS ? held : TQ_KV_KEY_SCALE_TOKENS,
-                              raw_key_row, &r);
+                              raw_key_row, &r, l->n_comp);
 }
 
 tq_status tq_kv_cache_observe_queries(tq_kv_cache *c, int layer, const float *q, int n_q_heads,
@@ -376,7 +388,7 @@ static tq_status compress_range(const tq_kv_cache *c, const tq_kv_layer *l, size
                 memcpy((uint16_t *)tq_kv_vsink(c, l, t, h), vr, (size_t)dv * sizeof *vr);
             }
             for (int i = 0; i < dk; i++) kraw[i] = tq_f16_to_f32(kr[i]);
-            if (l->kt) tq_key_transform_key_row(l->kt, h, kraw, kbuf);
+            if (l->kt) tq_key_transform_key_row(l->kt, h, t, kraw, kbuf);
             for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
             st = tq_kv_tensor_encode(&l->k, l->kt ? kbuf : kraw, (uint8_t *)tq_kv_krec(c, l, t, h));
             if (!st) st = tq_kv_tensor_encode(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
@@ -585,7 +597,7 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
                 if (ko) {
                     float dec[TQ_MAX_DIM];
                     s1 = tq_kv_tensor_decode(&l->k, tq_kv_krec(c, l, t, h), dec);
-                    if (l->kt) tq_key_transform_invert_row(l->kt, h, dec, ko);
+                    if (l->kt) tq_key_transform_invert_row(l->kt, h, t, dec, ko);
                     else memcpy(ko, dec, (size_t)dk * sizeof(float));
                 }
                 if (vo) {

@@ -71,6 +71,7 @@ typedef struct tq_kv_layer {
 struct tq_kv_cache {
     tq_kv_cache_config cfg; /* layer_schemes NULL; layer_windows = windows */
     size_t *windows;        /* (n_layers,) the layer windows, NULL when no layer has one */
+    float *freqs;           /* (n_layers, head_dim_k / 2) key_rope_freqs, NULL when not given */
     tq_kv_layer *layers;    /* (n_layers,) */
     size_t cpage_bytes_max, rpage_bytes;
 };

@@ -433,6 +433,80 @@ static void test_key_mean(void) {
     CHECK(err[1] < err[0]);
 }
 
+/* Keys with a pre-RoPE offset (8σ on every fourth pair, turned by RoPE at position t, angles
+ * 10⁴^(−2j/d), adjacent pairs): with the angles given (key_rope_freqs) the key mean turns with
+ * the position, and past the 512 positions it is fitted on it must leave the keys (read back)
+ * and the attention output nearer fp16 than the fixed mean; the decode and prefill kernels
+ * agree with the reference (which reads keys back) at every position, threaded too. */
+static void test_key_mean_rope(void) {
+    enum { H = 2, D = 64, N = 1600 };
+    float freqs[D / 2];
+    for (int j = 0; j < D / 2; j++) freqs[j] = (float)pow(10000.0, -2.0 * j / D);
+    float *k = malloc(sizeof(float) * N * H * D), *v = malloc(sizeof(float) * N * H * D);
+    seed_rng(777);
+    fill(v, (size_t)N * H * D, 0.0f);
+    for (size_t t = 0; t < N; t++)
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < D / 2; j++) {
+                double x = grand() + (j % 4 == 1 ? 8.0 : 0.0), y = grand() + (j % 4 == 1 ? -5.0 : 0.0);
+                double a = freqs[j] * (double)t, cs = cos(a), sn = sin(a);
+                float *r = k + (t * H + (size_t)h) * D + 2 * j;
+                r[0] = (float)(x * cs - y * sn);
+                r[1] = (float)(x * sn + y * cs);
+            }
+    double rd[2] = {0, 0}, out[2] = {0, 0};
+    tq_threadpool *pool = NULL;
+    CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
+    for (int turn = 0; turn < 2; turn++) {
+        tq_kv_cache_config cfg;
+        tq_kv_cache_config_init(&cfg, 1, H, D, D);
+        char err[256];
+        CHECK(tq_kv_scheme_parse("turbo3:sink=0", &cfg.scheme, err, sizeof err) == TQ_OK);
+        cfg.key_rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
+        cfg.key_rope_freqs = turn ? freqs : NULL;
+        tq_kv_cache *c = NULL, *f16 = make_cache("f16", 0, H, D, D);
+        CHECK(tq_kv_cache_create(&c, &cfg) == TQ_OK && c && f16);
+        if (!c || !f16) break;
+        /* a prompt of 700, then one token at a time: compressed as decode goes */
+        CHECK(tq_kv_cache_append(c, 0, k, v, 700) == TQ_OK && tq_kv_cache_append(f16, 0, k, v, 700) == TQ_OK);
+        for (size_t t = 700; t < N; t++) {
+            CHECK(tq_kv_cache_append(c, 0, k + t * H * D, v + t * H * D, 1) == TQ_OK);
+            CHECK(tq_kv_cache_append(f16, 0, k + t * H * D, v + t * H * D, 1) == TQ_OK);
+        }
+        tq_kv_cache_compress(c, -1);
+        /* read back: the squared error of positions [1024, N) */
+        float *kb = malloc(sizeof(float) * N * H * D);
+        CHECK(tq_kv_cache_read(c, 0, 0, N, kb, (size_t)N * H * D, NULL, 0) == TQ_OK);
+        double e = 0, ek = 0;
+        for (size_t i = (size_t)1024 * H * D; i < (size_t)N * H * D; i++)
+            e += (kb[i] - k[i]) * (double)(kb[i] - k[i]), ek += k[i] * (double)k[i];
+        rd[turn] = e / ek;
+        free(kb);
+        tq_attn_params p;
+        tq_attn_params_init(&p, D);
+        float q[4 * D], o1[4 * D], o2[4 * D];
+        for (int i = 0; i < 4 * D; i++) q[i] = 0.5f * grand();
+        tq_kv_attention_ref(f16, 0, q, 4, 1, &p, o1, 4 * D);
+        tq_kv_attention_ref(c, 0, q, 4, 1, &p, o2, 4 * D);
+        for (int i = 0; i < 4 * D; i++) out[turn] += (o1[i] - o2[i]) * (double)(o1[i] - o2[i]);
+        /* fast against the reference: decode, a prefill chunk, a pool of 3, a window */
+        double fe1 = compare(c, 4, 1, &p, NULL), fe5 = compare(c, 4, 5, &p, NULL), fe7 = compare(c, 6, 7, &p, pool);
+        p.sliding_window = 300;
+        double few = compare(c, 4, 3, &p, pool);
+        CHECK_MSG(fe1 >= 0 && fe1 <= TOL && fe5 >= 0 && fe5 <= TOL && fe7 >= 0 && fe7 <= TOL && few >= 0 && few <= TOL,
+                  "turn %d: fast vs ref %g %g %g %g", turn, fe1, fe5, fe7, few);
+        tq_kv_cache_free(c);
+        tq_kv_cache_free(f16);
+    }
+    tq_threadpool_free(pool);
+    printf("     pre-RoPE offset: late keys' read-back error %.4f fixed mean, %.4f turning; output error %.4f / %.4f\n",
+           rd[0], rd[1], sqrt(out[0] / (4 * D)), sqrt(out[1] / (4 * D)));
+    CHECK(rd[1] < 0.5 * rd[0]);
+    CHECK(out[1] < out[0]);
+    free(k);
+    free(v);
+}
+
 /* Keys loud in channels queries ignore (i % 16 == 0, ×6), queries loud in others (i % 16 == 5,
  * ×4): the per-channel key scale must move the error out of the loud key channels. Three
  * runs: no scale, a scale from the keys alone, a scale from keys and observed queries. */
@@ -1454,6 +1528,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_threadpool_run);
     RUN_TEST(test_threads);
     RUN_TEST(test_key_mean);
+    RUN_TEST(test_key_mean_rope);
     RUN_TEST(test_key_scale);
     RUN_TEST(test_decode_chunks);
     RUN_TEST(test_trellis_unpack);

@@ -28,15 +28,20 @@
  * golden cache's turbo layer is turbo3, so the file pins that split and its halfway norm
  * correction.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v8.bin (when the format version moves, or
+ * Version 9: the config's key_rope_freqs (header flag bit 3, the angles at the end of the
+ * scheme section): the key mean turns with RoPE; the golden cache gives its layers angles of
+ * which some pairs turn and some do not.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v9.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
- * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin and cache_v7.bin, written by versions
- * 1 (before the key scale), 2 (before the key split), 3 (before the layer windows), 4 (before
- * q8_0r / q4_0r and the sinks), 5 (before trellis codes), 6 (before the RoPE pairs) and 7
- * (before the whole-width key split), and cache_v3_mean8.bin (before the key mean came from
- * 512 tokens) must still load.
+ * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin, cache_v7.bin and cache_v8.bin,
+ * written by versions 1 (before the key scale), 2 (before the key split), 3 (before the layer
+ * windows), 4 (before q8_0r / q4_0r and the sinks), 5 (before trellis codes), 6 (before the
+ * RoPE pairs), 7 (before the whole-width key split) and 8 (before the turning key mean), and
+ * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
+#include <math.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -55,7 +60,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v8.bin"
+#define GOLDEN "tests/golden/cache_v9.bin"
+#define GOLDEN_V8 "tests/golden/cache_v8.bin"
 #define GOLDEN_V7 "tests/golden/cache_v7.bin"
 #define GOLDEN_V6 "tests/golden/cache_v6.bin"
 #define GOLDEN_V5 "tests/golden/cache_v5.bin"
@@ -312,6 +318,8 @@ static void fix_crcs(uint8_t *d, size_t size) {
  * windows: the layer windows (or NULL). */
 /* The key_rope_pairs of the caches build_w makes (TQ_ROPE_PAIRS_NONE unless a test sets it). */
 static int build_pairs = TQ_ROPE_PAIRS_NONE;
+/* The key_rope_freqs of the caches build_w makes (NULL unless a test sets it). */
+static const float *build_freqs = NULL;
 /* 1: the layer scheme's key split forced on (ksplit=1 on the layer only, the edge at its
  * default): turbo3's default when version 8 was written, which split at every head dim. */
 static int build_layer_split = 0;
@@ -321,6 +329,7 @@ static tq_kv_cache *build_w(const char *scheme, int n_layers, int H, int d, size
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, n_layers, H, d, d);
     cfg.key_rope_pairs = build_pairs;
+    cfg.key_rope_freqs = build_freqs;
     char err[1024];
     if (tq_kv_scheme_parse(scheme, &cfg.scheme, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
@@ -510,6 +519,75 @@ static void test_roundtrip_rope_pairs(void) {
     CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID && !c);
 }
 
+/* RoPE angles (v9): a file keeps them (the mean turns after loading as in the saved cache);
+ * a file whose angles differ from an expected config's, or which has none where it expects
+ * some (and the other way round), is TQ_ERR_MISMATCH; angles out of range are refused at
+ * create, and in a file (TQ_ERR_FORMAT). */
+static void test_roundtrip_rope_freqs(void) {
+    float fr[32], other[32];
+    for (int i = 0; i < 32; i++) fr[i] = (float)pow(10000.0, -2.0 * i / 64.0), other[i] = fr[i] * 1.5f;
+    build_pairs = TQ_ROPE_PAIRS_HALVES;
+    build_freqs = fr;
+    roundtrip_one("turbo3.5", NULL, 1);
+    roundtrip_one("turbo3:trellis=1", NULL, 1);
+    roundtrip_one("turbo4:start=1000", NULL, 1); /* nothing compressed, nothing fitted */
+    tq_kv_cache *a = build("turbo3", 1, 2, 64, 300, NULL), *fresh = NULL;
+    build_freqs = NULL;
+    tq_kv_cache *nf = build("turbo3", 1, 2, 64, 300, NULL);
+    build_pairs = TQ_ROPE_PAIRS_NONE;
+    CHECK(a && nf && !same_cache(a, nf, 8)); /* the angles move the mean */
+    size_t n = 0;
+    uint8_t *img = a ? save_image(a, &n) : NULL;
+    tq_kv_cache_config e = test_cache_config(a);
+    CHECK(img && e.key_rope_freqs && memcmp(e.key_rope_freqs, fr, sizeof fr) == 0);
+    CHECK(img && tq_kv_cache_load_memory_expect(img, n, &e, &fresh) == TQ_OK && fresh);
+    tq_kv_cache_free(fresh);
+    fresh = NULL;
+    e.key_rope_freqs = other;
+    CHECK(img && tq_kv_cache_load_memory_expect(img, n, &e, &fresh) == TQ_ERR_MISMATCH && !fresh);
+    e.key_rope_freqs = NULL;
+    CHECK(img && tq_kv_cache_load_memory_expect(img, n, &e, &fresh) == TQ_ERR_MISMATCH && !fresh);
+    {
+        size_t m = 0;
+        uint8_t *im2 = nf ? save_image(nf, &m) : NULL;
+        tq_kv_cache_config e2 = test_cache_config(nf);
+        e2.key_rope_freqs = fr;
+        CHECK(im2 && tq_kv_cache_load_memory_expect(im2, m, &e2, &fresh) == TQ_ERR_MISMATCH && !fresh);
+        free(im2);
+    }
+    /* An angle in the file out of range (negative): a file no writer made. The angles are the
+     * last 4·32 bytes of the scheme section, before its CRC. */
+    if (img && n > 64) {
+        size_t end = 64 + 8 + rd32(img + 48);
+        uint8_t *cp = malloc(n);
+        memcpy(cp, img, n);
+        wr32(cp + end - 4, 0xBF800000u); /* −1.0f */
+        fix_crcs(cp, n);
+        CHECK(tq_kv_cache_load_memory(cp, n, &fresh) == TQ_ERR_FORMAT && !fresh);
+        free(cp);
+    }
+    free(img);
+    tq_kv_cache_free(a);
+    tq_kv_cache_free(nf);
+    /* At create: angles need a pairing, and each must be finite and in [0, 10⁶]. */
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, 1, 1, 64, 64);
+    tq_kv_cache *c = NULL;
+    cfg.key_rope_freqs = fr;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID && !c);
+    cfg.key_rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
+    float bad[32];
+    memcpy(bad, fr, sizeof bad);
+    bad[3] = NAN;
+    cfg.key_rope_freqs = bad;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID && !c);
+    bad[3] = -0.5f;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_ERR_INVALID && !c);
+    cfg.key_rope_freqs = fr;
+    CHECK(tq_kv_cache_create(&c, &cfg) == TQ_OK && c);
+    tq_kv_cache_free(c);
+}
+
 static void test_roundtrip_window_and_edges(void) {
     char s[128];
     for (size_t i = 0; i < N_SCHEMES; i++) {
@@ -557,10 +635,21 @@ static tq_kv_cache *golden_pairs(const char *scheme) {
     build_pairs = TQ_ROPE_PAIRS_NONE;
     return c;
 }
-static tq_kv_cache *golden_cache(void) {
+/* RoPE angles of 2 layers × 8 pairs (d = 16), base 10⁴ and 10²: pairs 4–7 of layer 0 and 7 of
+ * layer 1 turn at most 2 radians per 64 positions, so their mean turns; the others' is fixed. */
+static const float golden_freqs[16] = {1.0f, 0.316228f, 0.1f, 0.0316228f, 0.01f, 0.00316228f, 0.001f, 0.000316228f,
+                                       1.0f, 0.562341f, 0.316228f, 0.177828f, 0.1f, 0.0562341f, 0.0316228f, 0.0177828f};
+/* The cache version 8 wrote: today's without the angles. */
+static tq_kv_cache *golden_cache_v8(void) {
     build_layer_split = 1; /* the golden file's split at d = 16 (TQ_KV_KEY_SPLIT_AUTO: none) */
     tq_kv_cache *c = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
     build_layer_split = 0;
+    return c;
+}
+static tq_kv_cache *golden_cache(void) {
+    build_freqs = golden_freqs;
+    tq_kv_cache *c = golden_cache_v8();
+    build_freqs = NULL;
     return c;
 }
 /* The cache version 7 wrote: turbo3.5 (its key split was the only one). */
@@ -673,6 +762,7 @@ static void test_golden(void) {
         tq_kv_cache *t = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
         CHECK(t && test_layer_scheme(t, 1).key_split == 1);
         tq_kv_cache_config et = test_cache_config(t);
+        et.key_rope_freqs = golden_freqs; /* t is built without them */
         b = NULL;
         CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_OK && b);
         tq_kv_cache_free(b);
@@ -696,7 +786,26 @@ static void test_golden(void) {
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
     tq_kv_cache *w6 = golden_cache_v6(), *w5 = golden_cache_v5(), *w4 = golden_cache_v4(),
-                *w3 = golden_cache_v3(), *w7 = golden_cache_v7();
+                *w3 = golden_cache_v3(), *w7 = golden_cache_v7(), *w8 = golden_cache_v8();
+    check_old_version(GOLDEN_V8, w8, -1);
+    tq_kv_cache_free(w8);
+    {
+        /* Version 8 had no angles: today's file as version 8 is a file no writer of version 8
+         * made; and the angles are not inert (the golden cache reads back other keys). */
+        tq_kv_cache *x = NULL;
+        uint8_t *cp = img ? malloc(n) : NULL;
+        CHECK(img && n > 64 && cp);
+        if (cp) {
+            memcpy(cp, img, n);
+            wr32(cp + 8, 8);
+            fix_crcs(cp, n);
+            CHECK(tq_kv_cache_load_memory(cp, n, &x) == TQ_ERR_FORMAT && !x);
+        }
+        free(cp);
+        tq_kv_cache *v8 = golden_cache_v8();
+        CHECK(c && v8 && !same_cache(c, v8, 4));
+        tq_kv_cache_free(v8);
+    }
     check_old_version(GOLDEN_V7, w7, -1);
     tq_kv_cache_free(w7);
     {
@@ -754,7 +863,7 @@ static void test_golden(void) {
     tq_kv_cache_free(w5);
     check_old_version(GOLDEN_V4, w4, -1);
     {
-        /* Without sinks, trellis codes, RoPE pairs and a whole-width split, version 8 is version 4's bytes but for
+        /* Without sinks, trellis codes, RoPE pairs and angles and a whole-width split, version 9 is version 4's bytes but for
          * the version and header CRC. */
         size_t n4 = 0, g4n = 0;
         uint8_t *i4 = save_image(w4, &n4), *g4 = read_file(GOLDEN_V4, &g4n);
@@ -1632,6 +1741,7 @@ static void test_windows_persist(void) {
 int main(void) {
     RUN_TEST(test_roundtrip_schemes);
     RUN_TEST(test_roundtrip_rope_pairs);
+    RUN_TEST(test_roundtrip_rope_freqs);
     RUN_TEST(test_roundtrip_window_and_edges);
     RUN_TEST(test_roundtrip_file);
     RUN_TEST(test_golden);

@@ -294,6 +294,30 @@ static void test_fork_windowed(void) {
     }
 }
 
+/* A fork's config is its own: its layer windows and RoPE angles outlive the source. */
+static void test_fork_config_owned(void) {
+    enum { L = 2, HH = 1, DD = 32 };
+    size_t win[L] = {100, 0};
+    float fr[L * DD / 2];
+    for (int i = 0; i < L * DD / 2; i++) fr[i] = 0.001f * (float)(i + 1);
+    tq_kv_cache_config cfg;
+    tq_kv_cache_config_init(&cfg, L, HH, DD, DD);
+    char err[256];
+    CHECK(tq_kv_scheme_parse("turbo3", &cfg.scheme, err, sizeof err) == TQ_OK);
+    cfg.layer_windows = win;
+    cfg.key_rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
+    cfg.key_rope_freqs = fr;
+    tq_kv_cache *a = NULL, *b = NULL;
+    CHECK(tq_kv_cache_create(&a, &cfg) == TQ_OK && a);
+    CHECK(a && tq_kv_cache_fork(a, &b) == TQ_OK && b);
+    tq_kv_cache_free(a);
+    tq_kv_cache_config got;
+    CHECK(b && tq_kv_cache_get_config(b, &got, sizeof got) == TQ_OK);
+    CHECK(b && got.layer_windows && got.layer_windows[0] == 100 && got.layer_windows[1] == 0);
+    CHECK(b && got.key_rope_freqs && memcmp(got.key_rope_freqs, fr, sizeof fr) == 0);
+    tq_kv_cache_free(b);
+}
+
 static void test_fork_errors(void) {
     tq_kv_cache *a = make_cache("turbo3", NULL), *o = (tq_kv_cache *)&o;
     CHECK(tq_kv_cache_fork(NULL, &o) == TQ_ERR_NULL && o == NULL);
@@ -475,6 +499,7 @@ int main(int argc, char **argv) {
         RUN_TEST(test_fork_chain);
         RUN_TEST(test_fork_windowed);
         RUN_TEST(test_fork_errors);
+        RUN_TEST(test_fork_config_owned);
         RUN_TEST(test_fork_threads);
         RUN_TEST(test_positions);
     }

@@ -44,6 +44,7 @@ void attn_record_free(attn_record *r) {
         free(r->layers[i].q_first);
     }
     free(r->layers);
+    free(r->rope_freqs);
     memset(r, 0, sizeof *r);
 }
 
@@ -85,6 +86,8 @@ int attn_record_from_model(const char *cmd, const char *model_path, const char *
     out->n_queries = n_queries;
     out->n_first = n_tokens < ATTN_RECORD_FIRST ? n_tokens : ATTN_RECORD_FIRST;
     out->rope_pairs = model_key_rope_pairs(c);
+    out->rope_freqs = malloc((size_t)c->n_layer * (size_t)(c->head_dim / 2 + 1) * sizeof *out->rope_freqs);
+    if (out->rope_freqs == NULL || !model_key_rope_freqs(s.m, out->rope_freqs)) free(out->rope_freqs), out->rope_freqs = NULL;
     out->layers = calloc((size_t)c->n_layer, sizeof *out->layers);
     rc = out->layers == NULL;
     for (int i = 0; !rc && i < c->n_layer; i++) {

@@ -25,6 +25,8 @@ typedef struct attn_record {
     size_t n_tokens, n_queries;
     size_t n_first; /* min(n_tokens, ATTN_RECORD_FIRST) */
     int rope_pairs; /* the engine's key_rope_pairs for the model (model_key_rope_pairs) */
+    float *rope_freqs; /* the engine's key_rope_freqs (model_key_rope_freqs; (n_layers, dk / 2)),
+                          NULL when the model's heads are not wholly rotated */
     attn_layer_rec *layers;
 } attn_record;
 

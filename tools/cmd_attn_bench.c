@@ -35,6 +35,8 @@ typedef struct bench {
     size_t N, Q;
     uint64_t seed;
     const attn_record *rec; /* recorded data, or NULL: random */
+    long rope_base;         /* random data: > 0, the cache's key mean turns with RoPE angles
+                               base^(−2j/D) (adjacent pairs); recorded data: 0 keeps it fixed */
 } bench;
 
 /* Keys, values of tokens [t0, t0 + n) (n, G, D) from a generator positioned at t0 = 0 and
@@ -124,8 +126,21 @@ static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_threadpoo
     tq_kv_cache_config_init(&cfg, b->L, b->G, b->D, b->D);
     cfg.scheme = *s;
     cfg.reserve_tokens = b->N;
-    if (b->rec != NULL) cfg.key_rope_pairs = b->rec->rope_pairs; /* as the engine's cache */
+    float *freqs = NULL;
+    if (b->rec != NULL) { /* as the engine's cache */
+        cfg.key_rope_pairs = b->rec->rope_pairs;
+        if (b->rope_base) cfg.key_rope_freqs = b->rec->rope_freqs;
+    } else if (b->rope_base > 0 && b->D % 2 == 0) {
+        freqs = malloc(sizeof *freqs * (size_t)b->L * (size_t)(b->D / 2));
+        if (!freqs) return TQ_ERR_NOMEM;
+        for (int l = 0; l < b->L; l++)
+            for (int j = 0; j < b->D / 2; j++)
+                freqs[(size_t)l * (size_t)(b->D / 2) + (size_t)j] = (float)pow((double)b->rope_base, -2.0 * j / b->D);
+        cfg.key_rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
+        cfg.key_rope_freqs = freqs;
+    }
     tq_status st = tq_kv_cache_create(out, &cfg);
+    free(freqs); /* copied by create */
     if (st) return st;
     size_t row = (size_t)b->G * (size_t)b->D;
     float *k = malloc(sizeof(float) * CHUNK * row), *v = malloc(sizeof(float) * CHUNK * row);
@@ -164,7 +179,7 @@ typedef struct result {
 int cmd_attn_bench(int argc, char **argv) {
     /* 0 for --head-dim, --q-heads, --kv-heads and --layers: not given (the ranges start at 1
      * or more); --from-model takes them from the model, else the defaults below. */
-    long D = 0, H = 0, G = 0, N = 4096, L = 0, T = 1, Q = 1, reps = 0;
+    long D = 0, H = 0, G = 0, N = 4096, L = 0, T = 1, Q = 1, reps = 0, rope_base = -1;
     uint64_t seed = 1;
     int json = 0;
     const char *scheme_list = "f16,q8_0,q4_0,turbo3,turbo4";
@@ -190,6 +205,10 @@ int cmd_attn_bench(int argc, char **argv) {
                  "timed repetitions, 1..100000 (default: about 1 s of work, 3..200)")},
         {OPT_U64("--seed", "S", &seed, "data seed, 0..2^64-1 (default 1)")},
         {OPT_FLAG("--json", &json, "one JSON object instead of a table")},
+        {OPT_INT("--rope-base", "B", &rope_base, 0, 100000000,
+                 "the TurboQuant key mean turns with RoPE angles B^(-2j/D)\n"
+                 "(random data; default 0: a fixed mean); with --from-model\n"
+                 "the model's angles unless B is 0 (default: the model's)")},
         {OPT_STRING("--from-model", "TEXT", &from_model,
                     "real K/V and queries: every attention layer of the model\n"
                     "reading the first --ctx tokens of TEXT (head dims, heads and\n"
@@ -204,7 +223,8 @@ int cmd_attn_bench(int argc, char **argv) {
         .synopsis =
             "usage: tq attn-bench [--head-dim D] [--q-heads H] [--kv-heads G] [--ctx N]\n"
             "                     [--scheme S[,S...]] [--layers L] [--threads T] [--queries Q]\n"
-            "                     [--reps R] [--seed S] [--json] [--from-model TEXT [-m MODEL]]\n",
+            "                     [--reps R] [--seed S] [--json] [--rope-base B]\n"
+            "                     [--from-model TEXT [-m MODEL]]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts),
         .epilogue =
             "\nNumbers are whole, in the ranges above (no sign, space or trailing characters);\n"
@@ -250,8 +270,13 @@ int cmd_attn_bench(int argc, char **argv) {
         }
         D = rec.dk, H = rec.n_q_heads, G = rec.n_kv_heads, L = rec.n_layers;
     }
+    if (rope_base > 0 && D % 2) {
+        fprintf(stderr, "tq attn-bench: --rope-base needs an even --head-dim\n");
+        attn_record_free(&rec);
+        return TQ_EXIT_USAGE;
+    }
     bench b = {(int)D, (int)H, (int)G, (int)L, (int)T, (size_t)N, (size_t)Q, seed,
-               from_model ? &rec : NULL};
+               from_model ? &rec : NULL, rope_base < 0 ? (from_model ? 1 : 0) : rope_base};
     int n_qual = from_model ? b.L : 1; /* layers whose output is checked */
 
     /* Parse and validate every scheme first; f16 goes first as the baseline. */

@@ -125,6 +125,14 @@ typedef struct tq_kv_cache_config {
                                      default TQ_ROPE_PAIRS_NONE.
                                      _ADJACENT / _HALVES need an even head_dim_k. Added after 0.2.0
                                      (a smaller struct_size leaves it NONE); cache files keep it */
+    const float *key_rope_freqs;  /* with key_rope_pairs set: (n_layers, head_dim_k / 2) angles
+                                     in radians per position of each layer's RoPE pairs (0: a
+                                     pair RoPE does not turn), copied at create, or NULL (the
+                                     default). Given, a TurboQuant key mean turns with RoPE: the
+                                     key at position p (its index in the cache) is stored less
+                                     the pre-RoPE mean turned to p's block of 64 positions
+                                     (doc/kvcache.md §2, "Key mean"). Added after 0.2.0; cache
+                                     files (version 9) keep it */
 } tq_kv_cache_config;
 
 /* Positions a windowed layer keeps beyond its window (room for short truncations). */
@@ -244,7 +252,7 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
  * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks, one
  * before version 6 no trellis codes, one before version 7 no key_rope_pairs, one before
  * version 8 no key split at a whole width). */
-#define TQ_KV_CACHE_FILE_VERSION 8
+#define TQ_KV_CACHE_FILE_VERSION 9
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
