@@ -372,10 +372,10 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
     /* the closing runs (their KLDs are printed as measured) score whole rows */
     c->head_cap = 0;
     context_set_hidden_out(c->x, 0);
+    int uniform = -1; /* turboB's option, when B is one of the widths */
+    for (int o = 0; o < OPT_F16; o++)
+        if (kv_auto_widths[o] == out->bits) uniform = o;
     if (st == MODEL_OK) {
-        int uniform = -1;
-        for (int o = 0; o < OPT_F16; o++)
-            if (kv_auto_widths[o] == out->bits) uniform = o;
         for (int i = 0; i < 2 * L; i++)
             for (int o = 0; o < KV_AUTO_N_OPT; o++) {
                 bytes[(size_t)i * KV_AUTO_N_OPT + o] = ob[i % 2][o] * (size_t)cfg->n_head_kv;
@@ -409,6 +409,27 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
                 ls[il] = edge ? c->base.edge : c->base.layer;
             }
             st = run(c, ls, &out->uniform_kld);
+        }
+        /* The allocation measured worse than uniform turboB on the very tokens it was made
+         * from: turboB is kept (the prediction's error is larger than what the allocation
+         * moves; doc/kv-auto.md, "Kept uniform"). */
+        size_t ubytes = 0;
+        for (int i = 0; uniform >= 0 && i < 2 * L; i++) ubytes += bytes[(size_t)i * KV_AUTO_N_OPT + uniform];
+        if (st == MODEL_OK && uniform >= 0 && out->measured_kld > out->uniform_kld && ubytes <= out->budget_bytes &&
+            c->base.edge_first == 0 && c->base.edge_last == 0) {
+            out->allocated_kld = out->measured_kld;
+            out->measured_kld = out->uniform_kld;
+            out->kept_uniform = 1;
+            out->predicted_kld = 0.0;
+            out->bytes_per_token = 0;
+            for (int il = 0; il < L; il++) {
+                out->choice[il][0] = out->choice[il][1] = (unsigned char)uniform;
+                kv_auto_layer_scheme(&c->base, uniform, uniform, &out->layer_schemes[il]);
+                for (int side = 0; side < 2; side++) {
+                    out->predicted_kld += kld[(size_t)(2 * il + side) * KV_AUTO_N_OPT + uniform];
+                    out->bytes_per_token += bytes[(size_t)(2 * il + side) * KV_AUTO_N_OPT + uniform];
+                }
+            }
         }
     }
     free(ls), free(bytes), free(kld), free(ch);
@@ -453,7 +474,8 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
     c.n_pieces = eval_plan(n, EVAL_COMPRESSED, NULL, 0);
     out->n_layer = L;
     out->bits = bits;
-    out->measured_kld = out->uniform_kld = -1.0;
+    out->measured_kld = out->uniform_kld = out->allocated_kld = -1.0;
+    out->kept_uniform = 0;
     out->n_tokens = n;
     out->n_rows = c.n_rows;
     out->layer_schemes = malloc((size_t)L * sizeof *out->layer_schemes);

@@ -61,6 +61,10 @@ typedef struct kv_auto_result {
                                           other widths carry it */
     double predicted_kld;              /* Σ a · g(b) of the choice */
     double measured_kld, uniform_kld;  /* on the calibration tokens; -1 when not measured */
+    int kept_uniform;                  /* 1: the allocation measured above uniform turboB on the
+                                          calibration tokens, so choice and layer_schemes are
+                                          turboB's (measured_kld then its KLD) */
+    double allocated_kld;              /* kept_uniform: what the allocation measured; else -1 */
     size_t bytes_per_token, budget_bytes, f16_bytes; /* over layers and K/V heads */
     int n_tokens, n_rows, runs;        /* calibration tokens, scored rows, forward runs */
     double seconds;

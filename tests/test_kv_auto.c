@@ -464,6 +464,12 @@ static void test_model_auto3(void) {
         CHECK(r.n_layer == c->n_layer && r.runs == 2 * c->n_layer + 5);
         CHECK(r.bytes_per_token <= r.budget_bytes && r.bytes_per_token > 0);
         CHECK(r.measured_kld >= 0.0 && r.uniform_kld > 0.0 && r.predicted_kld >= 0.0);
+        /* never worse than turbo3 on its own tokens: an allocation that measured above it is
+         * replaced by turbo3 (kept_uniform) */
+        CHECK_MSG(r.measured_kld <= r.uniform_kld, "measured %g, turbo3 %g", r.measured_kld, r.uniform_kld);
+        for (int il = 0; r.kept_uniform && il < r.n_layer; il++)
+            CHECK(kv_auto_widths[r.choice[il][0]] == 3.0f && kv_auto_widths[r.choice[il][1]] == 3.0f);
+        CHECK(!r.kept_uniform || (r.allocated_kld > r.uniform_kld && r.bytes_per_token == r.budget_bytes));
         for (int il = 0; il < r.n_layer; il++) {
             CHECK(r.sens[il][0] >= 0.0 && r.sens[il][1] >= 0.0);
             CHECK(r.choice[il][0] < KV_AUTO_N_OPT && r.choice[il][1] < KV_AUTO_N_OPT);
@@ -502,7 +508,7 @@ static void test_model_auto3(void) {
                     CHECK_MSG(kv_auto_widths[r2.choice[il][side]] <= 4.0f, "auto:4, global layer %d side %d: %s bits",
                               il, side, kv_auto_option_name(r2.choice[il][side]));
             }
-            CHECK(n_global > 0 && r2.bytes_per_token <= r2.budget_bytes);
+            CHECK_MSG(n_global > 0 && r2.bytes_per_token <= r2.budget_bytes, "n_global %d bytes %zu budget %zu kept %d", n_global, r2.bytes_per_token, r2.budget_bytes, r2.kept_uniform);
         }
         kv_auto_result_free(&r2);
         kv_auto_result_free(&r);

@@ -66,6 +66,9 @@ static void print_auto(const session *s, const char *name, const kv_auto_result 
             r->bytes_per_token, (double)r->bits, r->budget_bytes, r->f16_bytes,
             (double)r->f16_bytes / (double)r->bytes_per_token, r->predicted_kld, r->measured_kld, (double)r->bits,
             r->uniform_kld);
+    if (r->kept_uniform)
+        fprintf(stderr, "  turbo%g kept: the allocation measured %.4f on the calibration tokens, above turbo%g's\n",
+                (double)r->bits, r->allocated_kld, (double)r->bits);
     if (r->key_split_gain != 1.0)
         fprintf(stderr, "  the key split at turbo3 takes %.2fx off the keys' KLD (the key curve carries it)\n",
                 r->key_split_gain);
