@@ -373,8 +373,6 @@ void tq_key_transform_fit_rows(tq_key_transform *kt, size_t n_mean, size_t n_sca
 
 int tq_key_transform_n_turn(const tq_key_transform *kt) { return kt ? kt->n_turn : 0; }
 
-const float *tq_key_transform_rope_freqs(const tq_key_transform *kt) { return kt ? kt->freqs_in : NULL; }
-
 void tq_key_transform_block_cs(const tq_key_transform *kt, size_t block, float *cs) {
     const double c = (double)block * TQ_KEY_MEAN_BLOCK + TQ_KEY_MEAN_BLOCK / 2;
     const int n = kt->n_turn;

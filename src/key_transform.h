@@ -80,8 +80,6 @@ void tq_key_transform_invert_row(const tq_key_transform *kt, int h, size_t pos, 
 
 /* A mean that turns with RoPE. The pairs that turn (0: a fixed mean, NULL kt too). */
 int tq_key_transform_n_turn(const tq_key_transform *kt);
-/* The angles given at create (dim / 2), or NULL. */
-const float *tq_key_transform_rope_freqs(const tq_key_transform *kt);
 /* The mean subtracted from head h's key at position pos: the stored mean itself when it does
  * not turn, else R_c μ written to buf (dim floats); NULL without a mean. */
 const float *tq_key_transform_mean_at(const tq_key_transform *kt, int h, size_t pos, float *buf);
