@@ -28,7 +28,10 @@
  *   rope     R_p μ: μ the average of the first 512 keys turned back by their RoPE angles
  *            (pre-RoPE), turned forward to each position p
  *   block64  R_c μ at the centre c of each 64-position block, for the pairs that turn at most
- *            2 radians per block; the other pairs the frozen mean's
+ *            2 radians per block; the other pairs the frozen mean's (cache files version 9)
+ *   fast     block64, and R_p μ at each key's own angle on the faster pairs the cache takes:
+ *            the (up to) 8 per layer whose pre-RoPE mean removes the most energy beyond the
+ *            frozen mean's, each at least 0.5% of the keys' energy (the cache today)
  * The RoPE angles are the model's (rope.freq_base, the sliding-window layers' base, freq_scale;
  * layers whose heads are not wholly rotated print "-"). */
 #include <math.h>
@@ -132,71 +135,125 @@ static void drift_turn(const model_config *c, int il, const double *in, double p
     }
 }
 
+/* block64's and fast's mean at position t: z (the pre-RoPE mean on the pairs in sel, else 0)
+ * turned to t's block centre on the pairs in sel (and to t itself on those in fsel), plus st. */
+static void drift_mean_at(const model_config *c, int il, const double *mu, const double *st, const int *sel,
+                          const int *fsel, int t, double *out) {
+    const int dk = c->head_dim;
+    double z[1024] = {0}, a[1024], b[1024];
+    int any[512];
+    for (int j = 0; j < c->n_rot / 2; j++) {
+        int i0, i1;
+        double w;
+        drift_pair(c, il, j, &i0, &i1, &w);
+        any[j] = sel[j] || (fsel && fsel[j]);
+        if (any[j]) z[i0] = mu[i0], z[i1] = mu[i1];
+    }
+    drift_turn(c, il, z, (double)(t / DRIFT_BLOCK * DRIFT_BLOCK) + DRIFT_BLOCK / 2.0, 1, sel, a);
+    drift_turn(c, il, z, t, 1, fsel ? fsel : sel, b);
+    for (int j = 0; j < c->n_rot / 2; j++) {
+        int i0, i1;
+        double w;
+        drift_pair(c, il, j, &i0, &i1, &w);
+        if (fsel && fsel[j]) a[i0] = b[i0], a[i1] = b[i1];
+    }
+    for (int i = 0; i < dk; i++) out[i] = a[i] + st[i];
+}
+
+/* The static part the turned pairs (any) leave: the frozen mean less what their means give on
+ * average over the fitted positions (the frozen mean itself on the other pairs). */
+static void drift_static(const model_config *c, int il, const double *fr, const double *mu, const int *any, int fit,
+                         double *st) {
+    const int dk = c->head_dim;
+    double z[1024] = {0};
+    for (int i = 0; i < dk; i++) st[i] = fr[i];
+    for (int j = 0; j < c->n_rot / 2; j++) {
+        int i0, i1;
+        double w;
+        drift_pair(c, il, j, &i0, &i1, &w);
+        if (any[j]) z[i0] = mu[i0], z[i1] = mu[i1];
+    }
+    for (int t = 0; t < fit; t++) {
+        double m[1024];
+        drift_turn(c, il, z, t, 1, any, m);
+        for (int i = 0; i < dk; i++) st[i] -= m[i] / fit;
+    }
+}
+
 static void print_mean_drift(const model_config *c, const stats *s) {
-    const int dk = s->dk, n = s->n_ctx, fit = n / 2 < DRIFT_FIT ? n / 2 : DRIFT_FIT, l0 = n / 2;
+    const int dk = s->dk, n = s->n_ctx, fit = n / 2 < DRIFT_FIT ? n / 2 : DRIFT_FIT, l0 = n / 2, half = c->n_rot / 2;
     printf("\nkey energy left at positions [%d, %d) by each key mean (fitted on [0, %d)):\n", l0, n, fit);
-    printf("layer  frozen   late    rope  block64\n");
-    double T[5] = {0};
+    printf("layer  frozen   late    rope  block64   fast  (fast pairs)\n");
+    double T[6] = {0};
     for (int il = 0; il < s->n_layer; il++) {
-        double L[5] = {0};
-        int rot = c->n_rot == dk && dk % 2 == 0, sel[512];
-        for (int j = 0; rot && j < c->n_rot / 2; j++) {
+        double L[6] = {0};
+        int rot = c->n_rot == dk && dk % 2 == 0, sel[512] = {0}, fsel[512] = {0}, any[512], nf = 0;
+        double *mus = malloc(sizeof(double) * (size_t)s->n_kv * dk), *frs = malloc(sizeof(double) * (size_t)s->n_kv * dk);
+        double gain[512] = {0}, energy = 0.0;
+        for (int j = 0; rot && j < half; j++) {
             int i0, i1;
             double w;
             drift_pair(c, il, j, &i0, &i1, &w);
             sel[j] = w * DRIFT_BLOCK <= 2.0;
         }
+        /* every head's frozen and pre-RoPE means, and each fast pair's gain (the cache's rule) */
         for (int h = 0; h < s->n_kv; h++) {
             const float *K = s->keys + ((size_t)il * s->n_kv + h) * (size_t)n * dk;
-            double fr[1024] = {0}, late[1024] = {0}, mu[1024] = {0}, row[1024], u[1024], st[1024] = {0};
+            double *fr = frs + (size_t)h * dk, *mu = mus + (size_t)h * dk, row[1024], u[1024];
+            for (int i = 0; i < dk; i++) fr[i] = mu[i] = 0.0;
             for (int t = 0; t < fit; t++) {
-                for (int i = 0; i < dk; i++) row[i] = K[(size_t)t * dk + i], fr[i] += row[i] / fit;
+                for (int i = 0; i < dk; i++) row[i] = K[(size_t)t * dk + i], fr[i] += row[i] / fit, energy += row[i] * row[i] / fit;
                 if (rot) drift_turn(c, il, row, t, -1, NULL, u);
                 for (int i = 0; rot && i < dk; i++) mu[i] += u[i] / fit;
             }
-            /* block64's other pairs: the frozen mean less what the turned pairs' means give there */
-            for (int i = 0; i < dk; i++) st[i] = fr[i];
-            for (int t = 0; rot && t < fit; t++) {
-                double m[1024], z[1024] = {0};
-                for (int j = 0; j < c->n_rot / 2; j++) {
-                    int i0, i1;
-                    double w;
-                    drift_pair(c, il, j, &i0, &i1, &w);
-                    if (sel[j]) z[i0] = mu[i0], z[i1] = mu[i1];
-                }
-                drift_turn(c, il, z, t, 1, sel, m);
-                for (int i = 0; i < dk; i++) st[i] -= m[i] / fit;
+            for (int j = 0; rot && j < half; j++) {
+                int i0, i1;
+                double w;
+                drift_pair(c, il, j, &i0, &i1, &w);
+                gain[j] += mu[i0] * mu[i0] + mu[i1] * mu[i1] - fr[i0] * fr[i0] - fr[i1] * fr[i1];
+            }
+        }
+        while (rot && nf < 8) {
+            int best = -1;
+            for (int j = 0; j < half; j++)
+                if (!sel[j] && !fsel[j] && gain[j] > 0.005 * energy && (best < 0 || gain[j] > gain[best])) best = j;
+            if (best < 0) break;
+            fsel[best] = 1, nf++;
+        }
+        for (int j = 0; j < half; j++) any[j] = sel[j] || fsel[j];
+        for (int h = 0; h < s->n_kv; h++) {
+            const float *K = s->keys + ((size_t)il * s->n_kv + h) * (size_t)n * dk;
+            const double *fr = frs + (size_t)h * dk, *mu = mus + (size_t)h * dk;
+            double late[1024] = {0}, st[1024], stf[1024];
+            if (rot) {
+                drift_static(c, il, fr, mu, sel, fit, st);
+                drift_static(c, il, fr, mu, any, fit, stf);
             }
             for (int t = l0; t < n; t++)
                 for (int i = 0; i < dk; i++) late[i] += K[(size_t)t * dk + i] / (n - l0);
             for (int t = l0; t < n; t++) {
-                double mr[1024], mb[1024], z[1024];
+                double mr[1024], mb[1024], mf[1024];
                 if (rot) {
                     drift_turn(c, il, mu, t, 1, NULL, mr);
-                    for (int i = 0; i < dk; i++) z[i] = 0;
-                    for (int j = 0; j < c->n_rot / 2; j++) {
-                        int i0, i1;
-                        double w;
-                        drift_pair(c, il, j, &i0, &i1, &w);
-                        if (sel[j]) z[i0] = mu[i0], z[i1] = mu[i1];
-                    }
-                    drift_turn(c, il, z, (double)(t / DRIFT_BLOCK * DRIFT_BLOCK) + DRIFT_BLOCK / 2.0, 1, sel, mb);
-                    for (int i = 0; i < dk; i++) mb[i] += st[i];
+                    drift_mean_at(c, il, mu, st, sel, NULL, t, mb);
+                    drift_mean_at(c, il, mu, stf, sel, fsel, t, mf);
                 }
                 for (int i = 0; i < dk; i++) {
                     double k = K[(size_t)t * dk + i];
                     L[0] += k * k;
                     L[1] += (k - fr[i]) * (k - fr[i]);
                     L[2] += (k - late[i]) * (k - late[i]);
-                    if (rot) L[3] += (k - mr[i]) * (k - mr[i]), L[4] += (k - mb[i]) * (k - mb[i]);
+                    if (rot)
+                        L[3] += (k - mr[i]) * (k - mr[i]), L[4] += (k - mb[i]) * (k - mb[i]), L[5] += (k - mf[i]) * (k - mf[i]);
                 }
             }
         }
-        for (int i = 0; i < 5; i++) T[i] += L[i];
-        if (rot) printf("%5d  %6.3f  %6.3f  %6.3f  %6.3f\n", il, L[1] / L[0], L[2] / L[0], L[3] / L[0], L[4] / L[0]);
-        else printf("%5d  %6.3f  %6.3f       -       -\n", il, L[1] / L[0], L[2] / L[0]);
+        free(mus), free(frs);
+        for (int i = 0; i < 6; i++) T[i] += L[i];
+        if (rot) printf("%5d  %6.3f  %6.3f  %6.3f  %6.3f  %6.3f  %d\n", il, L[1] / L[0], L[2] / L[0], L[3] / L[0], L[4] / L[0], L[5] / L[0], nf);
+        else printf("%5d  %6.3f  %6.3f       -       -       -\n", il, L[1] / L[0], L[2] / L[0]);
     }
-    printf("all    %6.3f  %6.3f  %6.3f  %6.3f\n", T[1] / T[0], T[2] / T[0], T[3] / T[0], T[4] / T[0]);
+    printf("all    %6.3f  %6.3f  %6.3f  %6.3f  %6.3f\n", T[1] / T[0], T[2] / T[0], T[3] / T[0], T[4] / T[0], T[5] / T[0]);
 }
 
 int main(int argc, char **argv) {

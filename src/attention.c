@@ -214,7 +214,8 @@ typedef struct attn_ctx {
     float *qmu;          /* (n_q, nqh) ⟨q, key mean⟩, or its part that does not turn */
     float *qab;          /* (n_q, nqh, dk): with a mean that turns with RoPE (n_turn > 0), each
                             row's A, B per turning pair (tq_key_transform_rope_terms) */
-    int n_turn;
+    int n_turn, n_fast;  /* turning pairs (block-centred) and fast pairs (at each key's angle) */
+    const float *ftab;   /* the fast pairs' cos, sin table (tq_key_transform_fast_table) */
     float *parts;        /* (H, n_qb, n_split, rows, row_floats) */
     float *scratch;      /* (threads, scratch_floats) */
     float *out;          /* (n_q, nqh, dv) */
@@ -259,19 +260,46 @@ static tq_attn_ahead next_keys(const attn_ctx *x, size_t b1, size_t t1, int h) {
 /* Si[g·sb + t − v0] += ⟨q_g, R_c μ⟩ for keys t in [v0, v1) and the G query heads of row
  * qrow…qrow + G − 1, c the centre of t's block of TQ_KEY_MEAN_BLOCK positions: per block, G dot
  * products of the rows' A, B (x->qab) with the cos, sin there (cst: blocks cfirst, cfirst + 1,
- * …, 2 n_turn floats each; one dot_multi). */
+ * …, TQ_MAX_DIM floats each; one dot_multi). The fast pairs add ⟨q_g, R_t μ⟩ at each key's own
+ * angle: their A, B turned to the block's start T (cos, sin after the turning pairs' in cst),
+ * then Σ_k A'_k cos(θ_k i) + B'_k sin(θ_k i) for i = t − T from the table. */
 static void add_turning_mean(const attn_ctx *x, size_t qrow, int G, size_t v0, size_t v1, const float *cst,
                              size_t cfirst, float *Si, size_t sb) {
-    const int n2 = 2 * x->n_turn;
+    const int nt = x->n_turn, nf = x->n_fast, n2 = 2 * nt;
+    const size_t dk = (size_t)x->pl.dk;
     float o[TQ_MAX_DIM];
     for (size_t b = v0 / TQ_KEY_MEAN_BLOCK; b <= (v1 - 1) / TQ_KEY_MEAN_BLOCK; b++) {
-        x->ak->dot_multi(cst + (b - cfirst) * (size_t)TQ_MAX_DIM, x->qab + qrow * (size_t)x->pl.dk, (size_t)x->pl.dk,
-                         G, n2, o);
-        size_t e0 = b * TQ_KEY_MEAN_BLOCK > v0 ? b * TQ_KEY_MEAN_BLOCK : v0;
-        size_t e1 = (b + 1) * TQ_KEY_MEAN_BLOCK < v1 ? (b + 1) * TQ_KEY_MEAN_BLOCK : v1;
-        for (int g = 0; g < G; g++) {
-            float *s = Si + (size_t)g * sb - v0;
-            for (size_t t = e0; t < e1; t++) s[t] += o[g];
+        const float *cb = cst + (b - cfirst) * (size_t)TQ_MAX_DIM;
+        if (nt) x->ak->dot_multi(cb, x->qab + qrow * dk, dk, G, n2, o);
+        size_t T = b * TQ_KEY_MEAN_BLOCK;
+        size_t e0 = T > v0 ? T : v0;
+        size_t e1 = T + TQ_KEY_MEAN_BLOCK < v1 ? T + TQ_KEY_MEAN_BLOCK : v1;
+        if (nt)
+            for (int g = 0; g < G; g++) {
+                float *s = Si + (size_t)g * sb - v0;
+                for (size_t t = e0; t < e1; t++) s[t] += o[g];
+            }
+        if (!nf) continue;
+        /* coefficients of the table's rows (pair k: cos row 2k, sin row 2k + 1) per head */
+        float coef[4 * 2 * TQ_KEY_MEAN_FAST];
+        const float *cT = cb + n2, *sT = cT + nf;
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            int gn = G - g0 < 4 ? G - g0 : 4;
+            for (int g = 0; g < gn; g++) {
+                const float *ab = x->qab + (qrow + (size_t)(g0 + g)) * dk + n2;
+                for (int k = 0; k < nf; k++) {
+                    coef[g * 2 * nf + 2 * k] = ab[k] * cT[k] + ab[nf + k] * sT[k];
+                    coef[g * 2 * nf + 2 * k + 1] = ab[nf + k] * cT[k] - ab[k] * sT[k];
+                }
+            }
+            float *acc = Si + (size_t)g0 * sb + (e0 - v0);
+            const float *rows = x->ftab + (e0 - T);
+            if (x->ak->accum_multi)
+                x->ak->accum_multi(acc, sb, coef, (size_t)(2 * nf), gn, rows, TQ_KEY_MEAN_BLOCK, 2 * nf, (int)(e1 - e0));
+            else
+                for (int g = 0; g < gn; g++)
+                    x->ak->accum_rows(acc + (size_t)g * sb, coef + g * 2 * nf, rows, TQ_KEY_MEAN_BLOCK, 2 * nf,
+                                      (int)(e1 - e0));
         }
     }
 }
@@ -344,7 +372,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     }
     /* A turning key mean: cos, sin of each turning pair at the centres of the tile's blocks of
      * TQ_KEY_MEAN_BLOCK positions (cs), carried from tile to tile by one rotation per block. */
-    const int nt = x->n_turn;
+    const int nt = x->n_turn + x->n_fast;
     float cs_cur[TQ_MAX_DIM], cst[TURN_BLOCKS * TQ_MAX_DIM];
     size_t cs_blk = (size_t)-1, cfirst = 0;
     for (size_t b0 = t0; b0 < t1;) {
@@ -605,6 +633,8 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
     x.qab = w;
     w += round16(n_queries * (size_t)pl->nqh * (size_t)pl->dk);
     x.n_turn = l->k.format == TQ_KV_TURBO ? tq_key_transform_n_turn(l->kt) : 0;
+    x.n_fast = l->k.format == TQ_KV_TURBO ? tq_key_transform_n_fast(l->kt) : 0;
+    if (x.n_fast) x.ftab = tq_key_transform_fast_table(l->kt);
     x.lanes_k = pl->kl > 0 && x.ak->score_turbo_lanes != NULL && tq_attn_reads_lanes(x.ak, &l->k);
     x.lanes_v = pl->vl > 0 && x.ak->accum_turbo_lanes != NULL && tq_attn_reads_lanes(x.ak, &l->v);
     x.parts = w;
@@ -634,7 +664,7 @@ static tq_status attention(const tq_kv_cache *c, int layer, const float *q, int 
         }
         /* ⟨q, mean⟩, added to scores: one number, or with a turning mean its fixed part and
          * the A, B that give the rest per block of positions */
-        x.qmu[r] = x.n_turn ? tq_key_transform_rope_terms(l->kt, h, qr, x.qab + r * (size_t)pl->dk)
+        x.qmu[r] = x.n_turn || x.n_fast ? tq_key_transform_rope_terms(l->kt, h, qr, x.qab + r * (size_t)pl->dk)
                             : tq_key_transform_offset_row(l->kt, h, qr);
     }
     tq_threadpool_run(pool, task_fn, &x, (size_t)pl->H * pl->n_qb * (size_t)pl->n_split);

@@ -62,12 +62,12 @@ size_t tq_cf_scheme_payload(int n_layers, uint32_t version, uint32_t flags, int 
                                (flags & CF_FLAG_FREQS ? 4 * (size_t)(dk / 2) : 0));
 }
 
-size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp) {
+size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp, int n_fast) {
     const tq_kv_layer *l = &c->layers[i];
     size_t H = (size_t)c->cfg.n_kv_heads, dk = (size_t)c->cfg.head_dim_k,
            dv = (size_t)c->cfg.head_dim_v;
     if (len > SIZE_MAX || n_comp > len) return SIZE_MAX;
-    size_t n = CF_LAYER_FIXED + tq_key_transform_state_bytes(l->kt);
+    size_t n = CF_LAYER_FIXED + tq_key_transform_state_bytes(l->kt) + 2 * (size_t)n_fast;
     n = tq_cf_add_sat(n, tq_cf_mul_sat((size_t)n_comp, H * (l->k.rec_bytes + l->v.rec_bytes)));
     n = tq_cf_add_sat(n, tq_cf_mul_sat((size_t)(len - n_comp), H * 2 * (dk + dv)));
     /* v5: the sink store (none in files of earlier versions: their schemes have no sinks). */
@@ -196,7 +196,7 @@ static void fill_pages(tq_kv_cache *c, const tq_kv_layer *l, size_t n_comp, size
         }
 }
 
-tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
+tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n, uint32_t version) {
     const tq_kv_layer *l = &c->layers[i];
     const tq_key_transform *like = tq_kv_layer_key_transform(c, i);
     int H = c->cfg.n_kv_heads, dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v;
@@ -204,7 +204,11 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     uint64_t len = tq_cf_get_u64(p), n_comp = tq_cf_get_u64(p + 8);
     int started = p[16], mean_set = p[17], with_mean = p[18], scale_set = p[19];
     int with_scale = tq_key_transform_has_scale(like);
-    for (int j = 20; j < 24; j++)
+    /* v10: byte 20 counts the key mean's fast pairs (their list follows the key transform's
+     * state); zero before, as bytes 21-23 are. */
+    int n_fast = p[20];
+    if (n_fast > TQ_KEY_MEAN_FAST || (n_fast && (version < 10 || !mean_set))) return TQ_ERR_FORMAT;
+    for (int j = 21; j < 24; j++)
         if (p[j]) return TQ_ERR_FORMAT;
     if (started > 1 || mean_set > with_mean || with_mean != tq_key_transform_has_mean(like) ||
         scale_set > with_scale)
@@ -213,14 +217,19 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n) {
     /* Compressed tokens need the mean and the scale they were encoded with. */
     if (with_mean && n_comp && !mean_set) return TQ_ERR_FORMAT;
     if (with_scale && n_comp && !scale_set) return TQ_ERR_FORMAT;
-    if (tq_cf_layer_payload(c, i, len, n_comp) != n) return TQ_ERR_FORMAT;
+    if (tq_cf_layer_payload(c, i, len, n_comp, n_fast) != n) return TQ_ERR_FORMAT;
     /* From here on the counts are bounded by n, itself bounded by the input size. The key
      * transform's state comes first (its values checked as it is read), then the records. */
     const uint8_t *q = p + CF_LAYER_FIXED;
     tq_key_transform *kt = NULL;
     tq_status st = like ? tq_key_transform_create_like(&kt, like) : TQ_OK;
     if (!st && kt) st = tq_key_transform_read_state(kt, q, mean_set, scale_set);
-    const uint8_t *krec = q + tq_key_transform_state_bytes(like);
+    const uint8_t *fp = q + tq_key_transform_state_bytes(like);
+    uint16_t fast[TQ_KEY_MEAN_FAST];
+    for (int k = 0; k < n_fast; k++) fast[k] = tq_load_u16(fp + 2 * k);
+    if (!st && n_fast && !(kt && tq_key_transform_fast_ok(kt, n_fast, fast))) st = TQ_ERR_CORRUPT;
+    if (!st && kt) tq_key_transform_set_fast(kt, n_fast, fast);
+    const uint8_t *krec = fp + 2 * (size_t)n_fast;
     const uint8_t *vrec = krec + (size_t)n_comp * (size_t)H * l->k.rec_bytes;
     const uint8_t *kraw = vrec + (size_t)n_comp * (size_t)H * l->v.rec_bytes;
     size_t n_raw = (size_t)(len - n_comp);

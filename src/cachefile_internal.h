@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 9; versions 1 to 8 still load), shared by the
+ * Cache files (doc/cachefile.md, format version 10; versions 1 to 9 still load), shared by the
  * three files that implement them: cachefile.c (the layout: CRC32C, section sizes, layer
  * scheme records, the checks of a layer section and its restore), cachefile_write.c (save) and
  * cachefile_read.c (load). Not public.
@@ -13,9 +13,9 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 9, so moving the public macro without this code fails to compile. */
+ * version 10, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 9, "src/cachefile*.c write the version 9 layout");
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 10, "src/cachefile*.c write the version 10 layout");
 /* Header flags (offset 52), v6: bit 0 the scheme's trellis; v7: bits 1-2 the config's
  * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); v9: bit 3 the config's key_rope_freqs (the
  * scheme section ends with them); zero before. */
@@ -67,8 +67,9 @@ static inline size_t tq_cf_add_sat(size_t a, size_t b) { return b > SIZE_MAX - a
 
 /* Payload bytes of the scheme section of a file of this version, header flags and key dim. */
 size_t tq_cf_scheme_payload(int n_layers, uint32_t version, uint32_t flags, int dk);
-/* Payload bytes of layer i's section for (len, n_comp): SIZE_MAX on overflow. */
-size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp);
+/* Payload bytes of layer i's section for (len, n_comp) and n_fast fast pairs (v10; the key
+ * transform's list after its state): SIZE_MAX on overflow. */
+size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp, int n_fast);
 
 /* A layer scheme record (16 bytes) of l, and back: 0 when a field holds a value no writer of
  * that version produces. */
@@ -79,6 +80,6 @@ int tq_cf_same_layer_scheme(const tq_kv_layer_scheme *a, const tq_kv_layer_schem
 
 /* Reads one layer section's payload p (n bytes, checksum already verified) into layer i of a
  * new cache. Errors: TQ_ERR_FORMAT, TQ_ERR_CORRUPT, TQ_ERR_NOMEM. */
-tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n);
+tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n, uint32_t version);
 
 #endif

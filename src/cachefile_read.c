@@ -98,7 +98,7 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
  * tq_kv_cache_create refuses it too). */
 static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
     size_t H = f->H, nm = (size_t)f->H * f->dk, raw = 2 * ((size_t)f->dk + f->dv);
-    size_t fixed = front_bytes(f), least = SIZE_MAX, most = 0;
+    size_t fixed = front_bytes(f), least = SIZE_MAX, most = 0, extra = 0; /* extra: v10 fast pairs, at most */
     for (uint32_t i = 0; i < f->n_layers; i++) {
         const tq_kv_layer_scheme *l = &f->ls[i];
         size_t kb = 0, vb = 0;
@@ -106,6 +106,7 @@ static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
         fixed = tq_cf_add_sat(fixed, CF_LAYER_HEAD + CF_LAYER_FIXED + CF_CRC);
         fixed = tq_cf_add_sat(fixed, tq_key_transform_state_size(nm, l->key_mean, l->key_scale,
                                                                  l->key_scale && l->key_split));
+        if (f->version >= 10 && (f->flags & CF_FLAG_FREQS) && l->key_mean) extra += 2 * TQ_KEY_MEAN_FAST;
         size_t comp = tq_cf_add_sat(kb, vb);
         size_t cheap = comp < raw ? comp : raw, dear = comp > raw ? comp : raw;
         if (f->sink) dear = tq_cf_add_sat(comp, raw); /* v5: a sink is stored twice */
@@ -114,7 +115,7 @@ static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
     }
     size_t n = f->n_tokens > SIZE_MAX ? SIZE_MAX : (size_t)f->n_tokens;
     *lo = tq_cf_add_sat(fixed, tq_cf_mul_sat(n, tq_cf_mul_sat(H, least)));
-    *hi = tq_cf_add_sat(fixed, tq_cf_mul_sat(n, tq_cf_mul_sat(H, most)));
+    *hi = tq_cf_add_sat(tq_cf_add_sat(fixed, extra), tq_cf_mul_sat(n, tq_cf_mul_sat(H, most)));
     return 1;
 }
 
@@ -290,7 +291,7 @@ static tq_status load_layers(const uint8_t *d, size_t size, const tq_cf_crc *ct,
             st = TQ_ERR_CHECKSUM;
             break;
         }
-        st = tq_cf_read_layer(c, (int)i, L + CF_LAYER_HEAD, (size_t)pn);
+        st = tq_cf_read_layer(c, (int)i, L + CF_LAYER_HEAD, (size_t)pn, f->version);
         total += c->layers[i].len;
         pos += CF_LAYER_HEAD + (size_t)pn + CF_CRC;
     }

@@ -33,7 +33,7 @@ size_t tq_kv_cache_save_bound(const tq_kv_cache *c) {
     for (int i = 0; i < c->cfg.n_layers; i++) {
         const tq_kv_layer *l = &c->layers[i];
         n = tq_cf_add_sat(n, CF_LAYER_HEAD + CF_CRC);
-        n = tq_cf_add_sat(n, tq_cf_layer_payload(c, i, l->len, l->n_comp));
+        n = tq_cf_add_sat(n, tq_cf_layer_payload(c, i, l->len, l->n_comp, tq_key_transform_n_fast(l->kt)));
     }
     return n == SIZE_MAX ? 0 : n;
 }
@@ -199,7 +199,7 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
         crc_begin(s);
         memcpy(b, tq_cf_tag_layer, 4);
         tq_cf_put_u32(b + 4, (uint32_t)i);
-        tq_cf_put_u64(b + 8, tq_cf_layer_payload(c, i, l->len, l->n_comp));
+        tq_cf_put_u64(b + 8, tq_cf_layer_payload(c, i, l->len, l->n_comp, tq_key_transform_n_fast(l->kt)));
         sink_write(s, b, CF_LAYER_HEAD);
         memset(b, 0, CF_LAYER_FIXED);
         tq_cf_put_u64(b, l->len);
@@ -208,8 +208,15 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
         b[17] = (uint8_t)tq_key_transform_mean_set(l->kt);
         b[18] = (uint8_t)tq_key_transform_has_mean(l->kt);
         b[19] = (uint8_t)tq_key_transform_scale_set(l->kt);
+        uint16_t fast[TQ_KEY_MEAN_FAST];
+        int nf = tq_key_transform_fast_pairs(l->kt, fast);
+        b[20] = (uint8_t)nf; /* v10 */
         sink_write(s, b, CF_LAYER_FIXED);
         tq_key_transform_write_state(l->kt, sink_put, s);
+        for (int k = 0; k < nf; k++) {
+            tq_store_u16(b, fast[k]);
+            sink_write(s, b, 2);
+        }
         write_records(s, c, l, 0);
         write_records(s, c, l, 1);
         write_raw(s, c, l, 0, l->n_comp, l->len);

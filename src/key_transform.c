@@ -37,6 +37,15 @@ struct tq_key_transform {
     double *freq;
     float *step; /* (2 n_turn): cos, then sin of freq[k] · TQ_KEY_MEAN_BLOCK (one block on) */
     float *freqs_in; /* (dim / 2) the freqs given, for create_like and cache files; else NULL */
+    /* Fast pairs (turning more than TQ_KEY_MEAN_TURN_MAX per block) whose pre-RoPE mean is
+     * subtracted at each key's own angle: the n_fast ≤ TQ_KEY_MEAN_FAST of most mean energy,
+     * chosen when the mean is fitted (doc/kvcache.md §2, "Fast pairs"). `mean` holds their
+     * pre-RoPE μ. Attention adds their ⟨q, R_p μ⟩ per key from ftab. */
+    int n_fast;
+    uint16_t fast[TQ_KEY_MEAN_FAST];
+    double ffreq[TQ_KEY_MEAN_FAST];
+    float fstep[2 * TQ_KEY_MEAN_FAST]; /* cos, then sin of ffreq · TQ_KEY_MEAN_BLOCK */
+    float ftab[TQ_KEY_MEAN_FAST * 2 * TQ_KEY_MEAN_BLOCK]; /* pair k: cos(ffreq i), then sin, i < BLOCK */
 };
 
 static size_t nm_of(const tq_key_transform *kt) { return (size_t)kt->n_heads * (size_t)kt->dim; }
@@ -128,6 +137,7 @@ tq_status tq_key_transform_create_like(tq_key_transform **out, const tq_key_tran
 
 void tq_key_transform_reset(tq_key_transform *kt) {
     kt->mean_set = 0;
+    kt->n_fast = 0;
     if (!kt->scale) return;
     size_t nm = nm_of(kt);
     kt->scale_set = 0;
@@ -204,6 +214,11 @@ void tq_key_transform_copy(tq_key_transform *dst, const tq_key_transform *src) {
     dst->block = src->block;
     dst->block_bits = src->block_bits;
     dst->mean_set = src->mean_set;
+    dst->n_fast = src->n_fast;
+    memcpy(dst->fast, src->fast, sizeof src->fast);
+    memcpy(dst->ffreq, src->ffreq, sizeof src->ffreq);
+    memcpy(dst->fstep, src->fstep, sizeof src->fstep);
+    memcpy(dst->ftab, src->ftab, sizeof src->ftab);
     dst->q_rows = src->q_rows;
     dst->scale_set = src->scale_set;
 }
@@ -214,16 +229,68 @@ void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transf
     dst->q_rows = src->q_rows;
 }
 
+static void sort_u16(uint16_t *x, int n);
+
+/* 1 if pair j turns faster than a block-centred mean allows (a candidate fast pair). */
+static int fast_candidate(const tq_key_transform *kt, int j) {
+    return kt->freqs_in && kt->freqs_in[j] > 0.0f &&
+           !((double)kt->freqs_in[j] * TQ_KEY_MEAN_BLOCK <= TQ_KEY_MEAN_TURN_MAX);
+}
+
+/* The most fast pairs a fit takes (tq_key_transform_test_fast_max). */
+static int fast_max = TQ_KEY_MEAN_FAST;
+
+void tq_key_transform_test_fast_max(int n) {
+    fast_max = n < 0 || n > TQ_KEY_MEAN_FAST ? TQ_KEY_MEAN_FAST : n;
+}
+
+int tq_key_transform_fast_ok(const tq_key_transform *kt, int n, const uint16_t *pairs) {
+    if (n < 0 || n > TQ_KEY_MEAN_FAST || (n && (!kt->mean || !kt->mean_set))) return 0;
+    for (int k = 0; k < n; k++)
+        if (pairs[k] >= kt->dim / 2 || !fast_candidate(kt, pairs[k]) || (k && pairs[k] <= pairs[k - 1])) return 0;
+    return 1;
+}
+
+int tq_key_transform_fast_pairs(const tq_key_transform *kt, uint16_t *pairs) {
+    if (!kt) return 0;
+    memcpy(pairs, kt->fast, (size_t)kt->n_fast * sizeof(uint16_t));
+    return kt->n_fast;
+}
+
+void tq_key_transform_set_fast(tq_key_transform *kt, int n, const uint16_t *pairs) {
+    kt->n_fast = n;
+    for (int k = 0; k < n; k++) {
+        double f = kt->freqs_in[pairs[k]];
+        kt->fast[k] = pairs[k];
+        kt->ffreq[k] = f;
+        kt->fstep[k] = (float)cos(f * TQ_KEY_MEAN_BLOCK);
+        kt->fstep[TQ_KEY_MEAN_FAST + k] = (float)sin(f * TQ_KEY_MEAN_BLOCK);
+        float *tab = kt->ftab + (size_t)k * 2 * TQ_KEY_MEAN_BLOCK;
+        for (int i = 0; i < TQ_KEY_MEAN_BLOCK; i++) {
+            tab[i] = (float)cos(f * i);
+            tab[TQ_KEY_MEAN_BLOCK + i] = (float)sin(f * i);
+        }
+    }
+}
+
 /* The per-head key mean of rows [0, n), summed row by row (each key read once, in order) in
  * double; a turning pair's two channels turned back by the row's angle first (row t at
- * position pos0 + t): the pre-RoPE mean. */
+ * position pos0 + t): the pre-RoPE mean. Fast pairs: both sums are kept, and the
+ * TQ_KEY_MEAN_FAST whose pre-RoPE mean removes the most energy beyond the fixed mean's
+ * (Σ over heads of |μ̃|² − |μ|²) keep their pre-RoPE mean; the others the fixed mean. */
 static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const void *ctx, size_t pos0) {
-    int dk = kt->dim, H = kt->n_heads;
-    double acc[TQ_MAX_DIM];
+    int dk = kt->dim, H = kt->n_heads, half = dk / 2;
+    double acc[TQ_MAX_DIM], gain[TQ_MAX_DIM / 2] = {0};
     float k[TQ_MAX_DIM];
+    float *alt = NULL; /* (H, dim): fast pairs' pre-RoPE means */
+    int any_fast = 0;
+    double energy = 0.0; /* Σ |k|² over the rows and heads */
+    for (int j = 0; j < half && kt->freqs_in; j++) any_fast |= fast_candidate(kt, j);
+    if (any_fast) alt = malloc((size_t)H * (size_t)dk * sizeof(float));
     for (int h = 0; h < H; h++) {
         float *m = kt->mean + (size_t)h * (size_t)dk;
-        for (int i = 0; i < dk; i++) acc[i] = 0.0;
+        double accf[TQ_MAX_DIM];
+        for (int i = 0; i < dk; i++) acc[i] = accf[i] = 0.0;
         for (size_t t = 0; t < n; t++) {
             row(ctx, t, h, k);
             double x[TQ_MAX_DIM];
@@ -235,10 +302,51 @@ static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const v
                 x[i0] = k[i0] * cs + k[i1] * sn;
                 x[i1] = -(double)k[i0] * sn + k[i1] * cs;
             }
-            for (int i = 0; i < dk; i++) acc[i] += x[i];
+            for (int j = 0; alt && j < half; j++) {
+                if (!fast_candidate(kt, j)) continue;
+                int i0, i1;
+                pair_channels(kt->pairs, dk, j, &i0, &i1);
+                double a = (double)kt->freqs_in[j] * (double)(pos0 + t), cs = cos(a), sn = sin(a);
+                accf[i0] += k[i0] * cs + k[i1] * sn;
+                accf[i1] += -(double)k[i0] * sn + k[i1] * cs;
+            }
+            for (int i = 0; i < dk; i++) acc[i] += x[i], energy += (double)k[i] * k[i];
         }
         for (int i = 0; i < dk; i++) m[i] = n ? (float)(acc[i] / (double)n) : 0.0f;
+        for (int j = 0; alt && j < half; j++) {
+            if (!fast_candidate(kt, j)) continue;
+            int i0, i1;
+            pair_channels(kt->pairs, dk, j, &i0, &i1);
+            float *a = alt + (size_t)h * (size_t)dk;
+            a[i0] = n ? (float)(accf[i0] / (double)n) : 0.0f;
+            a[i1] = n ? (float)(accf[i1] / (double)n) : 0.0f;
+            gain[j] += (double)a[i0] * a[i0] + (double)a[i1] * a[i1] - (double)m[i0] * m[i0] - (double)m[i1] * m[i1];
+        }
     }
+    /* The fast pairs: most gain first, ties by pair; kept in pair order. */
+    uint16_t sel[TQ_KEY_MEAN_FAST];
+    int nf = 0;
+    const double tau = TQ_KEY_MEAN_FAST_GAIN * (n ? energy / (double)n : 0.0);
+    while (alt && nf < fast_max) {
+        int best = -1;
+        for (int j = 0; j < half; j++) {
+            int taken = 0;
+            for (int q = 0; q < nf; q++) taken |= sel[q] == j;
+            if (fast_candidate(kt, j) && !taken && gain[j] > tau && gain[j] > 0.0 && (best < 0 || gain[j] > gain[best])) best = j;
+        }
+        if (best < 0) break;
+        sel[nf++] = (uint16_t)best;
+    }
+    sort_u16(sel, nf);
+    for (int f = 0; f < nf; f++)
+        for (int h = 0; h < H; h++) {
+            int i0, i1;
+            pair_channels(kt->pairs, dk, sel[f], &i0, &i1);
+            kt->mean[(size_t)h * (size_t)dk + (size_t)i0] = alt[(size_t)h * (size_t)dk + (size_t)i0];
+            kt->mean[(size_t)h * (size_t)dk + (size_t)i1] = alt[(size_t)h * (size_t)dk + (size_t)i1];
+        }
+    tq_key_transform_set_fast(kt, nf, sel);
+    free(alt);
     kt->mean_set = 1;
 }
 
@@ -324,7 +432,7 @@ static void fit_scale(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const 
         float mp[TQ_MAX_DIM];
         for (size_t t = 0; t < n; t++) {
             row(ctx, t, h, k);
-            const float *mt = m && kt->n_turn ? tq_key_transform_mean_at(kt, h, pos0 + t, mp) : m;
+            const float *mt = m && (kt->n_turn || kt->n_fast) ? tq_key_transform_mean_at(kt, h, pos0 + t, mp) : m;
             for (int i = 0; i < dk; i++) {
                 double x = (double)k[i] - (mt ? (double)mt[i] : 0.0);
                 b[i] += x * x;
@@ -372,21 +480,27 @@ void tq_key_transform_fit_rows(tq_key_transform *kt, size_t n_mean, size_t n_sca
 /* ---- a mean that turns with RoPE ---- */
 
 int tq_key_transform_n_turn(const tq_key_transform *kt) { return kt ? kt->n_turn : 0; }
+int tq_key_transform_n_fast(const tq_key_transform *kt) { return kt ? kt->n_fast : 0; }
+const float *tq_key_transform_fast_table(const tq_key_transform *kt) { return kt->ftab; }
 
 void tq_key_transform_block_cs(const tq_key_transform *kt, size_t block, float *cs) {
     const double c = (double)block * TQ_KEY_MEAN_BLOCK + TQ_KEY_MEAN_BLOCK / 2;
-    const int n = kt->n_turn;
+    const int n = kt->n_turn, nf = kt->n_fast;
     for (int j = 0; j < n; j++) {
         double a = kt->freq[j] * c;
         cs[j] = (float)cos(a);
         cs[n + j] = (float)sin(a);
     }
+    const double b0 = (double)block * TQ_KEY_MEAN_BLOCK;
+    for (int k = 0; k < nf; k++) {
+        double a = kt->ffreq[k] * b0;
+        cs[2 * n + k] = (float)cos(a);
+        cs[2 * n + nf + k] = (float)sin(a);
+    }
 }
 
-void tq_key_transform_block_cs_next(const tq_key_transform *kt, float *cs) {
-    const int n = kt->n_turn;
-    const float *dc = kt->step, *ds = kt->step + n;
-    float *c = cs, *s = cs + n;
+/* c, s (n lanes each) turned by the angles whose cos, sin are dc, ds. */
+static void turn_lanes(float *c, float *s, const float *dc, const float *ds, int n) {
     for (int j = 0; j < n; j++) { /* independent lanes: vectorized */
         float c1 = c[j] * dc[j] - s[j] * ds[j], s1 = c[j] * ds[j] + s[j] * dc[j];
         c[j] = c1;
@@ -394,16 +508,23 @@ void tq_key_transform_block_cs_next(const tq_key_transform *kt, float *cs) {
     }
 }
 
+void tq_key_transform_block_cs_next(const tq_key_transform *kt, float *cs) {
+    const int n = kt->n_turn, nf = kt->n_fast;
+    turn_lanes(cs, cs + n, kt->step, kt->step + n, n);
+    turn_lanes(cs + 2 * n, cs + 2 * n + nf, kt->fstep, kt->fstep + TQ_KEY_MEAN_FAST, nf);
+}
+
 const float *tq_key_transform_mean_at(const tq_key_transform *kt, int h, size_t pos, float *buf) {
     if (!kt || !kt->mean) return NULL;
     const float *mu = kt->mean + (size_t)h * (size_t)kt->dim;
-    if (!kt->n_turn) return mu;
+    if (!kt->n_turn && !kt->n_fast) return mu;
     const double cc = (double)(pos / TQ_KEY_MEAN_BLOCK) * TQ_KEY_MEAN_BLOCK + TQ_KEY_MEAN_BLOCK / 2;
     memcpy(buf, mu, (size_t)kt->dim * sizeof(float));
-    for (int j = 0; j < kt->n_turn; j++) {
-        int i0, i1;
-        pair_channels(kt->pairs, kt->dim, kt->turn[j], &i0, &i1);
-        double c = cos(kt->freq[j] * cc), s = sin(kt->freq[j] * cc);
+    for (int j = 0; j < kt->n_turn + kt->n_fast; j++) {
+        int i0, i1, fast = j >= kt->n_turn;
+        pair_channels(kt->pairs, kt->dim, fast ? kt->fast[j - kt->n_turn] : kt->turn[j], &i0, &i1);
+        double a = fast ? kt->ffreq[j - kt->n_turn] * (double)pos : kt->freq[j] * cc;
+        double c = cos(a), s = sin(a);
         buf[i0] = (float)(mu[i0] * c - mu[i1] * s);
         buf[i1] = (float)(mu[i0] * s + mu[i1] * c);
     }
@@ -414,13 +535,21 @@ float tq_key_transform_rope_terms(const tq_key_transform *kt, int h, const float
     if (!kt || !kt->mean) return 0.0f;
     const float *mu = kt->mean + (size_t)h * (size_t)kt->dim;
     uint8_t turned[TQ_MAX_DIM] = {0};
-    for (int j = 0; j < kt->n_turn; j++) {
-        int i0, i1;
-        pair_channels(kt->pairs, kt->dim, kt->turn[j], &i0, &i1);
+    const int n = kt->n_turn, nf = kt->n_fast;
+    for (int j = 0; j < n + nf; j++) {
+        int i0, i1, fast = j >= n;
+        pair_channels(kt->pairs, kt->dim, fast ? kt->fast[j - n] : kt->turn[j], &i0, &i1);
         turned[i0] = turned[i1] = 1;
         /* ⟨(q0, q1), R_a (m0, m1)⟩ = cos a (q0 m0 + q1 m1) + sin a (q1 m0 − q0 m1) */
-        ab[j] = (float)((double)q[i0] * mu[i0] + (double)q[i1] * mu[i1]);
-        ab[kt->n_turn + j] = (float)((double)q[i1] * mu[i0] - (double)q[i0] * mu[i1]);
+        float A = (float)((double)q[i0] * mu[i0] + (double)q[i1] * mu[i1]);
+        float B = (float)((double)q[i1] * mu[i0] - (double)q[i0] * mu[i1]);
+        if (fast) {
+            ab[2 * n + (j - n)] = A;
+            ab[2 * n + nf + (j - n)] = B;
+        } else {
+            ab[j] = A;
+            ab[n + j] = B;
+        }
     }
     double a = 0.0;
     for (int i = 0; i < kt->dim; i++)
@@ -476,7 +605,7 @@ const float *tq_key_transform_query_row(const tq_key_transform *kt, int h, const
 }
 
 float tq_key_transform_offset_row(const tq_key_transform *kt, int h, const float *q) {
-    if (!kt || !kt->mean || kt->n_turn) return 0.0f;
+    if (!kt || !kt->mean || kt->n_turn || kt->n_fast) return 0.0f;
     const float *m = kt->mean + (size_t)h * (size_t)kt->dim;
     double a = 0.0;
     for (int j = 0; j < kt->dim; j++) a += (double)q[j] * m[j];

@@ -18,6 +18,12 @@
  * (radians; faster pairs keep the fixed mean). doc/kvcache.md §2, "Key mean". */
 #define TQ_KEY_MEAN_BLOCK 64
 #define TQ_KEY_MEAN_TURN_MAX 2.0
+/* The most pairs per layer that turn faster than that and whose mean is subtracted at each
+ * key's own angle (the ones of most mean energy; doc/kvcache.md §2, "Fast pairs"). */
+#define TQ_KEY_MEAN_FAST 8
+/* A fast pair is taken only if its pre-RoPE mean removes at least this share of the keys'
+ * energy beyond what the fixed mean removes (each pair costs a little decode time). */
+#define TQ_KEY_MEAN_FAST_GAIN 0.005
 
 /* A transform of n_heads × dim with the parts asked for (block > 0: a key split whose first
  * block has `block` channels at block_bits; pairs: TQ_ROPE_PAIRS_*, the channel pairs whose
@@ -80,6 +86,22 @@ void tq_key_transform_invert_row(const tq_key_transform *kt, int h, size_t pos, 
 
 /* A mean that turns with RoPE. The pairs that turn (0: a fixed mean, NULL kt too). */
 int tq_key_transform_n_turn(const tq_key_transform *kt);
+/* The fast pairs (0 before the mean is fitted; NULL kt too); their table: pair k's
+ * cos(θ_k i), then sin(θ_k i), i < TQ_KEY_MEAN_BLOCK (2 TQ_KEY_MEAN_BLOCK floats per pair). */
+int tq_key_transform_n_fast(const tq_key_transform *kt);
+const float *tq_key_transform_fast_table(const tq_key_transform *kt);
+/* Makes pairs[0..n) (n ≤ TQ_KEY_MEAN_FAST, increasing, pairs that turn faster than
+ * TQ_KEY_MEAN_TURN_MAX per block; the mean holds their pre-RoPE μ) the fast pairs (what a
+ * cache file holds). */
+void tq_key_transform_set_fast(tq_key_transform *kt, int n, const uint16_t *pairs);
+/* 1 if pairs[0..n) may be kt's fast pairs (what set_fast takes; n 0 always, n > 0 only with
+ * a mean that is set): a cache file's list is checked with it. */
+int tq_key_transform_fast_ok(const tq_key_transform *kt, int n, const uint16_t *pairs);
+/* kt's fast pairs into pairs (TQ_KEY_MEAN_FAST room); returns how many. */
+int tq_key_transform_fast_pairs(const tq_key_transform *kt, uint16_t *pairs);
+/* Tests: the most fast pairs later fits take (0: none, as before cache file version 10;
+ * negative: back to TQ_KEY_MEAN_FAST). Process-wide, not thread-safe. */
+void tq_key_transform_test_fast_max(int n);
 /* The mean subtracted from head h's key at position pos: the stored mean itself when it does
  * not turn, else R_c μ written to buf (dim floats); NULL without a mean. */
 const float *tq_key_transform_mean_at(const tq_key_transform *kt, int h, size_t pos, float *buf);

@@ -454,10 +454,12 @@ static void test_key_mean_rope(void) {
                 r[0] = (float)(x * cs - y * sn);
                 r[1] = (float)(x * sn + y * cs);
             }
-    double rd[2] = {0, 0}, out[2] = {0, 0};
+    /* turn 0: a fixed mean; 1: turning pairs at block centres only (cache files before
+     * version 10); 2: and fast pairs (1, 5 and 9: too fast for a block) at each key's angle */
+    double rd[3] = {0, 0, 0}, out[3] = {0, 0, 0};
     tq_threadpool *pool = NULL;
     CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
-    for (int turn = 0; turn < 2; turn++) {
+    for (int turn = 0; turn < 3; turn++) {
         tq_kv_cache_config cfg;
         tq_kv_cache_config_init(&cfg, 1, H, D, D);
         char err[256];
@@ -467,6 +469,7 @@ static void test_key_mean_rope(void) {
         tq_kv_cache *c = NULL, *f16 = make_cache("f16", 0, H, D, D);
         CHECK(tq_kv_cache_create(&c, &cfg) == TQ_OK && c && f16);
         if (!c || !f16) break;
+        tq_key_transform_test_fast_max(turn == 1 ? 0 : -1);
         /* a prompt of 700, then one token at a time: compressed as decode goes */
         CHECK(tq_kv_cache_append(c, 0, k, v, 700) == TQ_OK && tq_kv_cache_append(f16, 0, k, v, 700) == TQ_OK);
         for (size_t t = 700; t < N; t++) {
@@ -474,6 +477,10 @@ static void test_key_mean_rope(void) {
             CHECK(tq_kv_cache_append(f16, 0, k + t * H * D, v + t * H * D, 1) == TQ_OK);
         }
         tq_kv_cache_compress(c, -1);
+        tq_key_transform_test_fast_max(-1);
+        uint16_t fp[TQ_KEY_MEAN_FAST];
+        int nf = tq_key_transform_fast_pairs(tq_kv_layer_key_transform(c, 0), fp);
+        CHECK_MSG(turn == 2 ? nf == 3 && fp[0] == 1 && fp[1] == 5 && fp[2] == 9 : nf == 0, "turn %d: %d fast pairs", turn, nf);
         /* read back: the squared error of positions [1024, N) */
         float *kb = malloc(sizeof(float) * N * H * D);
         CHECK(tq_kv_cache_read(c, 0, 0, N, kb, (size_t)N * H * D, NULL, 0) == TQ_OK);
@@ -499,10 +506,11 @@ static void test_key_mean_rope(void) {
         tq_kv_cache_free(f16);
     }
     tq_threadpool_free(pool);
-    printf("     pre-RoPE offset: late keys' read-back error %.4f fixed mean, %.4f turning; output error %.4f / %.4f\n",
-           rd[0], rd[1], sqrt(out[0] / (4 * D)), sqrt(out[1] / (4 * D)));
-    CHECK(rd[1] < 0.5 * rd[0]);
-    CHECK(out[1] < out[0]);
+    printf("     pre-RoPE offset: late keys' read-back error %.4f fixed mean, %.4f turning, %.4f with fast pairs; "
+           "output error %.4f / %.4f / %.4f\n",
+           rd[0], rd[1], rd[2], sqrt(out[0] / (4 * D)), sqrt(out[1] / (4 * D)), sqrt(out[2] / (4 * D)));
+    CHECK(rd[1] < 0.5 * rd[0] && rd[2] < 0.7 * rd[1]);
+    CHECK(out[1] < out[0] && out[2] < out[1]);
     free(k);
     free(v);
 }

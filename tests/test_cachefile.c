@@ -32,12 +32,18 @@
  * scheme section): the key mean turns with RoPE; the golden cache gives its layers angles of
  * which some pairs turn and some do not.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v9.bin (when the format version moves, or
+ * Version 10: the key mean's fast pairs (layer byte 20 and their list after the key
+ * transform's state): pairs that turn too fast for a block-centred mean whose pre-RoPE mean
+ * is subtracted at each key's own angle; the golden cache's turbo layer has some.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v10.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
- * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin, cache_v7.bin and cache_v8.bin,
+ * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin, cache_v7.bin, cache_v8.bin and
+ * cache_v9.bin,
  * written by versions 1 (before the key scale), 2 (before the key split), 3 (before the layer
  * windows), 4 (before q8_0r / q4_0r and the sinks), 5 (before trellis codes), 6 (before the
- * RoPE pairs), 7 (before the whole-width key split) and 8 (before the turning key mean), and
+ * RoPE pairs), 7 (before the whole-width key split), 8 (before the turning key mean) and 9
+ * (before the fast pairs), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
@@ -60,7 +66,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v9.bin"
+#define GOLDEN "tests/golden/cache_v10.bin"
+#define GOLDEN_V9 "tests/golden/cache_v9.bin"
 #define GOLDEN_V8 "tests/golden/cache_v8.bin"
 #define GOLDEN_V7 "tests/golden/cache_v7.bin"
 #define GOLDEN_V6 "tests/golden/cache_v6.bin"
@@ -652,6 +659,13 @@ static tq_kv_cache *golden_cache(void) {
     build_freqs = NULL;
     return c;
 }
+/* The cache version 9 wrote: today's without fast pairs. */
+static tq_kv_cache *golden_cache_v9(void) {
+    tq_key_transform_test_fast_max(0);
+    tq_kv_cache *c = golden_cache();
+    tq_key_transform_test_fast_max(-1);
+    return c;
+}
 /* The cache version 7 wrote: turbo3.5 (its key split was the only one). */
 static tq_kv_cache *golden_cache_v7(void) {
     return golden_pairs("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
@@ -752,6 +766,11 @@ static void test_golden(void) {
         CHECK(b && same_cache(c, b, 4));
         CHECK(tq_kv_cache_length(b, 1) == 20 && tq_kv_cache_compressed_length(b, 1) == 16);
         CHECK(b && test_layer_scheme(b, 1).key_split == 1 && test_layer_scheme(b, 0).key_split == 0);
+        /* the file pins fast pairs: layer 1 has some, the same as the cache's */
+        uint16_t fa[TQ_KEY_MEAN_FAST], fb[TQ_KEY_MEAN_FAST];
+        int na = tq_key_transform_fast_pairs(tq_kv_layer_key_transform(c, 1), fa),
+            nb = b ? tq_key_transform_fast_pairs(tq_kv_layer_key_transform(b, 1), fb) : -1;
+        CHECK_MSG(na > 0 && na == nb && !memcmp(fa, fb, (size_t)na * sizeof *fa), "fast pairs %d / %d", na, nb);
         float sa[2 * 16], sb[2 * 16];
         CHECK(b && tq_kv_cache_key_scale(c, 1, sa, 32) == TQ_OK && tq_kv_cache_key_scale(b, 1, sb, 32) == TQ_OK);
         CHECK(memcmp(sa, sb, sizeof sa) == 0);
@@ -787,19 +806,38 @@ static void test_golden(void) {
      * added set, they are files no writer of their version produced. */
     tq_kv_cache *w6 = golden_cache_v6(), *w5 = golden_cache_v5(), *w4 = golden_cache_v4(),
                 *w3 = golden_cache_v3(), *w7 = golden_cache_v7(), *w8 = golden_cache_v8();
-    check_old_version(GOLDEN_V8, w8, -1);
-    tq_kv_cache_free(w8);
     {
-        /* Version 8 had no angles: today's file as version 8 is a file no writer of version 8
-         * made; and the angles are not inert (the golden cache reads back other keys). */
-        tq_kv_cache *x = NULL;
+        /* Version 9 had no fast pairs: it loads as today's cache without them; today's file as
+         * version 9 (its layer 1 has fast pairs) is a file no writer of version 9 made; and the
+         * fast pairs are not inert (the golden cache reads back other keys). */
+        tq_kv_cache *w9 = golden_cache_v9(), *x = NULL;
+        check_old_version(GOLDEN_V9, w9, -1);
+        CHECK(c && w9 && !same_cache(c, w9, 4));
+        CHECK(w9 && tq_key_transform_n_fast(tq_kv_layer_key_transform(w9, 1)) == 0);
+        tq_kv_cache_free(w9);
         uint8_t *cp = img ? malloc(n) : NULL;
         CHECK(img && n > 64 && cp);
         if (cp) {
             memcpy(cp, img, n);
-            wr32(cp + 8, 8);
+            wr32(cp + 8, 9);
             fix_crcs(cp, n);
             CHECK(tq_kv_cache_load_memory(cp, n, &x) == TQ_ERR_FORMAT && !x);
+        }
+        free(cp);
+    }
+    check_old_version(GOLDEN_V8, w8, -1);
+    tq_kv_cache_free(w8);
+    {
+        /* Version 8 had no angles: version 9's file as version 8 is a file no writer of version
+         * 8 made; and the angles are not inert (the golden cache reads back other keys). */
+        tq_kv_cache *x = NULL;
+        size_t n9 = 0;
+        uint8_t *cp = read_file(GOLDEN_V9, &n9);
+        CHECK(cp && n9 > 64);
+        if (cp && n9 > 64) {
+            wr32(cp + 8, 8);
+            fix_crcs(cp, n9);
+            CHECK(tq_kv_cache_load_memory(cp, n9, &x) == TQ_ERR_FORMAT && !x);
         }
         free(cp);
         tq_kv_cache *v8 = golden_cache_v8();
@@ -1182,7 +1220,9 @@ static void test_hostile(void) {
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
     memcpy(p, img, n);
-    size_t krec0 = sblk + 8 + 2 * 16 * 14;
+    const int nfast = p[L1 + 16 + 20]; /* v10: the fast pairs' list follows the key transform */
+    CHECK(nfast > 0 && nfast <= TQ_KEY_MEAN_FAST);
+    size_t krec0 = sblk + 8 + 2 * 16 * 14 + 2 * (size_t)nfast;
     p[krec0 + 8] = 0x00, p[krec0 + 9] = 0x7E; /* fp16 NaN norm */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b);
@@ -1195,6 +1235,20 @@ static void test_hostile(void) {
     wr32(p + L1 + 16 + 24, 0x7FC00000u);
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT);
+    /* Fast pairs: more than TQ_KEY_MEAN_FAST (the payload then disagrees too), and a list no
+     * fit writes: a pair that turns slowly (7), one past the pairs (8). (Order and twins:
+     * test_key_transform's test_fast_pairs.) */
+    memcpy(p, img, n);
+    p[L1 + 16 + 20] = TQ_KEY_MEAN_FAST + 1;
+    fix_crcs(p, n);
+    CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b);
+    for (int bad = 7; bad <= 8 && nfast > 0; bad++) {
+        size_t last = sblk + 8 + 2 * 16 * 14 + 2 * (size_t)(nfast - 1);
+        memcpy(p, img, n);
+        p[last] = (uint8_t)bad, p[last + 1] = 0;
+        fix_crcs(p, n);
+        CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b, "fast pair %d", bad);
+    }
     /* Compressed tokens without their key mean. */
     memcpy(p, img, n);
     p[L1 + 16 + 17] = 0;

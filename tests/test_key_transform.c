@@ -375,11 +375,89 @@ static void test_rope_pairs(void) {
     free(kk), free(qq);
 }
 
+/* Fast pairs (internal calls; doc/kvcache.md §2, "Fast pairs"): keys whose pre-RoPE mean sits
+ * on pairs 1 and 5 (turning 64 and 32 rad per 64 positions: too fast for a block-centred
+ * mean) and 20 (slow) get fast pairs 1 and 5, whose mean is then subtracted at each key's
+ * own angle; a pair with an offset under the gain threshold is not taken; lists no fit makes
+ * are refused. */
+typedef struct {
+    const float *k;
+} rows_ctx;
+static void rows_of(const void *ctx, size_t t, int h, float *out) {
+    memcpy(out, ((const rows_ctx *)ctx)->k + (t * H + (size_t)h) * D, sizeof(float) * D);
+}
+static void test_fast_pairs(void) {
+    enum { T = 512 };
+    float freqs[D / 2];
+    for (int j = 0; j < D / 2; j++) freqs[j] = (float)pow(10000.0, -2.0 * j / D);
+    float *k = malloc(sizeof(float) * T * H * D);
+    uint32_t r = 99u;
+    const double off[D / 2] = {[1] = 6.0, [5] = 4.0, [9] = 0.05, [20] = 5.0};
+    for (size_t t = 0; t < T; t++)
+        for (int h = 0; h < H; h++)
+            for (int j = 0; j < D / 2; j++) {
+                double x[2];
+                for (int e = 0; e < 2; e++) {
+                    r = r * 1664525u + 1013904223u;
+                    x[e] = (double)(r >> 8) / 16777216.0 * 2.0 - 1.0 + (e ? -0.5 : 1.0) * off[j];
+                }
+                double a = freqs[j] * (double)t;
+                float *o = k + (t * H + (size_t)h) * D + 2 * j;
+                o[0] = (float)(x[0] * cos(a) - x[1] * sin(a));
+                o[1] = (float)(x[0] * sin(a) + x[1] * cos(a));
+            }
+    rows_ctx rc = {k};
+    for (int lim = 0; lim < 2; lim++) {
+        tq_key_transform *kt = NULL;
+        CHECK(tq_key_transform_create(&kt, H, D, 1, 1, 0, 0, TQ_ROPE_PAIRS_ADJACENT, freqs) == TQ_OK && kt);
+        if (!kt) continue;
+        uint16_t fp[TQ_KEY_MEAN_FAST];
+        CHECK(tq_key_transform_n_fast(kt) == 0 && !tq_key_transform_fast_ok(kt, 1, (const uint16_t[]){1}));
+        tq_key_transform_test_fast_max(lim ? -1 : 0);
+        tq_key_transform_fit_rows(kt, T, T, rows_of, &rc, 0);
+        tq_key_transform_test_fast_max(-1);
+        int nf = tq_key_transform_fast_pairs(kt, fp);
+        if (!lim) {
+            CHECK(nf == 0);
+        } else {
+            CHECK_MSG(nf == 2 && fp[0] == 1 && fp[1] == 5, "%d fast pairs, first %d", nf, nf ? fp[0] : -1);
+            /* the mean at position p on pair 5: the planted offset turned by p's angle */
+            float buf[D];
+            size_t p = 1000;
+            const float *m = tq_key_transform_mean_at(kt, 1, p, buf);
+            double a = freqs[5] * (double)p, want0 = 4.0 * cos(a) + 2.0 * sin(a), want1 = 4.0 * sin(a) - 2.0 * cos(a);
+            CHECK_MSG(m && fabs(m[10] - want0) < 0.1 && fabs(m[11] - want1) < 0.1, "pair 5 at %zu: %g %g, want %g %g",
+                      p, m ? m[10] : 0.0, m ? m[11] : 0.0, want0, want1);
+            /* lists no fit makes: out of order, twice, a slow pair, past the pairs, too many */
+            CHECK(tq_key_transform_fast_ok(kt, 2, (const uint16_t[]){1, 5}));
+            CHECK(!tq_key_transform_fast_ok(kt, 2, (const uint16_t[]){5, 1}));
+            CHECK(!tq_key_transform_fast_ok(kt, 2, (const uint16_t[]){5, 5}));
+            CHECK(!tq_key_transform_fast_ok(kt, 1, (const uint16_t[]){20}));
+            CHECK(!tq_key_transform_fast_ok(kt, 1, (const uint16_t[]){32}));
+            CHECK(!tq_key_transform_fast_ok(kt, TQ_KEY_MEAN_FAST + 1, (const uint16_t[TQ_KEY_MEAN_FAST + 1]){0}));
+            /* a copy keeps them; a reset drops them */
+            tq_key_transform *cp = NULL;
+            CHECK(tq_key_transform_create_like(&cp, kt) == TQ_OK && cp);
+            if (cp) {
+                tq_key_transform_copy(cp, kt);
+                uint16_t fq[TQ_KEY_MEAN_FAST];
+                CHECK(tq_key_transform_fast_pairs(cp, fq) == 2 && fq[0] == 1 && fq[1] == 5);
+                tq_key_transform_reset(cp);
+                CHECK(tq_key_transform_n_fast(cp) == 0);
+            }
+            tq_key_transform_free(cp);
+        }
+        tq_key_transform_free(kt);
+    }
+    free(k);
+}
+
 int main(void) {
     RUN_TEST(test_same_as_cache);
     RUN_TEST(test_rope_pairs);
     RUN_TEST(test_math);
     RUN_TEST(test_serialize);
     RUN_TEST(test_errors);
+    RUN_TEST(test_fast_pairs);
     return test_report();
 }

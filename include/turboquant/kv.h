@@ -251,8 +251,9 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
 /* The format version the writer writes; the loader reads versions 1 to this one (a file before
  * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks, one
  * before version 6 no trellis codes, one before version 7 no key_rope_pairs, one before
- * version 8 no key split at a whole width). */
-#define TQ_KV_CACHE_FILE_VERSION 9
+ * version 8 no key split at a whole width, one before version 9 no key_rope_freqs, one before
+ * version 10 no key-mean fast pairs). */
+#define TQ_KV_CACHE_FILE_VERSION 10
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
