@@ -100,8 +100,13 @@ static int hull(const size_t *bytes, const double *kld, int from, int *h) {
     return k;
 }
 
+/* Item i's lowest option: lowest[i] (at most the last), 0 without floors. */
+static int lowest_option(const unsigned char *lowest, int i) {
+    return lowest ? (lowest[i] < KV_AUTO_N_OPT ? lowest[i] : KV_AUTO_N_OPT - 1) : 0;
+}
+
 int kv_auto_allocate(int n, const size_t *bytes, const double *kld, size_t budget, int uniform,
-                     unsigned char *choice) {
+                     const unsigned char *lowest, unsigned char *choice) {
     if (n < 1 || bytes == NULL || kld == NULL || choice == NULL) return -1;
     int(*h)[KV_AUTO_N_OPT] = malloc((size_t)n * sizeof *h);
     int *nh = malloc((size_t)n * sizeof *nh), *at = malloc((size_t)n * sizeof *at);
@@ -109,16 +114,19 @@ int kv_auto_allocate(int n, const size_t *bytes, const double *kld, size_t budge
         free(h), free(nh), free(at);
         return -1;
     }
+    /* item i starts at its lowest option (0, or lowest[i]); at B = 8 nothing goes below 8 bits */
     size_t at8 = 0, at0 = 0;
     for (int i = 0; i < n; i++) {
-        at0 += bytes[(size_t)i * KV_AUTO_N_OPT];
-        at8 += bytes[(size_t)i * KV_AUTO_N_OPT + OPT_8];
+        const int lo = lowest_option(lowest, i);
+        at0 += bytes[(size_t)i * KV_AUTO_N_OPT + lo];
+        at8 += bytes[(size_t)i * KV_AUTO_N_OPT + (lo > OPT_8 ? lo : OPT_8)];
     }
-    const int from = at8 <= budget ? OPT_8 : 0; /* at B = 8 nothing goes below 8 bits */
+    const int from = at8 <= budget ? OPT_8 : 0;
     size_t used = from == OPT_8 ? at8 : at0;
     int rc = used <= budget ? 0 : -1;
     for (int i = 0; i < n && rc == 0; i++) {
-        nh[i] = hull(bytes + (size_t)i * KV_AUTO_N_OPT, kld + (size_t)i * KV_AUTO_N_OPT, from, h[i]);
+        const int lo = lowest_option(lowest, i);
+        nh[i] = hull(bytes + (size_t)i * KV_AUTO_N_OPT, kld + (size_t)i * KV_AUTO_N_OPT, from > lo ? from : lo, h[i]);
         at[i] = 0;
     }
     while (rc == 0) { /* the best affordable next hull step of any item */
@@ -383,7 +391,21 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
                 if (!kv_auto_option_allowed(out->bits, o, model_layer_is_swa(c->m, i / 2)))
                     kld[(size_t)i * KV_AUTO_N_OPT + o] = HUGE_VAL; /* off every lower hull */
             }
-        if (kv_auto_allocate(2 * L, bytes, kld, out->budget_bytes, uniform, ch) != 0) {
+        /* Global layers of a model with sliding-window layers, calibrated on no more tokens than
+         * the window: every layer attends all the calibration tokens, so the probes see a
+         * global layer as a local one, and the reach that sets it apart at longer context
+         * goes unmeasured. Such a layer does not go below B (doc/kv-auto.md, "Global layers").
+         */
+        unsigned char lowest[2 * KV_AUTO_MAX_LAYERS];
+        int floor_o = 0;
+        for (int o = 0; o < OPT_F16; o++)
+            if (kv_auto_widths[o] <= out->bits) floor_o = o;
+        int any_swa = 0;
+        for (int il = 0; il < L; il++) any_swa |= model_layer_is_swa(c->m, il);
+        out->global_floor = any_swa && cfg->sliding_window > 0 && c->n <= cfg->sliding_window && L <= KV_AUTO_MAX_LAYERS;
+        for (int i = 0; i < 2 * L && i < 2 * KV_AUTO_MAX_LAYERS; i++)
+            lowest[i] = (unsigned char)(out->global_floor && !model_layer_is_swa(c->m, i / 2) ? floor_o : 0);
+        if (kv_auto_allocate(2 * L, bytes, kld, out->budget_bytes, uniform, out->global_floor ? lowest : NULL, ch) != 0) {
             snprintf(c->err, c->err_cap, "no allocation fits %zu bytes per token", out->budget_bytes);
             st = MODEL_ERR_KV_SCHEME;
         }

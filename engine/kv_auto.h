@@ -34,6 +34,8 @@ extern const float kv_auto_widths[KV_AUTO_N_OPT];
 /* Default calibration tokens, and the fewest a user's prompt must have to be used. */
 #define KV_AUTO_DEFAULT_TOKENS 128
 #define KV_AUTO_MIN_TOKENS 64
+/* The most layers whose floors the allocation takes (more: no floors). */
+#define KV_AUTO_MAX_LAYERS 1024
 
 /* kv_auto_calibrate flags. */
 #define KV_AUTO_MEASURED_CURVE 1 /* g(b) from whole-model runs instead of the codec's MSE */
@@ -65,6 +67,9 @@ typedef struct kv_auto_result {
                                           calibration tokens, so choice and layer_schemes are
                                           turboB's (measured_kld then its KLD) */
     double allocated_kld;              /* kept_uniform: what the allocation measured; else -1 */
+    int global_floor;                  /* 1: the global layers of a model with sliding-window
+                                          layers kept at least B (the calibration was no longer
+                                          than the window; doc/kv-auto.md, "Global layers") */
     size_t bytes_per_token, budget_bytes, f16_bytes; /* over layers and K/V heads */
     int n_tokens, n_rows, runs;        /* calibration tokens, scored rows, forward runs */
     double seconds;
@@ -88,12 +93,14 @@ int kv_auto_option_allowed(float bits, int o, int layer_is_swa);
 
 /* The allocation: n items (a layer's K or V), option o of item i costing bytes[i * KV_AUTO_N_OPT
  * + o] (ascending in o) with predicted KLD kld[i * KV_AUTO_N_OPT + o]; choice[i] gets the
- * option. Starts every item at option 0 (or at the 8-bit option when all of them fit at it)
+ * option. Starts every item at option 0, or lowest[i] when lowest is not NULL (or at the 8-bit
+ * option when all of them fit at it)
  * and spends the budget greedily on the best KLD decrease per byte along each item's lower
  * convex hull, taking the uniform option `uniform` (−1: none) instead when it predicts less.
- * Returns 0, or -1 when even option 0 everywhere exceeds the budget (or bad arguments). The
+ * Returns 0, or -1 when even the lowest options exceed the budget (or bad arguments). The
  * total bytes never exceed budget. */
 int kv_auto_allocate(int n, const size_t *bytes, const double *kld, size_t budget, int uniform,
+                     const unsigned char *lowest,
                      unsigned char *choice);
 
 /* Calibrates on tokens[0, n) (n >= KV_AUTO_MIN_TOKENS; the first multiple of 64 at most n

@@ -55,7 +55,7 @@ static void test_allocator(void) {
     synth(bytes, kld, sens, NI);
     for (int o = 0; o < KV_AUTO_N_OPT - 1; o++) { /* every option width as B: turboB's budget */
         const size_t budget = uniform_bytes(bytes, NI, o);
-        CHECK(kv_auto_allocate(NI, bytes, kld, budget, o, ch) == 0);
+        CHECK(kv_auto_allocate(NI, bytes, kld, budget, o, NULL, ch) == 0);
         size_t used = 0;
         double pred = 0.0, upred = 0.0;
         for (int i = 0; i < NI; i++) {
@@ -77,17 +77,38 @@ static void test_allocator(void) {
             for (int i = 0; i < NI; i++) CHECK(ch[i] == 0);
     }
     /* a budget below every item at 2 bits is refused */
-    CHECK(kv_auto_allocate(NI, bytes, kld, uniform_bytes(bytes, NI, 0) - 1, -1, ch) == -1);
-    CHECK(kv_auto_allocate(0, bytes, kld, 1000, -1, ch) == -1);
+    CHECK(kv_auto_allocate(NI, bytes, kld, uniform_bytes(bytes, NI, 0) - 1, -1, NULL, ch) == -1);
+    CHECK(kv_auto_allocate(0, bytes, kld, 1000, -1, NULL, ch) == -1);
     /* one very sensitive item: it goes up, the budget still holds */
     for (int i = 0; i < NI; i++) sens[i] = i == 5 ? 1.0 : 1e-3;
     synth(bytes, kld, sens, NI);
     const size_t b3 = uniform_bytes(bytes, NI, 2);
-    CHECK(kv_auto_allocate(NI, bytes, kld, b3, 2, ch) == 0);
+    CHECK(kv_auto_allocate(NI, bytes, kld, b3, 2, NULL, ch) == 0);
     CHECK(kv_auto_widths[ch[5]] > 3.0f);
     size_t used = 0;
     for (int i = 0; i < NI; i++) used += bytes[i * KV_AUTO_N_OPT + ch[i]];
     CHECK(used <= b3);
+    /* floors (global layers the calibration cannot see): items 0-3, the least sensitive, would
+     * go below 3 bits; with their lowest option at 3 bits they stay there, the budget holds,
+     * and the others pay for the sensitive one */
+    for (int i = 0; i < NI; i++) sens[i] = i == 5 ? 1.0 : i < 4 ? 1e-6 : 1e-3;
+    synth(bytes, kld, sens, NI);
+    unsigned char lowest[NI] = {0}, ch0[NI];
+    for (int i = 0; i < 4; i++) lowest[i] = 2;
+    CHECK(kv_auto_allocate(NI, bytes, kld, b3, 2, NULL, ch0) == 0);
+    CHECK(kv_auto_allocate(NI, bytes, kld, b3, 2, lowest, ch) == 0);
+    int below = 0;
+    used = 0;
+    for (int i = 0; i < NI; i++) {
+        below += i < 4 && ch0[i] < 2;
+        CHECK_MSG(i >= 4 || ch[i] >= 2, "item %d with floor 3 bits: %s", i, kv_auto_option_name(ch[i]));
+        used += bytes[i * KV_AUTO_N_OPT + ch[i]];
+    }
+    CHECK_MSG(below > 0, "without floors the quiet items stay at 3 bits: the test shows nothing");
+    CHECK(used <= b3 && kv_auto_widths[ch[5]] > 3.0f);
+    /* floors above the budget: refused */
+    for (int i = 0; i < NI; i++) lowest[i] = 3;
+    CHECK(kv_auto_allocate(NI, bytes, kld, b3, 2, lowest, ch) == -1);
 }
 
 /* The width rule at B <= 4 (kv_auto_option_allowed): full-attention layers 2..4 bits. */
@@ -474,6 +495,14 @@ static void test_model_auto3(void) {
             CHECK(r.sens[il][0] >= 0.0 && r.sens[il][1] >= 0.0);
             CHECK(r.choice[il][0] < KV_AUTO_N_OPT && r.choice[il][1] < KV_AUTO_N_OPT);
         }
+        /* Gemma 3 (sliding-window layers, calibrated on fewer tokens than the window): its
+         * global layers do not go below 3 bits */
+        CHECK(r.global_floor == (c->sliding_window > 0 && want <= c->sliding_window));
+        for (int il = 0; r.global_floor && il < r.n_layer; il++)
+            if (!model_layer_is_swa(f.m, il))
+                CHECK_MSG(kv_auto_widths[r.choice[il][0]] >= 3.0f && kv_auto_widths[r.choice[il][1]] >= 3.0f,
+                          "global layer %d: k %s v %s", il, kv_auto_option_name(r.choice[il][0]),
+                          kv_auto_option_name(r.choice[il][1]));
         /* the context runs it and its accounting agrees */
         CHECK(context_set_kv_layer_schemes(f.x, &base, r.layer_schemes) == MODEL_OK);
         CHECK(context_forward(f.x, ids, 64, 0, 0, NULL) == MODEL_OK);

@@ -66,6 +66,9 @@ static void print_auto(const session *s, const char *name, const kv_auto_result 
             r->bytes_per_token, (double)r->bits, r->budget_bytes, r->f16_bytes,
             (double)r->f16_bytes / (double)r->bytes_per_token, r->predicted_kld, r->measured_kld, (double)r->bits,
             r->uniform_kld);
+    if (r->global_floor)
+        fprintf(stderr, "  global layers at turbo%g or more: the calibration is no longer than the sliding window, "
+                        "so it cannot see their reach\n", (double)r->bits);
     if (r->kept_uniform)
         fprintf(stderr, "  turbo%g kept: the allocation measured %.4f on the calibration tokens, above turbo%g's\n",
                 (double)r->bits, r->allocated_kld, (double)r->bits);
