@@ -212,8 +212,9 @@ typedef struct attn_ctx {
     float *qlane;        /* (n_q, nqh, kl): qprep in the lane layout, when lanes_k */
     int lanes_k, lanes_v; /* decode reads K / V with the lane kernels */
     float *qmu;          /* (n_q, nqh) ⟨q, key mean⟩, or its part that does not turn */
-    float *qab;          /* (n_q, nqh, dk): with a mean that turns with RoPE (n_turn > 0), each
-                            row's A, B per turning pair (tq_key_transform_rope_terms) */
+    float *qab;          /* (n_q, nqh, dk): with a mean that turns with RoPE (n_turn or n_fast
+                            > 0), each row's A, B per turning and fast pair
+                            (tq_key_transform_rope_terms) */
     int n_turn, n_fast;  /* turning pairs (block-centred) and fast pairs (at each key's angle) */
     const float *ftab;   /* the fast pairs' cos, sin table (tq_key_transform_fast_table) */
     float *parts;        /* (H, n_qb, n_split, rows, row_floats) */
@@ -371,7 +372,8 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             }
     }
     /* A turning key mean: cos, sin of each turning pair at the centres of the tile's blocks of
-     * TQ_KEY_MEAN_BLOCK positions (cs), carried from tile to tile by one rotation per block. */
+     * TQ_KEY_MEAN_BLOCK positions, then of each fast pair at their starts (cs), carried from
+     * tile to tile by one rotation per block. */
     const int nt = x->n_turn + x->n_fast;
     float cs_cur[TQ_MAX_DIM], cst[TURN_BLOCKS * TQ_MAX_DIM];
     size_t cs_blk = (size_t)-1, cfirst = 0;

@@ -103,16 +103,19 @@ int tq_key_transform_fast_pairs(const tq_key_transform *kt, uint16_t *pairs);
  * negative: back to TQ_KEY_MEAN_FAST). Process-wide, not thread-safe. */
 void tq_key_transform_test_fast_max(int n);
 /* The mean subtracted from head h's key at position pos: the stored mean itself when it does
- * not turn, else R_c μ written to buf (dim floats); NULL without a mean. */
+ * not turn, else written to buf (dim floats) with R_c μ on the turning pairs and R_pos μ on the
+ * fast ones; NULL without a mean. */
 const float *tq_key_transform_mean_at(const tq_key_transform *kt, int h, size_t pos, float *buf);
-/* cs (2 n_turn floats) = the cos of each turning pair's angle at the centre of block `block`
- * (positions [64 block, 64 block + 64)), then the sin (computed in double); _next moves cs on
- * by one block (one rotation per pair, in float: callers start afresh now and then). */
+/* cs (2 (n_turn + n_fast) floats) = the cos of each turning pair's angle at the centre of
+ * block `block` (positions [64 block, 64 block + 64)), then the sin, then the cos and the sin of
+ * each fast pair's angle at the block's start (computed in double); _next moves cs on by one
+ * block (one rotation per pair, in float: callers start afresh now and then). */
 void tq_key_transform_block_cs(const tq_key_transform *kt, size_t block, float *cs);
 void tq_key_transform_block_cs_next(const tq_key_transform *kt, float *cs);
-/* ⟨q, mean at a position⟩ of head h in parts: ab (2 n_turn floats) gets each turning pair's A,
- * then each B, with ⟨q, R_c μ⟩ = ⟨ab, cs⟩ (tq_key_transform_block_cs); the return value is the
- * rest, ⟨q, μ⟩ over the channels that do not turn (0 without a mean). */
+/* ⟨q, mean at a position⟩ of head h in parts: ab (2 (n_turn + n_fast) floats) gets each
+ * turning pair's A, then each B, with ⟨q, R_c μ⟩ = ⟨ab, cs⟩ (tq_key_transform_block_cs), then
+ * each fast pair's A, then B (⟨q, R_p μ⟩ = A cos θp + B sin θp); the return value is the rest,
+ * ⟨q, μ⟩ over the channels that turn in neither way (0 without a mean). */
 float tq_key_transform_rope_terms(const tq_key_transform *kt, int h, const float *q, float *ab);
 /* A query of KV head h in the stored keys' basis: q itself without a scale (kt NULL too), else
  * q / s in the key split's order written to buf. */
