@@ -313,8 +313,8 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
     tq_kv_layer_scheme *ls = malloc((size_t)L * sizeof *ls);
     size_t *bytes = malloc((size_t)2 * (size_t)L * KV_AUTO_N_OPT * sizeof *bytes);
     double *kld = malloc((size_t)2 * (size_t)L * KV_AUTO_N_OPT * sizeof *kld);
-    unsigned char *ch = malloc((size_t)2 * (size_t)L);
-    model_status st = ls && bytes && kld && ch ? MODEL_OK : MODEL_ERR_NOMEM;
+    unsigned char *ch = malloc((size_t)2 * (size_t)L), *lowest = malloc((size_t)2 * (size_t)L);
+    model_status st = ls && bytes && kld && ch && lowest ? MODEL_OK : MODEL_ERR_NOMEM;
     /* bytes of each option, the budget of turboB, f16 */
     size_t ob[2][KV_AUTO_N_OPT];
     for (int o = 0; o < KV_AUTO_N_OPT && st == MODEL_OK; o++) {
@@ -396,14 +396,13 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
          * global layer as a local one, and the reach that sets it apart at longer context
          * goes unmeasured. Such a layer does not go below B (doc/kv-auto.md, "Global layers").
          */
-        unsigned char lowest[2 * KV_AUTO_MAX_LAYERS];
         int floor_o = 0;
         for (int o = 0; o < OPT_F16; o++)
             if (kv_auto_widths[o] <= out->bits) floor_o = o;
         int any_swa = 0;
         for (int il = 0; il < L; il++) any_swa |= model_layer_is_swa(c->m, il);
-        out->global_floor = any_swa && cfg->sliding_window > 0 && c->n <= cfg->sliding_window && L <= KV_AUTO_MAX_LAYERS;
-        for (int i = 0; i < 2 * L && i < 2 * KV_AUTO_MAX_LAYERS; i++)
+        out->global_floor = any_swa && cfg->sliding_window > 0 && c->n <= cfg->sliding_window;
+        for (int i = 0; i < 2 * L; i++)
             lowest[i] = (unsigned char)(out->global_floor && !model_layer_is_swa(c->m, i / 2) ? floor_o : 0);
         if (kv_auto_allocate(2 * L, bytes, kld, out->budget_bytes, uniform, out->global_floor ? lowest : NULL, ch) != 0) {
             snprintf(c->err, c->err_cap, "no allocation fits %zu bytes per token", out->budget_bytes);
@@ -454,7 +453,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
             }
         }
     }
-    free(ls), free(bytes), free(kld), free(ch);
+    free(ls), free(bytes), free(kld), free(ch), free(lowest);
     return st;
 }
 

@@ -34,8 +34,6 @@ extern const float kv_auto_widths[KV_AUTO_N_OPT];
 /* Default calibration tokens, and the fewest a user's prompt must have to be used. */
 #define KV_AUTO_DEFAULT_TOKENS 128
 #define KV_AUTO_MIN_TOKENS 64
-/* The most layers whose floors the allocation takes (more: no floors). */
-#define KV_AUTO_MAX_LAYERS 1024
 
 /* kv_auto_calibrate flags. */
 #define KV_AUTO_MEASURED_CURVE 1 /* g(b) from whole-model runs instead of the codec's MSE */

@@ -229,7 +229,14 @@ void tq_key_transform_copy_statistics(tq_key_transform *dst, const tq_key_transf
     dst->q_rows = src->q_rows;
 }
 
-static void sort_u16(uint16_t *x, int n);
+static void sort_u16(uint16_t *x, int n) {
+    for (int i = 1; i < n; i++) {
+        uint16_t v = x[i];
+        int j = i - 1;
+        while (j >= 0 && x[j] > v) x[j + 1] = x[j], j--;
+        x[j + 1] = v;
+    }
+}
 
 /* 1 if pair j turns faster than a block-centred mean allows (a candidate fast pair). */
 static int fast_candidate(const tq_key_transform *kt, int j) {
@@ -332,7 +339,7 @@ static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const v
         for (int j = 0; j < half; j++) {
             int taken = 0;
             for (int q = 0; q < nf; q++) taken |= sel[q] == j;
-            if (fast_candidate(kt, j) && !taken && gain[j] > tau && gain[j] > 0.0 && (best < 0 || gain[j] > gain[best])) best = j;
+            if (fast_candidate(kt, j) && !taken && gain[j] > tau && (best < 0 || gain[j] > gain[best])) best = j;
         }
         if (best < 0) break;
         sel[nf++] = (uint16_t)best;
@@ -361,15 +368,6 @@ static void fit_mean(tq_key_transform *kt, size_t n, tq_key_rows_fn row, const v
  * positions), 0 keeps the per-channel split (right near them); 0.5 measured better than
  * either in every view on both real models (doc/kvcache.md §2, "RoPE pairs"). */
 #define KEY_SCALE_PAIR_POOL 0.5
-
-static void sort_u16(uint16_t *x, int n) {
-    for (int i = 1; i < n; i++) {
-        uint16_t v = x[i];
-        int j = i - 1;
-        while (j >= 0 && x[j] > v) x[j + 1] = x[j], j--;
-        x[j + 1] = v;
-    }
-}
 
 /* The key split of head h: channels ranked by an_i·bn_i (the scale's normalized, floored
  * energies a_i + ε, b_i + ε; a_i = 1 without observed queries; b the raw key energies), the
