@@ -737,6 +737,21 @@ static void check_old_version(const char *path, const tq_kv_cache *want, int fla
     free(g);
 }
 
+/* A copy of the file image g (gn bytes) with the u32 at off set to v (the version at 8, the
+ * flags at 52), checksums fixed, is TQ_ERR_FORMAT: a file no writer of that version made. */
+static void check_refused_with(const uint8_t *g, size_t gn, size_t off, uint32_t v, const char *what) {
+    uint8_t *cp = g && gn > 64 ? malloc(gn) : NULL;
+    CHECK_MSG(cp != NULL, "%s: no image", what);
+    if (!cp) return;
+    memcpy(cp, g, gn);
+    wr32(cp + off, v);
+    fix_crcs(cp, gn);
+    tq_kv_cache *x = NULL;
+    CHECK_MSG(tq_kv_cache_load_memory(cp, gn, &x) == TQ_ERR_FORMAT && !x, "%s", what);
+    tq_kv_cache_free(x);
+    free(cp);
+}
+
 static void test_golden(void) {
     tq_kv_cache *c = golden_cache();
     CHECK(c != NULL);
@@ -810,36 +825,22 @@ static void test_golden(void) {
         /* Version 9 had no fast pairs: it loads as today's cache without them; today's file as
          * version 9 (its layer 1 has fast pairs) is a file no writer of version 9 made; and the
          * fast pairs are not inert (the golden cache reads back other keys). */
-        tq_kv_cache *w9 = golden_cache_v9(), *x = NULL;
+        tq_kv_cache *w9 = golden_cache_v9();
         check_old_version(GOLDEN_V9, w9, -1);
         CHECK(c && w9 && !same_cache(c, w9, 4));
         CHECK(w9 && tq_key_transform_n_fast(tq_kv_layer_key_transform(w9, 1)) == 0);
         tq_kv_cache_free(w9);
-        uint8_t *cp = img ? malloc(n) : NULL;
-        CHECK(img && n > 64 && cp);
-        if (cp) {
-            memcpy(cp, img, n);
-            wr32(cp + 8, 9);
-            fix_crcs(cp, n);
-            CHECK(tq_kv_cache_load_memory(cp, n, &x) == TQ_ERR_FORMAT && !x);
-        }
-        free(cp);
+        check_refused_with(img, n, 8, 9, "today's file as version 9");
     }
     check_old_version(GOLDEN_V8, w8, -1);
     tq_kv_cache_free(w8);
     {
         /* Version 8 had no angles: version 9's file as version 8 is a file no writer of version
          * 8 made; and the angles are not inert (the golden cache reads back other keys). */
-        tq_kv_cache *x = NULL;
         size_t n9 = 0;
-        uint8_t *cp = read_file(GOLDEN_V9, &n9);
-        CHECK(cp && n9 > 64);
-        if (cp && n9 > 64) {
-            wr32(cp + 8, 8);
-            fix_crcs(cp, n9);
-            CHECK(tq_kv_cache_load_memory(cp, n9, &x) == TQ_ERR_FORMAT && !x);
-        }
-        free(cp);
+        uint8_t *g9 = read_file(GOLDEN_V9, &n9);
+        check_refused_with(g9, n9, 8, 8, "version 9's file as version 8");
+        free(g9);
         tq_kv_cache *v8 = golden_cache_v8();
         CHECK(c && v8 && !same_cache(c, v8, 4));
         tq_kv_cache_free(v8);
@@ -849,13 +850,7 @@ static void test_golden(void) {
     {
         /* Version 7 split no key at a whole width: today's file as version 7 (its turbo3 layer
          * split) is a file no writer of version 7 made. */
-        tq_kv_cache *x = NULL;
-        CHECK(img && n > 64);
-        if (img && n > 64) {
-            wr32(img + 8, 7);
-            fix_crcs(img, n);
-            CHECK(tq_kv_cache_load_memory(img, n, &x) == TQ_ERR_FORMAT && !x);
-        }
+        check_refused_with(img, n, 8, 7, "today's file as version 7");
     }
     check_old_version(GOLDEN_V6, w6, -1);
     {
@@ -889,13 +884,7 @@ static void test_golden(void) {
     {
         /* A version 5 file with the trellis flag set is a file no writer of version 5 made. */
         uint8_t *g5 = read_file(GOLDEN_V5, &gn);
-        tq_kv_cache *x = NULL;
-        CHECK(g5 && gn > 64);
-        if (g5 && gn > 64) {
-            wr32(g5 + 52, 1);
-            fix_crcs(g5, gn);
-            CHECK(tq_kv_cache_load_memory(g5, gn, &x) == TQ_ERR_FORMAT && !x);
-        }
+        check_refused_with(g5, gn, 52, 1, "version 5 with the trellis flag");
         free(g5);
     }
     tq_kv_cache_free(w5);
