@@ -13,6 +13,10 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Seconds one test may run before ctest fails it (the longest take about a minute): a hang
+# fails its stage instead of running CI into its limit.
+TEST_TIMEOUT ?= 600
+
 # Every test: optimized build (and again with the AVX2 kernels), the same tests under ASan+UBSan,
 # ThreadSanitizer, aarch64 under qemu, then the fuzz targets for a
 # bounded time each; at the end, what was skipped in each build.
@@ -31,7 +35,7 @@ SKIP_SUMMARY = awk -v build="$$(basename "$$PWD")" \
 	Testing/Temporary/LastTest.log 2>/dev/null || true
 
 test-fast: build
-	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+	cd $(BUILD) && { ctest --output-on-failure --timeout $(TEST_TIMEOUT) -j $(JOBS); rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 # The model's tests again as an AVX2-only CPU without AVX-VNNI runs them (the engine's and the
 # library's AVX2 kernels: TQ_KERNELS=avx2 TQ_AVXVNNI=0), where the CPU has more than that: the
@@ -48,7 +52,7 @@ test-avx2: build
 	if [ "$$auto" = "$$forced" ]; then \
 		echo "SKIP test-avx2: $(AVX2_ENV) picks what this CPU picks anyway ($$auto); test-fast ran it"; \
 		exit 0; fi; \
-	cd $(BUILD) && { $(AVX2_ENV) ctest --output-on-failure -j $(JOBS) -R '$(AVX2_TESTS)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+	cd $(BUILD) && { $(AVX2_ENV) ctest --output-on-failure --timeout $(TEST_TIMEOUT) -j $(JOBS) -R '$(AVX2_TESTS)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 # Under ASan and UBSan everything but test_attention_ref, test_attention with every kernel
 # forced to the scalar reference (TQ_FORCE_REF=1; 130 s under ASan): test_attention runs the
@@ -59,12 +63,12 @@ test-san:
 	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_SANITIZE=ON
 	cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && { ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j $(JOBS) -E '$(SAN_SKIP)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+		ctest --output-on-failure --timeout $(TEST_TIMEOUT) -j $(JOBS) -E '$(SAN_SKIP)'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 test-tsan:
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTQ_TSAN=ON
 	cmake --build build-tsan -j $(JOBS) --target test_attention test_kvcache_fork test_kvcache test_contexts test_context_fork test_threadpool test_batch tq
-	cd build-tsan && { ctest --output-on-failure -R 'test_attention_threads|test_kvcache_fork_threads|test_kvcache_pool|test_contexts|test_context_fork|test_threadpool|test_batch|tq_serve'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+	cd build-tsan && { ctest --output-on-failure --timeout $(TEST_TIMEOUT) -R 'test_attention_threads|test_kvcache_fork_threads|test_kvcache_pool|test_contexts|test_context_fork|test_threadpool|test_batch|tq_serve'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 # The library and its kernel tests cross-built for aarch64 (gcc-aarch64-linux-gnu) and run under
 # qemu-aarch64-static: the NEON kernels against the scalar reference, bit for bit where the x86
@@ -74,7 +78,7 @@ test-arm:
 	cmake -S . -B build-arm -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DTQ_LIB_ONLY=ON \
 		-DCMAKE_BUILD_TYPE=Release
 	cmake --build build-arm -j $(JOBS)
-	cd build-arm && { ctest --output-on-failure -j $(JOBS) -R '^($(ARM_TESTS))$$'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
+	cd build-arm && { ctest --output-on-failure --timeout $(TEST_TIMEOUT) -j $(JOBS) -R '^($(ARM_TESTS))$$'; rc=$$?; $(SKIP_SUMMARY); exit $$rc; }
 
 fuzz:
 	scripts/fuzz.sh $(FUZZ_SECONDS)

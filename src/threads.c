@@ -219,6 +219,12 @@ void tq_threadpool_run(tq_threadpool *p, tq_task_fn fn, void *ctx, size_t n_task
     if (atomic_load(&p->active) > 0) {
         pthread_mutex_lock(&p->lock);
         atomic_store(&p->caller_waiting, 1);
+        /* A seq_cst store then a seq_cst load must not be reordered (the worker's fetch_sub and
+         * load of caller_waiting are the pair's other half). C11 already forbids it; the fence
+         * says it again for emulators that do not: qemu-user 7.2 running aarch64 on x86 lets
+         * stlr; ldar reorder (a store-buffer litmus saw the forbidden outcome in 25% of runs), and
+         * this wait then slept forever about once in 60 runs of test_quants. */
+        atomic_thread_fence(memory_order_seq_cst);
         while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done, &p->lock);
         atomic_store(&p->caller_waiting, 0);
         pthread_mutex_unlock(&p->lock);
