@@ -13,16 +13,18 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 10, so moving the public macro without this code fails to compile. */
+ * version 11, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 10, "src/cachefile*.c write the version 10 layout");
-/* Header flags (offset 52), v6: bit 0 the scheme's trellis; v7: bits 1-2 the config's
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 11, "src/cachefile*.c write the version 11 layout");
+/* Header flags (offset 52), v6: bit 0 the scheme's trellis codes; v7: bits 1-2 the config's
  * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); v9: bit 3 the config's key_rope_freqs (the
- * scheme section ends with them); zero before. */
+ * scheme section ends with them); v11: bit 4 with bit 0, the two-state trellis tables
+ * (TQ_TRELLIS_TWO_STATE); zero before. */
 #define CF_FLAG_TRELLIS 1u
 #define CF_FLAG_PAIRS_SHIFT 1
 #define CF_FLAG_PAIRS (3u << CF_FLAG_PAIRS_SHIFT)
 #define CF_FLAG_FREQS 8u
+#define CF_FLAG_TRELLIS_TWO_STATE 16u
 #define CF_VERSION_MIN 1u
 #define CF_HEADER_BYTES 64u
 #define CF_SCHEME_FIXED 64u  /* layer + edge records, six u32, seed */

@@ -57,7 +57,8 @@ static tq_status check_header(const uint8_t *d, size_t size, const tq_kv_cache_c
     uint32_t flags = tq_cf_get_u32(d + 52);
     uint32_t pairs = (flags & CF_FLAG_PAIRS) >> CF_FLAG_PAIRS_SHIFT;
     if ((version < 6 && flags) || (version < 7 && pairs) ||
-        (flags & ~(CF_FLAG_TRELLIS | CF_FLAG_PAIRS | CF_FLAG_FREQS)) ||
+        (flags & ~(CF_FLAG_TRELLIS | CF_FLAG_PAIRS | CF_FLAG_FREQS | CF_FLAG_TRELLIS_TWO_STATE)) ||
+        ((flags & CF_FLAG_TRELLIS_TWO_STATE) && (version < 11 || !(flags & CF_FLAG_TRELLIS))) ||
         ((flags & CF_FLAG_FREQS) && (version < 9 || !pairs)) ||
         (version < 5 && sink) || sink > TQ_KV_SINK_MAX)
         return TQ_ERR_FORMAT;
@@ -151,7 +152,10 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
     sc->prefill_raw = (int)v32[5];
     sc->seed = tq_cf_get_u64(sp + 56);
     sc->sink = (int)f->sink;
-    sc->trellis = (f->flags & CF_FLAG_TRELLIS) != 0;
+    /* Trellis codes (v6); with flag bit 4 (v11) the two-state tables */
+    sc->trellis = !(f->flags & CF_FLAG_TRELLIS)          ? 0
+                  : (f->flags & CF_FLAG_TRELLIS_TWO_STATE) ? TQ_TRELLIS_TWO_STATE
+                                                           : 1;
     cfg.key_rope_pairs = (int)((f->flags & CF_FLAG_PAIRS) >> CF_FLAG_PAIRS_SHIFT);
     if (!tq_rope_pairs_valid(cfg.key_rope_pairs, dk)) return TQ_ERR_FORMAT;
     if (sc->seed != f->seed) return TQ_ERR_FORMAT;
@@ -219,7 +223,7 @@ static tq_status check_scheme(const uint8_t *d, size_t size, const tq_kv_cache_c
                  expect->scheme.quantized_kv_start == sc->quantized_kv_start &&
                  (expect->scheme.prefill_raw ? 1 : 0) == sc->prefill_raw &&
                  expect->scheme.seed == sc->seed && expect->scheme.sink == sc->sink &&
-                 expect->key_rope_pairs == cfg.key_rope_pairs &&
+                 expect->scheme.trellis == sc->trellis && expect->key_rope_pairs == cfg.key_rope_pairs &&
                  !expect->key_rope_freqs == !f->freqs &&
                  (!f->freqs || memcmp(expect->key_rope_freqs, f->freqs,
                                       (size_t)n_layers * (size_t)(dk / 2) * sizeof *f->freqs) == 0);

@@ -157,7 +157,8 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
     tq_cf_put_u64(h + 40, n_tokens);
     tq_cf_put_u32(h + 48, payload);
     tq_cf_put_u32(h + 52, (sc->trellis ? CF_FLAG_TRELLIS : 0u) |
-                              (uint32_t)cfg->key_rope_pairs << CF_FLAG_PAIRS_SHIFT | fr); /* v6, v7, v9 */
+                              (sc->trellis == TQ_TRELLIS_TWO_STATE ? CF_FLAG_TRELLIS_TWO_STATE : 0u) |
+                              (uint32_t)cfg->key_rope_pairs << CF_FLAG_PAIRS_SHIFT | fr); /* v6, v7, v9, v11 */
     tq_cf_put_u32(h + 56, (uint32_t)sc->sink); /* v5 */
     crc_begin(s);
     sink_write(s, h, 60);

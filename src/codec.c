@@ -86,7 +86,7 @@ static tq_status check_config(const tq_codec_config *cfg, shape *sh) {
         return TQ_ERR_INVALID;
     if (cfg->variant == TQ_VARIANT_PROD && cfg->norm_correction) return TQ_ERR_INVALID;
     if (cfg->variant == TQ_VARIANT_PROD && cfg->split != TQ_SPLIT_FIXED) return TQ_ERR_INVALID;
-    if (cfg->trellis != 0 && cfg->trellis != 1) return TQ_ERR_INVALID;
+    if (cfg->trellis < 0 || cfg->trellis > TQ_TRELLIS_TWO_STATE) return TQ_ERR_INVALID;
     if (cfg->trellis && cfg->variant != TQ_VARIANT_MSE) return TQ_ERR_INVALID;
     if (cfg->split == TQ_SPLIT_BLOCK) return check_block(cfg, sh);
     if (cfg->rotation == TQ_ROTATION_HADAMARD && !tq_is_pow2(cfg->dim) &&
@@ -156,7 +156,8 @@ static tq_status layout(tq_codec *c, const shape *sh, int codebooks) {
             s->cb = NULL;
             s->pairs = NULL;
             if (cfg->trellis && s->bits >= TQ_TRELLIS_MIN_BITS && s->bits <= TQ_TRELLIS_MAX_BITS)
-                s->pairs = tq_trellis_tables[s->bits - TQ_TRELLIS_MIN_BITS].pairs;
+                s->pairs = (cfg->trellis == TQ_TRELLIS_TWO_STATE ? tq_trellis_tables_two_state
+                                                                 : tq_trellis_tables)[s->bits - TQ_TRELLIS_MIN_BITS].pairs;
             if (s->bits > 0) {
                 off += tq_group_bytes((size_t)s->count, s->bits);
                 if (codebooks) {

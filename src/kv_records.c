@@ -24,7 +24,7 @@ static void turbo_config(tq_codec_config *cc, int dim, float bits, tq_variant va
                          uint64_t seed, int split, int trellis) {
     tq_codec_config_init(cc, dim, bits, variant);
     cc->norm_correction = variant == TQ_VARIANT_MSE ? norm : 0;
-    cc->trellis = variant == TQ_VARIANT_MSE && trellis; /* PROD keys stay Lloyd-Max */
+    cc->trellis = variant == TQ_VARIANT_MSE ? trellis : 0; /* PROD keys stay Lloyd-Max */
     cc->seed = seed;
     if (split) tq_key_split_codec(cc); /* the key transform's rule (key_transform.c) */
 }

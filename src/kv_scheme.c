@@ -21,7 +21,8 @@ static const char scheme_help[] =
     "options, appended as :name=value\n"
     "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1|2 window=N\n"
     "  batch=N start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024;\n"
-    "  default 4 with a TurboQuant side, else 0) trellis=0|1 (trellis-coded 2-4 bit indices)\n"
+    "  default 4 with a TurboQuant side, else 0) trellis=0|1|2 (trellis-coded 2-4 bit indices; 2:\n"
+    "  two-state tables, a little more error, faster attention)\n"
     "  first=N last=N edge=FORM     (edge layers default to turbo8)\n"
     "numbers are digits only, a bit width with at most one '.' (no sign, space or exponent):\n"
     "  bits 0 (f16) or 1 to 8, N 0 to 2^30 (batch from 1), seed 0 to 2^64-1\n";
@@ -339,7 +340,7 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
                 s.sink = (int)u;
                 have_sink = 1;
             } else if (KEY("trellis")) {
-                if (!parse_number(val, vn, "trellis", 0, 0, 1, NULL, &u, &d, why, sizeof why))
+                if (!parse_number(val, vn, "trellis", 0, 0, TQ_TRELLIS_TWO_STATE, NULL, &u, &d, why, sizeof why))
                     return scheme_error(err, cap, text, why, p, n);
                 s.trellis = (int)u;
             } else if (KEY("seed")) {
@@ -414,10 +415,11 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) 
     if (tq_kv_scheme_in(&local, given)) return TQ_ERR_INVALID;
     if (!tq_kv_layer_scheme_valid(&s->layer) || !tq_kv_layer_scheme_valid(&s->edge)) return TQ_ERR_INVALID;
     if (s->sink < 0 || (unsigned long long)s->sink > (unsigned long long)TQ_KV_SINK_MAX) return TQ_ERR_INVALID;
-    if (s->trellis != 0 && s->trellis != 1) return TQ_ERR_INVALID;
+    if (s->trellis < 0 || s->trellis > TQ_TRELLIS_TWO_STATE) return TQ_ERR_INVALID;
     const tq_kv_layer_scheme *l = &s->layer, *e = &s->edge;
     char k[24], v[24], ek[24], ev[24], edge[64] = "", mean[16], kscale[16], ksplit[16];
-    char norm[16] = "", sink[24] = "";
+    char norm[16] = "", sink[24] = "", trellis[16] = "";
+    if (s->trellis) snprintf(trellis, sizeof trellis, ":trellis=%d", s->trellis);
     /* The parser's default sink count is not written: canonical texts of schemes at their
      * default stay as they were. */
     if (s->sink != scheme_default_sink(s)) snprintf(sink, sizeof sink, ":sink=%d", s->sink);
@@ -443,7 +445,7 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) 
                      k, v, l->key_variant == TQ_VARIANT_PROD ? "prod" : "mse", norm, mean, kscale,
                      ksplit, s->raw_window, s->batch, s->quantized_kv_start,
                      s->prefill_raw ? 1 : 0, (unsigned long long)s->seed, s->edge_first,
-                     s->edge_last, edge, sink, s->trellis ? ":trellis=1" : "");
+                     s->edge_last, edge, sink, trellis);
     if (n < 0 || (size_t)n >= cap) {
         if (cap) buf[0] = 0;
         return TQ_ERR_CAPACITY;

@@ -143,7 +143,7 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
     if (cfg->n_layers < 1 || cfg->n_layers > 4096 || cfg->n_kv_heads < 1 ||
         cfg->n_kv_heads > 1024 || s->batch < 1 || s->raw_window < 0 ||
         s->quantized_kv_start < 0 || s->edge_first < 0 || s->edge_last < 0 || s->sink < 0 ||
-        s->sink > TQ_KV_SINK_MAX || (s->trellis != 0 && s->trellis != 1))
+        s->sink > TQ_KV_SINK_MAX || s->trellis < 0 || s->trellis > TQ_TRELLIS_TWO_STATE)
         return TQ_ERR_INVALID;
     if (cfg->head_dim_k < TQ_MIN_DIM || cfg->head_dim_k > TQ_MAX_DIM ||
         cfg->head_dim_v < TQ_MIN_DIM || cfg->head_dim_v > TQ_MAX_DIM)

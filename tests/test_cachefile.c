@@ -36,14 +36,18 @@
  * transform's state): pairs that turn too fast for a block-centred mean whose pre-RoPE mean
  * is subtracted at each key's own angle; the golden cache's turbo layer has some.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v10.bin (when the format version moves, or
+ * Version 11: the two-state trellis tables (trellis=2, TQ_TRELLIS_TWO_STATE: at 3 and 4 bits a
+ * value depends on the index and the previous index's top bit), header flag bit 4 with bit 0;
+ * the golden cache uses them, so the file pins their encoder's bits.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v11.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
- * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin, cache_v7.bin, cache_v8.bin and
- * cache_v9.bin,
+ * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin, cache_v7.bin, cache_v8.bin,
+ * cache_v9.bin and cache_v10.bin,
  * written by versions 1 (before the key scale), 2 (before the key split), 3 (before the layer
  * windows), 4 (before q8_0r / q4_0r and the sinks), 5 (before trellis codes), 6 (before the
- * RoPE pairs), 7 (before the whole-width key split), 8 (before the turning key mean) and 9
- * (before the fast pairs), and
+ * RoPE pairs), 7 (before the whole-width key split), 8 (before the turning key mean), 9
+ * (before the fast pairs) and 10 (before the two-state trellis tables), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
@@ -66,7 +70,8 @@
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v10.bin"
+#define GOLDEN "tests/golden/cache_v11.bin"
+#define GOLDEN_V10 "tests/golden/cache_v10.bin"
 #define GOLDEN_V9 "tests/golden/cache_v9.bin"
 #define GOLDEN_V8 "tests/golden/cache_v8.bin"
 #define GOLDEN_V7 "tests/golden/cache_v7.bin"
@@ -646,23 +651,34 @@ static tq_kv_cache *golden_pairs(const char *scheme) {
  * layer 1 turn at most 2 radians per 64 positions, so their mean turns; the others' is fixed. */
 static const float golden_freqs[16] = {1.0f, 0.316228f, 0.1f, 0.0316228f, 0.01f, 0.00316228f, 0.001f, 0.000316228f,
                                        1.0f, 0.562341f, 0.316228f, 0.177828f, 0.1f, 0.0562341f, 0.0316228f, 0.0177828f};
-/* The cache version 8 wrote: today's without the angles. */
+/* The trellis tables of the golden builders: 1, or the two-state ones (golden_cache). */
+static int golden_trellis = 1;
+/* The cache version 8 wrote: version 10's without the angles. */
 static tq_kv_cache *golden_cache_v8(void) {
+    char sch[128];
+    snprintf(sch, sizeof sch, "turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=%d", golden_trellis);
     build_layer_split = 1; /* the golden file's split at d = 16 (TQ_KV_KEY_SPLIT_AUTO: none) */
-    tq_kv_cache *c = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
+    tq_kv_cache *c = golden_pairs(sch);
     build_layer_split = 0;
     return c;
 }
-static tq_kv_cache *golden_cache(void) {
+/* The cache version 10 wrote: today's with trellis=1. */
+static tq_kv_cache *golden_cache_v10(void) {
     build_freqs = golden_freqs;
     tq_kv_cache *c = golden_cache_v8();
     build_freqs = NULL;
     return c;
 }
-/* The cache version 9 wrote: today's without fast pairs. */
+static tq_kv_cache *golden_cache(void) {
+    golden_trellis = TQ_TRELLIS_TWO_STATE;
+    tq_kv_cache *c = golden_cache_v10();
+    golden_trellis = 1;
+    return c;
+}
+/* The cache version 9 wrote: version 10's without fast pairs. */
 static tq_kv_cache *golden_cache_v9(void) {
     tq_key_transform_test_fast_max(0);
-    tq_kv_cache *c = golden_cache();
+    tq_kv_cache *c = golden_cache_v10();
     tq_key_transform_test_fast_max(-1);
     return c;
 }
@@ -793,13 +809,17 @@ static void test_golden(void) {
         /* The default key split (TQ_KV_KEY_SPLIT_AUTO) splits turbo3 with trellis codes at
          * d = 16 (the golden file's), and with Lloyd-Max codes not: a file of those that did
          * is another scheme to today's default, a clear mismatch, and loads as what it is. */
-        tq_kv_cache *t = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1");
+        tq_kv_cache *t = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=2");
         CHECK(t && test_layer_scheme(t, 1).key_split == 1);
         tq_kv_cache_config et = test_cache_config(t);
         et.key_rope_freqs = golden_freqs; /* t is built without them */
         b = NULL;
         CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_OK && b);
         tq_kv_cache_free(b);
+        /* ... and against trellis=1 it is another scheme (a prompt cache is rebuilt) */
+        et.scheme.trellis = 1;
+        b = NULL;
+        CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_ERR_MISMATCH && !b);
         tq_kv_cache_free(t);
         tq_kv_cache *s1 = golden_pairs("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=3"),
                     *s2 = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3");
@@ -820,20 +840,40 @@ static void test_golden(void) {
      * windows, v2: no key split either, v1: no key scale either); with the flag a later version
      * added set, they are files no writer of their version produced. */
     tq_kv_cache *w6 = golden_cache_v6(), *w5 = golden_cache_v5(), *w4 = golden_cache_v4(),
-                *w3 = golden_cache_v3(), *w7 = golden_cache_v7(), *w8 = golden_cache_v8();
+                *w3 = golden_cache_v3(), *w7 = golden_cache_v7(), *w8 = golden_cache_v8(),
+                *w10 = golden_cache_v10();
+    {
+        /* Version 10 had no two-state tables: its file (trellis=1) loads as today's cache with
+         * trellis=1, which saves with flag bit 4 clear; the tables are not inert (the golden
+         * cache reads back other keys); bit 4 set in a version 10 file, or without bit 0, is a
+         * file no writer made. */
+        check_old_version(GOLDEN_V10, w10, -1);
+        CHECK(c && w10 && !same_cache(c, w10, 4));
+        CHECK(c && test_cache_config(c).scheme.trellis == TQ_TRELLIS_TWO_STATE);
+        size_t n10 = 0, g10n = 0;
+        uint8_t *i10 = w10 ? save_image(w10, &n10) : NULL, *g10 = read_file(GOLDEN_V10, &g10n);
+        CHECK(i10 && rd32(i10 + 8) == 11 && rd32(i10 + 52) == (rd32(img + 52) & ~16u) && (rd32(img + 52) & 17u) == 17u);
+        check_refused_with(img, n, 52, rd32(img + 52) & ~1u, "version 11, flag bit 4 without trellis codes");
+        check_refused_with(g10, g10n, 52, g10 ? rd32(g10 + 52) | 16u : 0, "version 10 with flag bit 4");
+        check_refused_with(img, n, 8, 10, "today's file as version 10");
+        free(i10);
+        free(g10);
+    }
     {
         /* Version 9 had no fast pairs: it loads as today's cache without them; today's file as
          * version 9 (its layer 1 has fast pairs) is a file no writer of version 9 made; and the
          * fast pairs are not inert (the golden cache reads back other keys). */
         tq_kv_cache *w9 = golden_cache_v9();
         check_old_version(GOLDEN_V9, w9, -1);
-        CHECK(c && w9 && !same_cache(c, w9, 4));
+        CHECK(w10 && w9 && !same_cache(w10, w9, 4));
         CHECK(w9 && tq_key_transform_n_fast(tq_kv_layer_key_transform(w9, 1)) == 0);
         tq_kv_cache_free(w9);
-        check_refused_with(img, n, 8, 9, "today's file as version 9");
+        size_t n10 = 0;
+        uint8_t *i10 = w10 ? save_image(w10, &n10) : NULL;
+        check_refused_with(i10, n10, 8, 9, "version 10's file as version 9");
+        free(i10);
     }
     check_old_version(GOLDEN_V8, w8, -1);
-    tq_kv_cache_free(w8);
     {
         /* Version 8 had no angles: version 9's file as version 8 is a file no writer of version
          * 8 made; and the angles are not inert (the golden cache reads back other keys). */
@@ -841,10 +881,10 @@ static void test_golden(void) {
         uint8_t *g9 = read_file(GOLDEN_V9, &n9);
         check_refused_with(g9, n9, 8, 8, "version 9's file as version 8");
         free(g9);
-        tq_kv_cache *v8 = golden_cache_v8();
-        CHECK(c && v8 && !same_cache(c, v8, 4));
-        tq_kv_cache_free(v8);
+        CHECK(w10 && w8 && !same_cache(w10, w8, 4));
     }
+    tq_kv_cache_free(w8);
+    tq_kv_cache_free(w10);
     check_old_version(GOLDEN_V7, w7, -1);
     tq_kv_cache_free(w7);
     {

@@ -8,6 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/trellis.h"
+#include "trellis_tables.h"
 #include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
@@ -709,24 +710,48 @@ static void test_trellis_mse(void) {
         fill_gauss(x, n * (size_t)d);
         for (int b = 1; b <= 5; b++) {
             tq_codec *lm = make_t(d, (float)b, TQ_VARIANT_MSE, 1, 0);
-            tq_codec *tc = make_t(d, (float)b, TQ_VARIANT_MSE, 1, 1);
-            CHECK(tq_codec_bytes_per_vector(lm) == tq_codec_bytes_per_vector(tc));
-            double ratio = 0;
-            double m_lm = measure_mse(lm, x, n, NULL), m_tc = measure_mse(tc, x, n, &ratio);
-            if (b >= TQ_TRELLIS_MIN_BITS && b <= TQ_TRELLIS_MAX_BITS)
-                CHECK_MSG(m_lm / m_tc >= min_gain[b], "d=%d b=%d: trellis MSE %.5f, Lloyd-Max %.5f (%.3fx)", d, b, m_tc, m_lm, m_lm / m_tc);
-            else
-                CHECK_MSG(m_tc == m_lm, "d=%d b=%d: no trellis at this width, MSE %.6f vs %.6f", d, b, m_tc, m_lm);
-            CHECK_MSG(fabs(ratio - 1) < 1e-3, "d=%d b=%d: decoded norm ratio %.5f", d, b, ratio);
-            tq_codec_free(lm), tq_codec_free(tc);
+            /* the free tables (1) and the two-state ones (TQ_TRELLIS_TWO_STATE): both gain alike */
+            for (int t = 1; t <= TQ_TRELLIS_TWO_STATE; t++) {
+                tq_codec *tc = make_t(d, (float)b, TQ_VARIANT_MSE, 1, t);
+                CHECK(tq_codec_bytes_per_vector(lm) == tq_codec_bytes_per_vector(tc));
+                double ratio = 0;
+                double m_lm = measure_mse(lm, x, n, NULL), m_tc = measure_mse(tc, x, n, &ratio);
+                if (b >= TQ_TRELLIS_MIN_BITS && b <= TQ_TRELLIS_MAX_BITS)
+                    CHECK_MSG(m_lm / m_tc >= min_gain[b], "d=%d b=%d trellis=%d: trellis MSE %.5f, Lloyd-Max %.5f (%.3fx)",
+                              d, b, t, m_tc, m_lm, m_lm / m_tc);
+                else
+                    CHECK_MSG(m_tc == m_lm, "d=%d b=%d: no trellis at this width, MSE %.6f vs %.6f", d, b, m_tc, m_lm);
+                CHECK_MSG(fabs(ratio - 1) < 1e-3, "d=%d b=%d: decoded norm ratio %.5f", d, b, ratio);
+                if (d == 128 && b >= TQ_TRELLIS_MIN_BITS && b <= TQ_TRELLIS_MAX_BITS)
+                    printf("  d=128 b=%d trellis=%d: MSE %.5f, Lloyd-Max %.5f (%.3fx)\n", b, t, m_tc, m_lm, m_lm / m_tc);
+                tq_codec_free(tc);
+            }
+            tq_codec_free(lm);
         }
         free(x);
     }
-    /* Refused: a flag other than 0 / 1, and PROD (its MSE part stays Lloyd-Max). */
+    /* The two-state 3- and 4-bit tables: a value depends on the index and the previous index's
+     * top bit only — on the B + 1 stream bits that end with the index, what short lookups can
+     * read — and the free tables' values do not (at 2 bits both are one table). */
+    for (int b = TQ_TRELLIS_MIN_BITS; b <= TQ_TRELLIS_MAX_BITS; b++) {
+        const tq_trellis_table *t = &tq_trellis_tables_two_state[b - TQ_TRELLIS_MIN_BITS],
+                               *f = &tq_trellis_tables[b - TQ_TRELLIS_MIN_BITS];
+        const int L = 1 << b;
+        int tied = 1, free_tied = 1;
+        for (int c = 0; c < L; c++)
+            for (int p = 0; p < L; p++) {
+                const int span = L / t->memory; /* previous indices that share a value */
+                tied &= t->pairs[c * L + p] == t->pairs[c * L + p / span * span];
+                free_tied &= f->pairs[c * L + p] == f->pairs[c * L + p / (L / 2) * (L / 2)];
+            }
+        CHECK_MSG(t->bits == b && tied && t->memory == (b == 2 ? L : 2), "bits %d: memory %d", b, t->memory);
+        CHECK_MSG(f->memory == L && (b == 2 ? t->pairs == f->pairs : !free_tied), "bits %d: the free table", b);
+    }
+    /* Refused: a flag other than 0 / 1 / 2, and PROD (its MSE part stays Lloyd-Max). */
     tq_codec_config cfg;
     tq_codec *c = NULL;
     tq_codec_config_init(&cfg, 64, 3, TQ_VARIANT_MSE);
-    cfg.trellis = 2;
+    cfg.trellis = 3;
     CHECK(tq_codec_create(&c, &cfg) == TQ_ERR_INVALID && !c);
     tq_codec_config_init(&cfg, 64, 3, TQ_VARIANT_PROD);
     cfg.trellis = 1;

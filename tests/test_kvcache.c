@@ -78,7 +78,11 @@ static void test_parse(void) {
     CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == 1);
     CHECK(tq_kv_scheme_parse("turbo3:trellis=0", &s, NULL, 0) == TQ_OK && s.trellis == 0);
     CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && !strstr(tbuf, "trellis"));
-    CHECK(tq_kv_scheme_parse("turbo3:trellis=2", &s, terr, sizeof terr) == TQ_ERR_SCHEME &&
+    /* 2: the two-state tables, written and read back as such */
+    CHECK(tq_kv_scheme_parse("turbo3:trellis=2", &s, NULL, 0) == TQ_OK && s.trellis == TQ_TRELLIS_TWO_STATE);
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && strstr(tbuf, ":trellis=2"));
+    CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == TQ_TRELLIS_TWO_STATE);
+    CHECK(tq_kv_scheme_parse("turbo3:trellis=3", &s, terr, sizeof terr) == TQ_ERR_SCHEME &&
           strstr(terr, "trellis"));
     s.trellis = 7;
     CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_ERR_INVALID);

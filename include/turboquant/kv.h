@@ -78,7 +78,9 @@ typedef struct tq_kv_scheme {
                                   of the layer or edge form is TurboQuant, else 0 */
     int trellis;               /* 1: every TurboQuant MSE side codes its 2- to 4-bit indices as
                                   a trellis (tq_codec_config.trellis; same bytes, less error,
-                                  slower attention: doc/kvcache.md §2); default 0. It sits in
+                                  slower attention: doc/kvcache.md §2); TQ_TRELLIS_TWO_STATE:
+                                  the same with two-state tables (a little more error, faster
+                                  attention); default 0. It sits in
                                   what was the struct's tail padding: a scheme built by hand,
                                   not by tq_kv_scheme_parse, must be zeroed first */
 } tq_kv_scheme;
@@ -252,8 +254,8 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
  * version 4 has no layer windows, one before version 5 no q8_0r / q4_0r and no sinks, one
  * before version 6 no trellis codes, one before version 7 no key_rope_pairs, one before
  * version 8 no key split at a whole width, one before version 9 no key_rope_freqs, one before
- * version 10 no key-mean fast pairs). */
-#define TQ_KV_CACHE_FILE_VERSION 10
+ * version 10 no key-mean fast pairs, one before version 11 no two-state trellis tables). */
+#define TQ_KV_CACHE_FILE_VERSION 11
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
