@@ -6,10 +6,10 @@
  * ratio columns are against the float table of the same width (avx2 for avx2-int8 and
  * avx2-vnni, avx512 for avx512-vnni, neon for neon-dot), measured in the same run.
  *
- *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t][:s]]]]   (default 30 ms, nk 4096,
- *   every shape; ":t": trellis-coded indices, timed on the tables that read them; ":s": the
- *   key split's records at a whole width, half the coordinates at one bit more, half at one
- *   less, TQ_SPLIT_BLOCK)
+ *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t|:2][:s]]]]   (default 30 ms, nk 4096,
+ *   every shape; ":t": trellis-coded indices, timed on the tables that read them; ":2": the
+ *   same with the two-state tables, TQ_TRELLIS_TWO_STATE; ":s": the key split's records at a
+ *   whole width, half the coordinates at one bit more, half at one less, TQ_SPLIT_BLOCK)
  *
  * With min_ms 0 each kernel is called once: under `valgrind --tool=callgrind` (x86) or
  * scripts/arm-instr-counts.sh (aarch64 under qemu) that gives instruction counts per record.
@@ -70,17 +70,18 @@ static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, 
 int main(int argc, char **argv) {
     double min_ms = argc > 1 ? atof(argv[1]) : 30.0;
     int nk = argc > 2 ? atoi(argv[2]) : 4096;
-    int only_dim = 0, only_tr = 0, only_sp = 0;
+    int only_dim = 0, only_tr = 0, only_sp = 0, first = 0; /* first: ":2" */
     float only_bits = 0;
     char tags[16] = "";
     if (argc > 3) {
         int got = sscanf(argv[3], "%d:%f%15s", &only_dim, &only_bits, tags);
-        only_tr = strstr(tags, ":t") != NULL;
+        first = strstr(tags, ":2") != NULL;
+        only_tr = strstr(tags, ":t") != NULL || first;
         only_sp = strstr(tags, ":s") != NULL;
         if (got < 2 || strlen(tags) != 2u * (unsigned)(only_tr + only_sp)) nk = 0;
     }
     if (nk < 1 || nk > 1 << 20 || !(min_ms >= 0)) {
-        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t][:s]]]]\n");
+        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t|:2][:s]]]]\n");
         return 2;
     }
     const tq_attn_kernels *tabs[7] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
         {128, 2, 0, 0}, {128, 3, 0, 0}, {128, 3, 0, 1}, {128, 3.5f, 0, 0}, {128, 4, 0, 0}, {256, 3, 0, 0},
         {256, 3, 0, 1}, {256, 4, 0, 0}, {64, 3, 0, 0}, {64, 2.5f, 0, 0}, {128, 3, 1, 0}, {128, 3, 1, 1},
         {128, 4, 1, 0}, {256, 3, 1, 0}, {256, 3, 1, 1}, {256, 4, 1, 0}, {64, 3, 0, 1}, {64, 3, 1, 0},
-        {64, 3, 1, 1}, {64, 2, 0, 0}, {64, 3.5f, 0, 0}, {64, 4, 0, 0}};
+        {64, 3, 1, 1}, {64, 2, 0, 0}, {64, 3.5f, 0, 0}, {64, 4, 0, 0}, {64, 4, 1, 0}};
     printf("%-12s %4s %9s %8s %10s %9s %9s\n", "table", "dim", "bits", "score ns", "accum ns",
            "score x", "accum x");
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
@@ -106,7 +107,7 @@ int main(int argc, char **argv) {
             continue;
         tq_codec_config cc;
         tq_codec_config_init(&cc, d, cfgs[ci].bits, TQ_VARIANT_MSE);
-        cc.trellis = cfgs[ci].tr;
+        cc.trellis = cfgs[ci].tr ? (first ? TQ_TRELLIS_TWO_STATE : 1) : 0;
         if (cfgs[ci].sp) cc.split = TQ_SPLIT_BLOCK, cc.block_dim = d / 2, cc.block_bits = (int)cfgs[ci].bits + 1;
         tq_codec *codec = NULL;
         if (tq_codec_create(&codec, &cc) != TQ_OK) return 1;
@@ -139,7 +140,8 @@ int main(int argc, char **argv) {
             if (b0 > 0) snprintf(r0, sizeof r0, "%.2fx", b0 / ns[ti][0]);
             if (b1 > 0) snprintf(r1, sizeof r1, "%.2fx", b1 / ns[ti][1]);
             printf("%-12s %4d %5g%-4s %8.2f %10.2f %9s %9s\n", t->name, d, (double)cfgs[ci].bits,
-                   cfgs[ci].tr && cfgs[ci].sp ? ":t:s" : cfgs[ci].tr ? ":t" : cfgs[ci].sp ? ":s" : "", ns[ti][0], ns[ti][1],
+                   cfgs[ci].tr && cfgs[ci].sp ? (first ? ":2:s" : ":t:s") : cfgs[ci].tr ? (first ? ":2" : ":t")
+                   : cfgs[ci].sp ? ":s" : "", ns[ti][0], ns[ti][1],
                    r0, r1);
         }
         free(rec), free(v), free(q), free(qn), free(p), free(S), free(acc);

@@ -1403,7 +1403,12 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
         {96, "turbo4:trellis=1"}, {64, "turbo3.5:trellis=1"}, {80, "turbo3.5:trellis=1"},
         {64, "turbo3:trellis=1"}, {64, "turbo4:trellis=1"}, {192, "turbo4:trellis=1"},
         {128, "turbo2.5:trellis=1"}, {64, "turbo2:trellis=1"}, {48, "turbo3:trellis=1"},
-        {48, "turbo2.5:trellis=1"}, {24, "turbo4:trellis=1"}}; /* d 48, 24: quarters with absent lanes */
+        {48, "turbo2.5:trellis=1"}, {24, "turbo4:trellis=1"}, /* d 48, 24: quarters with absent lanes */
+        /* the two-state tables (TQ_TRELLIS_TWO_STATE: the short lookups; trellis=1's 4^B free
+         * values take the long ones) */
+        {128, "turbo3:trellis=2"}, {256, "turbo4:trellis=2"}, {64, "turbo3:trellis=2"}, {64, "turbo4:trellis=2"},
+        {48, "turbo3:trellis=2"}, {24, "turbo4:trellis=2"}, {64, "turbo3.5:trellis=2"}, {256, "turbo3:trellis=2"},
+        {96, "turbo4:trellis=2"}};
     enum { NK = 37, NQ = 6 };
     double worst_s = 0, worst_v = 0;
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {

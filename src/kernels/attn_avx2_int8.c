@@ -29,7 +29,12 @@
  * its byte, a low nibble's the byte with the byte before shifted in (plain 4-bit codes' order);
  * the 256-entry lookup uses the table's antisymmetry, ĉ[255 − w] = −ĉ[w]: eight vpshufb and
  * seven vpblendvb on w or 255 − w, then the sign (i8_lookup256). The first block's window reads
- * a zero code before the segment, as the encoder does. Where the integer path cannot go,
+ * a zero code before the segment, as the encoder does. Today's 3- and 4-bit tables are
+ * two-state ones (doc/codec.md, "Today's tables"; iseg_setup checks, T = 2): a value is
+ * U[2c + top bit of the code before], the window's top B + 1 bits, so the same windows are
+ * looked up shorter — B = 3: the window shifted right by 2 into one vpshufb of 16 values;
+ * B = 4: shifted right by 3 into two vpshufb and a vpblendvb of 32 (i8_lookup32) — and the long
+ * lookups stay for the first tables (trellis=2). Where the integer path cannot go,
  * trellis codes take the float rows (trellis_rows.h, trellis_rows_scores / trellis_rows_accum).
  *
  * Scores: q̂ = round(q / β), β = max|q| / Q per query row (Q = I8_QLEV: 63, or 127 with
@@ -201,8 +206,10 @@ typedef struct iseg {
     __m256i tab_u[8]; /* entry e (both halves): 64 + ĉ[e mod 2^B] (scores: the unsigned operand);
                          3-bit trellis: 64 + ĉ[16k + e] in tab_u[k], the 64 pair values */
     __m256i tab_s[8]; /* ĉ, likewise (values: the signed operand); 4-bit trellis: ĉ[16k + e],
-                         the first 128 of the 256 pair values (the rest: their negatives) */
-    int B, T, nblk;   /* T: trellis codes */
+                         the first 128 of the 256 pair values (the rest: their negatives);
+                         tied trellis (T = 2): the 16 (3-bit) or 32 (4-bit) values U[j] in
+                         tab_[us][j / 16] */
+    int B, T, nblk;   /* T: trellis codes; 2: tied ones (a two-state table, below) */
     int last;         /* the last block: I8_WHOLE, I8_HALF, I8_QUARTER or I8_PART */
     size_t off, bytes;
     int L;                /* the layout of whole blocks (i8_pos) */
@@ -220,6 +227,8 @@ typedef struct iseg {
     case 2: M(2, 0); break;         \
     case 8: M(4, 1); break;         \
     case 7: M(3, 1); break;         \
+    case 12: M(4, 2); break;        \
+    case 11: M(3, 2); break;        \
     default: M(2, 1); break;        \
     }
 
@@ -248,6 +257,17 @@ static int i8_two_blocks(const tq_record *x, const iseg *g) {
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
  * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
  * kernels). */
+/* 1 if the B-bit pair table (4^B values) is a two-state one (doc/codec.md, "Today's tables"):
+ * the value of c after p depends on c and p's top bit only, U[2c + (p >> (B − 1))] — the
+ * B + 1 bits of the stream that end with c. */
+static int i8_tied(const float *pairs, int B) {
+    const int L = 1 << B;
+    for (int c = 0; c < L; c++)
+        for (int p = 0; p < L; p++)
+            if (pairs[c * L + p] != pairs[c * L + (p >> (B - 1) << (B - 1))]) return 0;
+    return 1;
+}
+
 static int iseg_setup(const tq_record *x, iseg *g) {
     for (int s = 0; s < x->n_seg; s++)
         if (x->seg[s].bits < 2 || x->seg[s].bits > 4) return 0;
@@ -260,11 +280,16 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
         int L = T && B == 3 ? I8_LAYOUT_T3 : B;
         const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
+        if (T && B > 2 && i8_tied(val, B)) T = 2, nv = 2 << B;
         /* ĉ = round(v / α) (to nearest even, as lrintf), |ĉ| ≤ 63; 16 entries per register, the
-         * registers the decode reads: 1 (plain codes, 2-bit trellis), 4 (3-bit), 8 (4-bit) */
+         * registers the decode reads: 1 (plain codes, 2-bit trellis, tied 3-bit), 2 (tied
+         * 4-bit), 4 (3-bit), 8 (4-bit) */
         _Alignas(32) int8_t ts[256];
         int ne = nv > 16 ? nv : 16;
-        for (int e = 0; e < ne; e++) ts[e] = (int8_t)lrintf(val[e & (nv - 1)] / g[s].alpha);
+        for (int e = 0; e < ne; e++) {
+            int j = e & (nv - 1); /* tied: U[j] is the pair (j / 2, (j odd) · 2^(B−1)) */
+            ts[e] = (int8_t)lrintf((T == 2 ? val[(j >> 1 << B) + ((j & 1) << (B - 1))] : val[j]) / g[s].alpha);
+        }
         if (nv == 256) /* i8_lookup256 reads entry 255 − e as −ĉ[e] */
             for (int e = 0; e < 128; e++)
                 if (ts[255 - e] != -ts[e]) return 0;
@@ -313,6 +338,13 @@ static inline __attribute__((always_inline)) __m256i i8_lookup64(const __m256i *
     return _mm256_blendv_epi8(lo, hi, b5);
 }
 
+/* Tied 4-bit trellis codes (T = 2): the 8-bit window w's top five bits index the 32 values U
+ * (two vpshufb, a vpblendvb on bit 4); t: tab_u or tab_s, as a plain lookup. */
+static inline __attribute__((always_inline)) __m256i i8_lookup32(const __m256i *t, __m256i w) {
+    __m256i j = _mm256_and_si256(_mm256_srli_epi16(w, 3), _mm256_set1_epi8(0x1F));
+    return _mm256_blendv_epi8(_mm256_shuffle_epi8(t[0], j), _mm256_shuffle_epi8(t[1], j), _mm256_slli_epi16(j, 3));
+}
+
 /* The 256-entry lookup of 8-bit indices w (t: the signed table's first 128 entries), by the
  * table's antisymmetry ĉ[255 − w] = −ĉ[w] (iseg_setup checks it): w ≥ 128 looks up 255 − w
  * (w xor 0xFF) and negates; eight vpshufb, seven vpblendvb on bits 4, 5 and 6. u: + 64 (the
@@ -350,7 +382,8 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         __m128i v = simd_load16_upto(src, 0, n);
         __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
         __m128i wlo = _mm_or_si128(_mm_andnot_si128(m4, _mm_slli_epi16(v, 4)), _mm_and_si128(_mm_srli_epi16(vm1, 4), m4));
-        out[0] = i8_lookup256(g->tab_s, _mm256_inserti128_si256(_mm256_castsi128_si256(wlo), v, 1), u);
+        __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(wlo), v, 1);
+        out[0] = T == 2 ? i8_lookup32(tab, w) : i8_lookup256(g->tab_s, w, u);
     } else if (T && B == 4) {
         /* A high nibble's window is its byte; a low nibble's is (its nibble, the high nibble of
          * the byte before): the bytes shifted up one (byte 0: the byte before the block). */
@@ -359,13 +392,15 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         __m256i v0m1 = i8_shift_in(v0, _mm256_setzero_si256(), prev);
 #define I8_WLO(v, vm1) \
     _mm256_or_si256(_mm256_andnot_si256(m4, _mm256_slli_epi16(v, 4)), _mm256_and_si256(_mm256_srli_epi16(vm1, 4), m4))
-        out[0] = i8_lookup256(g->tab_s, I8_WLO(v0, v0m1), u);
-        out[1] = i8_lookup256(g->tab_s, v0, u);
+#define I8_L(w) (T == 2 ? i8_lookup32(tab, w) : i8_lookup256(g->tab_s, w, u))
+        out[0] = I8_L(I8_WLO(v0, v0m1));
+        out[1] = I8_L(v0);
         if (nv > 2) {
             __m256i v1 = simd_load32_upto(src, 32, n), v1m1 = i8_shift_in(v1, v0, 0);
-            out[2] = i8_lookup256(g->tab_s, I8_WLO(v1, v1m1), u);
-            out[3] = i8_lookup256(g->tab_s, v1, u);
+            out[2] = I8_L(I8_WLO(v1, v1m1));
+            out[3] = I8_L(v1);
         }
+#undef I8_L
 #undef I8_WLO
     } else if (T && B == 2 && nv == 1) {
         /* A quarter (I8_LAYOUT_Q2): its 8 bytes' words in both halves, shifted by 6 | 8
@@ -435,8 +470,12 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
             __m128i hi = simd_load16_upto(src, v ? 32 : 8, n);
             __m256i R = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 #define I8_Y(c, k) _mm256_and_si256(_mm256_mulhi_epu16(_mm256_shuffle_epi8(R, c), k), m6)
-            out[2 * v] = i8_lookup64(tab, _mm256_packus_epi16(I8_Y(c0, k0), I8_Y(c1, k1)));
-            out[2 * v + 1] = i8_lookup64(tab, _mm256_packus_epi16(I8_Y(c2, k2), I8_Y(c3, k3)));
+            /* tied (T = 2): the window's top four bits index the 16 values U, one vpshufb */
+#define I8_L(w) (T == 2 ? _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(w, 2), _mm256_set1_epi8(0x0F))) \
+                        : i8_lookup64(tab, w))
+            out[2 * v] = I8_L(_mm256_packus_epi16(I8_Y(c0, k0), I8_Y(c1, k1)));
+            out[2 * v + 1] = I8_L(_mm256_packus_epi16(I8_Y(c2, k2), I8_Y(c3, k3)));
+#undef I8_L
 #undef I8_Y
         }
     } else if (B == 4 && nv == 1) {
