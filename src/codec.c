@@ -155,9 +155,11 @@ static tq_status layout(tq_codec *c, const shape *sh, int codebooks) {
             s->byte_off = off;
             s->cb = NULL;
             s->pairs = NULL;
-            if (cfg->trellis && s->bits >= TQ_TRELLIS_MIN_BITS && s->bits <= TQ_TRELLIS_MAX_BITS)
-                s->pairs = (cfg->trellis == TQ_TRELLIS_TWO_STATE ? tq_trellis_tables_two_state
-                                                                 : tq_trellis_tables)[s->bits - TQ_TRELLIS_MIN_BITS].pairs;
+            if (cfg->trellis && s->bits >= TQ_TRELLIS_MIN_BITS && s->bits <= TQ_TRELLIS_MAX_BITS) {
+                const int k = s->bits - TQ_TRELLIS_MIN_BITS;
+                if (cfg->trellis == TQ_TRELLIS_TWO_STATE) s->pairs = tq_trellis_tables_two_state[k].pairs;
+                else s->pairs = tq_trellis_tables[k].pairs;
+            }
             if (s->bits > 0) {
                 off += tq_group_bytes((size_t)s->count, s->bits);
                 if (codebooks) {

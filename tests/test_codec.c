@@ -695,6 +695,37 @@ static void test_trellis_viterbi_optimal(void) {
         CHECK_MSG(fabs(csq - gsq) <= 1e-5 * gsq + 1e-6, "trial %d: sum of squares %.6f vs %.6f", trial, csq, gsq);
         CHECK((out[1] >> 6) == 0 && out[2] == 0 && out[3] == 0); /* padding zero */
     }
+    /* Two-state tables (a value depends on the index and the previous index's top bit, so
+     * many paths cost alike): against every path of 3- and 4-bit indices over 5 and 4
+     * coordinates, random tables of that form (half of them with integer values: ties), the
+     * cost is the minimum. */
+    for (int trial = 0; trial < 24; trial++) {
+        const int b = 3 + trial % 2, Lb = 1 << b, nb = b == 3 ? 5 : 4, ties = trial % 4 >= 2;
+        float pairs[256], x[5], u[16][2];
+        for (int t = 0; t < Lb; t++)
+            for (int s = 0; s < 2; s++) u[t][s] = ties ? (float)((int)(gauss() * 2.0)) : (float)(2.0 * gauss());
+        for (int t = 0; t < Lb; t++)
+            for (int p = 0; p < Lb; p++) pairs[t * Lb + p] = u[t][p >= Lb / 2];
+        for (int i = 0; i < nb; i++) x[i] = ties ? (float)((int)(gauss() * 3.0)) * 0.5f : (float)(1.5 * gauss());
+        uint8_t out[4] = {0};
+        tq_trellis_quantize_pack(x, 1.0f, nb, b, pairs, out);
+        float dec[5];
+        tq_trellis_unpack(out, nb, b, pairs, 1.0f, dec);
+        double got = 0, best = 1e300;
+        for (int i = 0; i < nb; i++) got += (double)(x[i] - dec[i]) * (x[i] - dec[i]);
+        for (int path = 0; path < 1 << (b * nb); path++) {
+            double cost = 0;
+            int prev = 0;
+            for (int i = 0; i < nb; i++) {
+                int idx = (path >> (b * i)) & (Lb - 1);
+                double e = x[i] - pairs[idx * Lb + prev];
+                cost += e * e;
+                prev = idx;
+            }
+            if (cost < best) best = cost;
+        }
+        CHECK_MSG(got <= best * (1 + 1e-5) + 1e-6, "two-state trial %d (bits %d): %.6f, best %.6f", trial, b, got, best);
+    }
 }
 
 /* Trellis codes at 2–4 bits: the same bytes as Lloyd-Max, less MSE (the tables' own held-out

@@ -68,7 +68,7 @@ static void bench_config(tq_codec_config *cfg, long dim, double bits, tq_variant
 int cmd_codec_bench(int argc, char **argv) {
     long dim = 128, n = 100000, threads = 1;
     double bits[MAX_BITS_LIST] = {1, 2, 3, 4, 8};
-    int n_bits = 5, json = 0, plain_norm = 0, variant_index = 0, trellis = 0;
+    int n_bits = 5, json = 0, plain_norm = 0, variant_index = 0, trellis = 0, two_state = 0;
     uint64_t seed = 1;
     static const char *const variants[] = {"mse", "prod", NULL};
     const tool_opt opts[] = {
@@ -81,13 +81,14 @@ int cmd_codec_bench(int argc, char **argv) {
         {OPT_INT("--threads", "T", &threads, 1, 256, "threads for the timed passes (default 1)")},
         {OPT_FLAG("--no-norm-correction", &plain_norm, "store the plain norm (MSE only)")},
         {OPT_FLAG("--trellis", &trellis, "trellis-coded indices at 2 to 4 bits (MSE only)")},
+        {OPT_FLAG("--two-state", &two_state, "with --trellis: the two-state tables (trellis=2)")},
         {OPT_FLAG("--json", &json, "one JSON object instead of a table")},
     };
     const tool_cmd cmd = {
         .name = "codec-bench",
         .synopsis = "usage: tq codec-bench [--dim D] [--bits B[,B...]] [--variant mse|prod] [--n N]\n"
                     "                      [--seed S] [--threads T] [--no-norm-correction] [--trellis]\n"
-                    "                      [--json]\n",
+                    "                      [--two-state] [--json]\n",
         .opts = opts, .n_opts = OPT_COUNT(opts),
         .epilogue = "\nA run that needs more than the machine's physical memory (or $TQ_MEM_LIMIT_GIB GiB\n"
                     "when set) for its data (3 x N x D floats) and codes is refused with the figure\n"
@@ -101,6 +102,11 @@ int cmd_codec_bench(int argc, char **argv) {
         fprintf(stderr, "tq codec-bench: --trellis needs --variant mse\n");
         return TQ_EXIT_USAGE;
     }
+    if (two_state && !trellis) {
+        fprintf(stderr, "tq codec-bench: --two-state needs --trellis\n");
+        return TQ_EXIT_USAGE;
+    }
+    if (two_state) trellis = TQ_TRELLIS_TWO_STATE;
 
     /* Validate every configuration before doing any work. */
     for (int b = 0; b < n_bits; b++) {
@@ -151,13 +157,14 @@ int cmd_codec_bench(int argc, char **argv) {
 
     if (json)
         printf("{\"dim\":%ld,\"variant\":\"%s\",\"n\":%ld,\"threads\":%ld,\"kernels\":\"%s\","
-               "\"norm_correction\":%s,\"trellis\":%s,\"results\":[",
+               "\"norm_correction\":%s,\"trellis\":%s,\"two_state\":%s,\"results\":[",
                dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", n, threads, tq_kernels_name(),
-               norm_corr ? "true" : "false", trellis ? "true" : "false");
+               norm_corr ? "true" : "false", trellis ? "true" : "false", two_state ? "true" : "false");
     else
         printf("codec-bench: dim %ld, variant %s%s, %ld vectors, %ld thread(s), kernels %s, norm "
                "correction %s\n%6s %10s %11s %10s %7s %7s %12s %12s %12s %8s\n",
-               dim, variant == TQ_VARIANT_MSE ? "mse" : "prod", trellis ? " (trellis)" : "", n,
+               dim, variant == TQ_VARIANT_MSE ? "mse" : "prod",
+               two_state ? " (trellis, two-state)" : trellis ? " (trellis)" : "", n,
                threads, tq_kernels_name(), norm_corr ? "on" : "off", "bits", "mse", "ip_bias", "ip_var", "bytes", "ratio",
                "encode/s", "decode/s", "memcpy/s", "enc/mcp");
     for (int b = 0; b < n_bits; b++) {
