@@ -29,12 +29,12 @@
  * its byte, a low nibble's the byte with the byte before shifted in (plain 4-bit codes' order);
  * the 256-entry lookup uses the table's antisymmetry, ĉ[255 − w] = −ĉ[w]: eight vpshufb and
  * seven vpblendvb on w or 255 − w, then the sign (i8_lookup256). The first block's window reads
- * a zero code before the segment, as the encoder does. Today's 3- and 4-bit tables are
- * two-state ones (doc/codec.md, "Today's tables"; iseg_setup checks, T = 2): a value is
+ * a zero code before the segment, as the encoder does. The 3- and 4-bit tables of trellis=2
+ * are two-state ones (doc/codec.md, "Two-state tables"; iseg_setup checks, T = 2): a value is
  * U[2c + top bit of the code before], the window's top B + 1 bits, so the same windows are
  * looked up shorter — B = 3: the window shifted right by 2 into one vpshufb of 16 values;
- * B = 4: shifted right by 3 into two vpshufb and a vpblendvb of 32 (i8_lookup32) — and the long
- * lookups stay for the first tables (trellis=2). Where the integer path cannot go,
+ * B = 4: shifted right by 3 into two vpshufb and a vpblendvb of 32 (i8_lookup32); trellis=1's
+ * free tables keep the long lookups. Where the integer path cannot go,
  * trellis codes take the float rows (trellis_rows.h, trellis_rows_scores / trellis_rows_accum).
  *
  * Scores: q̂ = round(q / β), β = max|q| / Q per query row (Q = I8_QLEV: 63, or 127 with
@@ -254,12 +254,9 @@ static int i8_two_blocks(const tq_record *x, const iseg *g) {
     default: M(4, 3); break;                \
     }
 
-/* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
- * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
- * kernels). */
-/* 1 if the B-bit pair table (4^B values) is a two-state one (doc/codec.md, "Today's tables"):
- * the value of c after p depends on c and p's top bit only, U[2c + (p >> (B − 1))] — the
- * B + 1 bits of the stream that end with c. */
+/* 1 if the B-bit pair table (4^B values) is a two-state one (doc/codec.md, "Two-state
+ * tables"): the value of c after p depends on c and p's top bit only, U[2c + (p >> (B − 1))] —
+ * the B + 1 bits of the stream that end with c. */
 static int i8_tied(const float *pairs, int B) {
     const int L = 1 << B;
     for (int c = 0; c < L; c++)
@@ -268,6 +265,9 @@ static int i8_tied(const float *pairs, int B) {
     return 1;
 }
 
+/* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
+ * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
+ * kernels). */
 static int iseg_setup(const tq_record *x, iseg *g) {
     for (int s = 0; s < x->n_seg; s++)
         if (x->seg[s].bits < 2 || x->seg[s].bits > 4) return 0;
