@@ -70,13 +70,13 @@ static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, 
 int main(int argc, char **argv) {
     double min_ms = argc > 1 ? atof(argv[1]) : 30.0;
     int nk = argc > 2 ? atoi(argv[2]) : 4096;
-    int only_dim = 0, only_tr = 0, only_sp = 0, first = 0; /* first: ":2" */
+    int only_dim = 0, only_tr = 0, only_sp = 0, two_state = 0; /* ":2" */
     float only_bits = 0;
     char tags[16] = "";
     if (argc > 3) {
         int got = sscanf(argv[3], "%d:%f%15s", &only_dim, &only_bits, tags);
-        first = strstr(tags, ":2") != NULL;
-        only_tr = strstr(tags, ":t") != NULL || first;
+        two_state = strstr(tags, ":2") != NULL;
+        only_tr = strstr(tags, ":t") != NULL || two_state;
         only_sp = strstr(tags, ":s") != NULL;
         if (got < 2 || strlen(tags) != 2u * (unsigned)(only_tr + only_sp)) nk = 0;
     }
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
             continue;
         tq_codec_config cc;
         tq_codec_config_init(&cc, d, cfgs[ci].bits, TQ_VARIANT_MSE);
-        cc.trellis = cfgs[ci].tr ? (first ? TQ_TRELLIS_TWO_STATE : 1) : 0;
+        cc.trellis = cfgs[ci].tr ? (two_state ? TQ_TRELLIS_TWO_STATE : 1) : 0;
         if (cfgs[ci].sp) cc.split = TQ_SPLIT_BLOCK, cc.block_dim = d / 2, cc.block_bits = (int)cfgs[ci].bits + 1;
         tq_codec *codec = NULL;
         if (tq_codec_create(&codec, &cc) != TQ_OK) return 1;
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
             if (b0 > 0) snprintf(r0, sizeof r0, "%.2fx", b0 / ns[ti][0]);
             if (b1 > 0) snprintf(r1, sizeof r1, "%.2fx", b1 / ns[ti][1]);
             printf("%-12s %4d %5g%-4s %8.2f %10.2f %9s %9s\n", t->name, d, (double)cfgs[ci].bits,
-                   cfgs[ci].tr && cfgs[ci].sp ? (first ? ":2:s" : ":t:s") : cfgs[ci].tr ? (first ? ":2" : ":t")
+                   cfgs[ci].tr && cfgs[ci].sp ? (two_state ? ":2:s" : ":t:s") : cfgs[ci].tr ? (two_state ? ":2" : ":t")
                    : cfgs[ci].sp ? ":s" : "", ns[ti][0], ns[ti][1],
                    r0, r1);
         }

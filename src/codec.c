@@ -155,10 +155,13 @@ static tq_status layout(tq_codec *c, const shape *sh, int codebooks) {
             s->byte_off = off;
             s->cb = NULL;
             s->pairs = NULL;
+            s->pair_memory = 0;
             if (cfg->trellis && s->bits >= TQ_TRELLIS_MIN_BITS && s->bits <= TQ_TRELLIS_MAX_BITS) {
                 const int k = s->bits - TQ_TRELLIS_MIN_BITS;
-                if (cfg->trellis == TQ_TRELLIS_TWO_STATE) s->pairs = tq_trellis_tables_two_state[k].pairs;
-                else s->pairs = tq_trellis_tables[k].pairs;
+                const tq_trellis_table *t =
+                    cfg->trellis == TQ_TRELLIS_TWO_STATE ? &tq_trellis_tables_two_state[k] : &tq_trellis_tables[k];
+                s->pairs = t->pairs;
+                s->pair_memory = t->memory;
             }
             if (s->bits > 0) {
                 off += tq_group_bytes((size_t)s->count, s->bits);
@@ -325,6 +328,7 @@ tq_status tq_codec_describe(tq_codec *c, int is_key, tq_record *x) {
         x->seg[x->n_seg].off = s->byte_off;
         x->seg[x->n_seg].centroids = s->cb->centroids;
         x->seg[x->n_seg].pairs = s->pairs;
+        x->seg[x->n_seg].pair_memory = s->pair_memory;
         x->n_seg++;
     }
     x->norm_off = u->norm_off;

@@ -28,6 +28,7 @@ typedef struct segment {
     const tq_codebook *cb;  /* NULL for a 0-bit segment (PROD's MSE part at < 1 bit) */
     const float *pairs;     /* trellis-coded (cfg.trellis, 2–4 bits): the pair table of
                                src/trellis_tables.h, else NULL (indices into cb) */
+    int pair_memory;        /* with pairs: its table's memory (tq_trellis_table); else 0 */
 } segment;
 
 typedef struct unit {

@@ -30,7 +30,7 @@
  * the 256-entry lookup uses the table's antisymmetry, ĉ[255 − w] = −ĉ[w]: eight vpshufb and
  * seven vpblendvb on w or 255 − w, then the sign (i8_lookup256). The first block's window reads
  * a zero code before the segment, as the encoder does. The 3- and 4-bit tables of trellis=2
- * are two-state ones (doc/codec.md, "Two-state tables"; iseg_setup checks, T = 2): a value is
+ * are two-state ones (doc/codec.md, "Two-state tables"; the record's pair_memory 2, T = 2): a value is
  * U[2c + top bit of the code before], the window's top B + 1 bits, so the same windows are
  * looked up shorter — B = 3: the window shifted right by 2 into one vpshufb of 16 values;
  * B = 4: shifted right by 3 into two vpshufb and a vpblendvb of 32 (i8_lookup32); trellis=1's
@@ -254,17 +254,6 @@ static int i8_two_blocks(const tq_record *x, const iseg *g) {
     default: M(4, 3); break;                \
     }
 
-/* 1 if the B-bit pair table (4^B values) is a two-state one (doc/codec.md, "Two-state
- * tables"): the value of c after p depends on c and p's top bit only, U[2c + (p >> (B − 1))] —
- * the B + 1 bits of the stream that end with c. */
-static int i8_tied(const float *pairs, int B) {
-    const int L = 1 << B;
-    for (int c = 0; c < L; c++)
-        for (int p = 0; p < L; p++)
-            if (pairs[c * L + p] != pairs[c * L + (p >> (B - 1) << (B - 1))]) return 0;
-    return 1;
-}
-
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
  * values, or 4-bit trellis values whose quantized table is not antisymmetric (then the float
  * kernels). */
@@ -280,7 +269,9 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         int B = x->seg[s].bits, T = x->seg[s].pairs != NULL, nv = T ? 1 << (2 * B) : 1 << B;
         int L = T && B == 3 ? I8_LAYOUT_T3 : B;
         const float *val = T ? x->seg[s].pairs : x->seg[s].centroids;
-        if (T && B > 2 && i8_tied(val, B)) T = 2, nv = 2 << B;
+        /* a two-state table (record.h, pair_memory 2): the value of c after p is
+         * U[2c + (p >> (B − 1))], the B + 1 stream bits that end with c */
+        if (T && B > 2 && x->seg[s].pair_memory == 2) T = 2, nv = 2 << B;
         /* ĉ = round(v / α) (to nearest even, as lrintf), |ĉ| ≤ 63; 16 entries per register, the
          * registers the decode reads: 1 (plain codes, 2-bit trellis, tied 3-bit), 2 (tied
          * 4-bit), 4 (3-bit), 8 (4-bit) */

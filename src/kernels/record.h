@@ -37,6 +37,9 @@ typedef struct tq_record {
         const float *centroids; /* ×√dim */
         const float *pairs;     /* trellis-coded indices (kernels/trellis.h): the pair table
                                    (×√dim), and centroids unused; NULL otherwise */
+        int pair_memory;        /* with pairs: a value depends on the index and the top
+                                   log2(pair_memory) bits of the one before (2^bits: all of it;
+                                   2: a two-state table, src/trellis_tables.h); else 0 */
     } seg[2];
     size_t norm_off;
     int norm_f32;
