@@ -101,7 +101,7 @@ static void unit_inverse(const unit *u, float *x) {
 
 static float seg_quantize_pack(const tq_kernel_table *k, const segment *s, const float *x,
                                float scale, uint8_t *out) {
-    if (s->pairs) return k->trellis_quantize_pack(x, scale, s->count, s->bits, s->pairs, out);
+    if (s->pairs) return k->trellis_quantize_pack(x, scale, s->count, s->bits, s->pairs, s->pair_memory, out);
     return k->quantize_pack(x, scale, s->count, s->bits, s->cb->boundaries, s->cb->centroids, out);
 }
 

@@ -674,7 +674,7 @@ static void test_trellis_viterbi_optimal(void) {
         for (int i = 0; i < 16; i++) pairs[i] = (float)(2.0 * gauss());
         for (int i = 0; i < n; i++) x[i] = (float)(1.5 * gauss());
         uint8_t out[4];
-        float csq = tq_trellis_quantize_pack(x, 1.0f, n, bits, pairs, out);
+        float csq = tq_trellis_quantize_pack(x, 1.0f, n, bits, pairs, L, out);
         float dec[7];
         tq_trellis_unpack(out, n, bits, pairs, 1.0f, dec);
         double got = 0, gsq = 0;
@@ -698,7 +698,8 @@ static void test_trellis_viterbi_optimal(void) {
     /* Two-state tables (a value depends on the index and the previous index's top bit, so
      * many paths cost alike): against every path of 3- and 4-bit indices over 5 and 4
      * coordinates, random tables of that form (half of them with integer values: ties), the
-     * cost is the minimum. */
+     * cost is the minimum — for the two-state search (memory 2) and the full one (memory L),
+     * whose least costs agree. */
     for (int trial = 0; trial < 24; trial++) {
         const int b = 3 + trial % 2, Lb = 1 << b, nb = b == 3 ? 5 : 4, ties = trial % 4 >= 2;
         float pairs[256], x[5], u[16][2];
@@ -707,12 +708,19 @@ static void test_trellis_viterbi_optimal(void) {
         for (int t = 0; t < Lb; t++)
             for (int p = 0; p < Lb; p++) pairs[t * Lb + p] = u[t][p >= Lb / 2];
         for (int i = 0; i < nb; i++) x[i] = ties ? (float)((int)(gauss() * 3.0)) * 0.5f : (float)(1.5 * gauss());
-        uint8_t out[4] = {0};
-        tq_trellis_quantize_pack(x, 1.0f, nb, b, pairs, out);
-        float dec[5];
+        uint8_t out[4] = {0}, out_full[4] = {0};
+        tq_trellis_quantize_pack(x, 1.0f, nb, b, pairs, 2, out);
+        tq_trellis_quantize_pack(x, 1.0f, nb, b, pairs, Lb, out_full);
+        float dec[5], dec_full[5];
         tq_trellis_unpack(out, nb, b, pairs, 1.0f, dec);
-        double got = 0, best = 1e300;
-        for (int i = 0; i < nb; i++) got += (double)(x[i] - dec[i]) * (x[i] - dec[i]);
+        tq_trellis_unpack(out_full, nb, b, pairs, 1.0f, dec_full);
+        double got = 0, got_full = 0, best = 1e300;
+        for (int i = 0; i < nb; i++) {
+            got += (double)(x[i] - dec[i]) * (x[i] - dec[i]);
+            got_full += (double)(x[i] - dec_full[i]) * (x[i] - dec_full[i]);
+        }
+        CHECK_MSG(got_full <= got * (1 + 1e-5) + 1e-6 && got <= got_full * (1 + 1e-5) + 1e-6,
+                  "two-state trial %d (bits %d): two-state search %.6f, full %.6f", trial, b, got, got_full);
         for (int path = 0; path < 1 << (b * nb); path++) {
             double cost = 0;
             int prev = 0;

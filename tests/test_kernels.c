@@ -295,13 +295,15 @@ static void test_trellis_quantize_pack(void) {
                     if (rep == 2 && n > 4) xs[n / 2] = NAN;
                     size_t nbytes = tq_group_bytes((size_t)n, bits), ooff = (size_t)(rep & 3);
                     uint8_t want[1024];
-                    float want_sq = ref->trellis_quantize_pack(xs, scale, n, bits, pairs, want);
+                    /* the two-state tables by the two-state search (trellis_search.h) */
+                    const int memory = rep >= 6 && bits >= 3 ? 2 : L;
+                    float want_sq = ref->trellis_quantize_pack(xs, scale, n, bits, pairs, memory, want);
                     void *xbase, *pbase;
                     const float *x = exact_copy(xs, (size_t)n * sizeof(float), (size_t)(s & 3) * 4, &xbase);
                     const float *pt = exact_copy(pairs, (size_t)(L * L) * 4, (size_t)rep * 4, &pbase);
                     uint8_t *obuf = malloc(ooff + nbytes + GUARD);
                     memset(obuf, GUARD_BYTE, ooff + nbytes + GUARD);
-                    float got_sq = fast_tables[t]->trellis_quantize_pack(x, scale, n, bits, pt, obuf + ooff);
+                    float got_sq = fast_tables[t]->trellis_quantize_pack(x, scale, n, bits, pt, memory, obuf + ooff);
                     CHECK_MSG(memcmp(obuf + ooff, want, nbytes) == 0,
                               "%s trellis_quantize_pack bits=%d n=%d rep=%d: bytes differ", fast_tables[t]->name,
                               bits, n, rep);

@@ -67,7 +67,7 @@ static double pass(const float *x, int n, int bits, const float *pairs, double *
     double err = 0.0;
     for (int v = 0; v < n; v++) {
         const float *xv = x + (size_t)v * TRAIN_DIM;
-        tq_trellis_quantize_pack(xv, 1.0f, TRAIN_DIM, bits, pairs, codes);
+        tq_trellis_quantize_pack(xv, 1.0f, TRAIN_DIM, bits, pairs, L, codes);
         tq_trellis_unpack(codes, TRAIN_DIM, bits, pairs, 1.0f, dec);
         uint32_t prev = 0;
         for (int i = 0; i < TRAIN_DIM; i++) {

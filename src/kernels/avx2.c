@@ -536,8 +536,8 @@ static void avx2_axpy_codes(const uint8_t *in, int n, int bits, const float *cen
 
 /* The trellis encoder at this set's vector width (trellis_search.h). */
 static float avx2_trellis_quantize_pack(const float *x, float scale, int n, int bits,
-                                    const float *pairs, uint8_t *out) {
-    return tq_trellis_encode(x, scale, n, bits, pairs, out, 1);
+                                        const float *pairs, int memory, uint8_t *out) {
+    return tq_trellis_encode(x, scale, n, bits, pairs, memory, out, 1);
 }
 
 static const tq_kernel_table avx2_table = {

@@ -65,7 +65,7 @@ typedef struct tq_kernel_table {
     /* Trellis-coded indices (trellis.h, tq_trellis_quantize_pack): the same bits and the same
      * returned float on every set (one inline source, trellis_search.h, at each set's width). */
     float (*trellis_quantize_pack)(const float *x, float scale, int n, int bits,
-                                   const float *pairs, uint8_t *out);
+                                   const float *pairs, int memory, uint8_t *out);
 } tq_kernel_table;
 
 /* The table in use (never NULL; initialized on first call, thread-safe). */

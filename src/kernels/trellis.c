@@ -11,8 +11,8 @@
 #include "trellis_search.h"
 
 float tq_trellis_quantize_pack(const float *x, float scale, int n, int bits, const float *pairs,
-                               uint8_t *out) {
-    return tq_trellis_encode(x, scale, n, bits, pairs, out, 0);
+                               int memory, uint8_t *out) {
+    return tq_trellis_encode(x, scale, n, bits, pairs, memory, out, 0);
 }
 
 void tq_trellis_unpack(const uint8_t *in, int n, int bits, const float *pairs, float scale,

@@ -22,9 +22,13 @@
  * Σ (s_i − value_i)² (ties: the lower previous state, then the lower final state), packed into
  * out (tq_group_bytes(n, bits) bytes, padding zero). Returns Σ value_i² in kernels.h's fixed
  * 16-lane order. Deterministic: the same floats give the same bits on every machine.
- * bits in [TQ_TRELLIS_MIN_BITS, TQ_TRELLIS_MAX_BITS], n ≤ TQ_MAX_DIM (1024). */
+ * bits in [TQ_TRELLIS_MIN_BITS, TQ_TRELLIS_MAX_BITS], n ≤ TQ_MAX_DIM (1024).
+ * memory: the table's (src/trellis_tables.h): 2^bits searches over every previous index; 2
+ * (bits 3, 4; the table must then be two-state: pairs[t·L + p] depends on t and p's top bit
+ * only) searches over the previous index's top bit — the same least cost, found 4–8× faster
+ * (trellis_search.h), with its own tie rules (the lowest index within a half, then state 0). */
 float tq_trellis_quantize_pack(const float *x, float scale, int n, int bits, const float *pairs,
-                               uint8_t *out);
+                               int memory, uint8_t *out);
 
 /* out[i] = scale · value_i for the n packed indices at in. */
 void tq_trellis_unpack(const uint8_t *in, int n, int bits, const float *pairs, float scale,
