@@ -33,7 +33,8 @@
  * are two-state ones (doc/codec.md, "Two-state tables"; the record's pair_memory 2, T = 2): a value is
  * U[2c + top bit of the code before], the window's top B + 1 bits, so the same windows are
  * looked up shorter — B = 3: the window shifted right by 2 into one vpshufb of 16 values;
- * B = 4: shifted right by 3 into two vpshufb and a vpblendvb of 32 (i8_lookup32); trellis=1's
+ * B = 4: the code itself into two vpshufb, one vpblendvb on the previous code's top bit
+ * (i8_lookup2s: no window built); trellis=1's
  * free tables keep the long lookups. Where the integer path cannot go,
  * trellis codes take the float rows (trellis_rows.h, trellis_rows_scores / trellis_rows_accum).
  *
@@ -278,8 +279,14 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         _Alignas(32) int8_t ts[256];
         int ne = nv > 16 ? nv : 16;
         for (int e = 0; e < ne; e++) {
-            int j = e & (nv - 1); /* tied: U[j] is the pair (j / 2, (j odd) · 2^(B−1)) */
-            ts[e] = (int8_t)lrintf((T == 2 ? val[(j >> 1 << B) + ((j & 1) << (B - 1))] : val[j]) / g[s].alpha);
+            int j = e & (nv - 1);
+            /* two-state, U[c][b] (b: the top bit of the code before) is the pair
+             * (c, b · 2^(B−1)): at 3 bits entry j = 2c + b (the window's top four bits), at 4
+             * bits j = c + 16b (register b, the code its index: i8_lookup2s) */
+            float v = T != 2  ? val[j]
+                      : B == 4 ? val[((j & 15) << B) + ((j >> 4) << (B - 1))]
+                               : val[(j >> 1 << B) + ((j & 1) << (B - 1))];
+            ts[e] = (int8_t)lrintf(v / g[s].alpha);
         }
         if (nv == 256) /* i8_lookup256 reads entry 255 − e as −ĉ[e] */
             for (int e = 0; e < 128; e++)
@@ -329,11 +336,11 @@ static inline __attribute__((always_inline)) __m256i i8_lookup64(const __m256i *
     return _mm256_blendv_epi8(lo, hi, b5);
 }
 
-/* Tied 4-bit trellis codes (T = 2): the 8-bit window w's top five bits index the 32 values U
- * (two vpshufb, a vpblendvb on bit 4); t: tab_u or tab_s, as a plain lookup. */
-static inline __attribute__((always_inline)) __m256i i8_lookup32(const __m256i *t, __m256i w) {
-    __m256i j = _mm256_and_si256(_mm256_srli_epi16(w, 3), _mm256_set1_epi8(0x1F));
-    return _mm256_blendv_epi8(_mm256_shuffle_epi8(t[0], j), _mm256_shuffle_epi8(t[1], j), _mm256_slli_epi16(j, 3));
+/* Two-state 4-bit trellis codes (T = 2): codes c (bytes 0–15) and, in each byte's bit 7, the
+ * top bit b of the code before: U[c][b] from register b (two vpshufb, one vpblendvb); t:
+ * tab_u or tab_s, as a plain lookup. */
+static inline __attribute__((always_inline)) __m256i i8_lookup2s(const __m256i *t, __m256i c, __m256i b) {
+    return _mm256_blendv_epi8(_mm256_shuffle_epi8(t[0], c), _mm256_shuffle_epi8(t[1], c), b);
 }
 
 /* The 256-entry lookup of 8-bit indices w (t: the signed table's first 128 entries), by the
@@ -372,9 +379,16 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         const __m128i m4 = _mm_set1_epi8(0x0F);
         __m128i v = simd_load16_upto(src, 0, n);
         __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
-        __m128i wlo = _mm_or_si128(_mm_andnot_si128(m4, _mm_slli_epi16(v, 4)), _mm_and_si128(_mm_srli_epi16(vm1, 4), m4));
-        __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(wlo), v, 1);
-        out[0] = T == 2 ? i8_lookup32(tab, w) : i8_lookup256(g->tab_s, w, u);
+        if (T == 2) { /* codes: the low nibbles, then the high ones; b: bit 7 of the byte
+                       * before, then the byte's bit 3 */
+            __m256i c = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
+                                                _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
+            __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(vm1), _mm_slli_epi16(v, 4), 1);
+            out[0] = i8_lookup2s(tab, c, b);
+        } else {
+            __m128i wlo = _mm_or_si128(_mm_andnot_si128(m4, _mm_slli_epi16(v, 4)), _mm_and_si128(_mm_srli_epi16(vm1, 4), m4));
+            out[0] = i8_lookup256(g->tab_s, _mm256_inserti128_si256(_mm256_castsi128_si256(wlo), v, 1), u);
+        }
     } else if (T && B == 4) {
         /* A high nibble's window is its byte; a low nibble's is (its nibble, the high nibble of
          * the byte before): the bytes shifted up one (byte 0: the byte before the block). */
@@ -383,15 +397,20 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         __m256i v0m1 = i8_shift_in(v0, _mm256_setzero_si256(), prev);
 #define I8_WLO(v, vm1) \
     _mm256_or_si256(_mm256_andnot_si256(m4, _mm256_slli_epi16(v, 4)), _mm256_and_si256(_mm256_srli_epi16(vm1, 4), m4))
-#define I8_L(w) (T == 2 ? i8_lookup32(tab, w) : i8_lookup256(g->tab_s, w, u))
-        out[0] = I8_L(I8_WLO(v0, v0m1));
-        out[1] = I8_L(v0);
+/* two-state (T = 2): a low nibble's code with bit 7 of the byte before, a high nibble's with
+ * its byte's bit 3 (shifted to bit 7) */
+#define I8_LO(v, vm1) (T == 2 ? i8_lookup2s(tab, _mm256_and_si256(v, m4), vm1) : i8_lookup256(g->tab_s, I8_WLO(v, vm1), u))
+#define I8_HI(v) \
+    (T == 2 ? i8_lookup2s(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_slli_epi16(v, 4)) : i8_lookup256(g->tab_s, v, u))
+        out[0] = I8_LO(v0, v0m1);
+        out[1] = I8_HI(v0);
         if (nv > 2) {
             __m256i v1 = simd_load32_upto(src, 32, n), v1m1 = i8_shift_in(v1, v0, 0);
-            out[2] = I8_L(I8_WLO(v1, v1m1));
-            out[3] = I8_L(v1);
+            out[2] = I8_LO(v1, v1m1);
+            out[3] = I8_HI(v1);
         }
-#undef I8_L
+#undef I8_LO
+#undef I8_HI
 #undef I8_WLO
     } else if (T && B == 2 && nv == 1) {
         /* A quarter (I8_LAYOUT_Q2): its 8 bytes' words in both halves, shifted by 6 | 8
