@@ -176,11 +176,13 @@ static void test_decode_vs_ref(void) {
 /* Decode of TURBO tensors without a lane layout (a segment count not a multiple of 8: head dims
  * that are not a multiple of 8, fractions whose split is not): the SIMD tables have no fused
  * kernel for them and read them through the decoded tile (attention.c, fused_kind), also when
- * the other tensor of the pair has a lane layout (k3.25v3, k3v3.25). */
+ * the other tensor of the pair has a lane layout (k3.25v3, k3v3.25). Lloyd-Max codes: trellis
+ * codes without a lane layout are never fused (attention.c; the tile reads them). */
 static void test_decode_no_lanes(void) {
     static const struct { const char *scheme; int d; } cases[] = {
-        {"turbo3.25", 80}, {"turbo3.5", 72}, {"turbo3", 100}, {"turbo4", 100},
-        {"turbo2.5", 120}, {"k3.25v3", 80}, {"k3v3.25", 80}};
+        {"turbo3.25:trellis=0", 80}, {"turbo3.5:trellis=0", 72}, {"turbo3:trellis=0", 100},
+        {"turbo4:trellis=0", 100}, {"turbo2.5:trellis=0", 120}, {"k3.25v3:trellis=0", 80},
+        {"k3v3.25:trellis=0", 80}};
     static const int gqa[] = {1, 4, 8};
     double worst = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
@@ -463,7 +465,8 @@ static void test_key_mean_rope(void) {
         tq_kv_cache_config cfg;
         tq_kv_cache_config_init(&cfg, 1, H, D, D);
         char err[256];
-        CHECK(tq_kv_scheme_parse("turbo3:sink=0", &cfg.scheme, err, sizeof err) == TQ_OK);
+        /* Lloyd-Max codes, no key split at d 64: the case the bounds below were set on */
+        CHECK(tq_kv_scheme_parse("turbo3:sink=0:trellis=0", &cfg.scheme, err, sizeof err) == TQ_OK);
         cfg.key_rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
         cfg.key_rope_freqs = turn ? freqs : NULL;
         tq_kv_cache *c = NULL, *f16 = make_cache("f16", 0, H, D, D);
@@ -626,6 +629,15 @@ static void test_workspace_monotone(void) {
 static int avxvnni_in_use(void) {
     const char *e = getenv("TQ_AVXVNNI");
     return tq_attn_kernels_avxvnni() != NULL && !(e != NULL && strcmp(e, "0") == 0);
+}
+
+/* The AVX-512 set's integer kernels: avx512-vnni where the CPU has VBMI / VNNI and
+ * TQ_AVX512_INT8=0 does not say otherwise, else the AVX2 set's (dispatch.c); NULL: none. */
+static const tq_attn_kernels *avx512_int8_table(void) {
+    const char *e = getenv("TQ_AVX512_INT8");
+    if (tq_attn_kernels_avx512_vnni() && !(e != NULL && strcmp(e, "0") == 0)) return tq_attn_kernels_avx512_vnni();
+    if (!tq_attn_kernels_avx2_int8()) return NULL;
+    return avxvnni_in_use() ? tq_attn_kernels_avxvnni() : tq_attn_kernels_avx2_int8();
 }
 
 /* 1 if the attention table t of kernel set `set` is to be tested here; otherwise the reason
@@ -853,7 +865,7 @@ static void test_fused_kernels(void) {
     double int8_worst[7] = {-1, -1, -1, -1, -1, -1, -1}, int8_worst_v[7] = {-1, -1, -1, -1, -1, -1, -1}; /* error / bound */
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
-        snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
+        snprintf(sch, sizeof sch, "turbo%g:trellis=0", (double)cfgs[ci].bits); /* Lloyd-Max codes (trellis codes: test_trellis_lanes) */
         int d = cfgs[ci].dim;
         tq_kv_cache *c = make_cache(sch, 0, 1, d, d);
         CHECK_MSG(c != NULL, "%s d %d", sch, d);
@@ -1027,7 +1039,7 @@ static void test_avxvnni_equal(void) {
     enum { NK = 301, NQ = 9 };
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
         char sch[64];
-        snprintf(sch, sizeof sch, "turbo%g", (double)cfgs[ci].bits);
+        snprintf(sch, sizeof sch, "turbo%g:trellis=0", (double)cfgs[ci].bits); /* Lloyd-Max codes (trellis codes: test_trellis_lanes) */
         int d = cfgs[ci].dim;
         tq_kv_cache *c = make_cache(sch, 0, 1, d, d);
         CHECK(c != NULL);
@@ -1136,7 +1148,7 @@ static void test_norm_rule(void) {
 
 /* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
  * moves the one kernel selection (tq_kernel_set_get), applies under the AVX2 set (avx2-int8, or avx2-vnni with AVX-VNNI)
- * and the AVX-512 set (avx512-vnni, where the CPU has VBMI / VNNI), and survives
+ * and the AVX-512 set (avx512-vnni, where the CPU has VBMI / VNNI, else the AVX2 set's), and survives
  * tq_set_kernels. Leaves the state main() set (off, the kernel set in use). */
 static void test_int8_switch(void) {
     const char *name = tq_kernels_name();
@@ -1144,11 +1156,12 @@ static void test_int8_switch(void) {
                            : strcmp(name, "avx2") == 0 ? TQ_KERNELS_AVX2
                            : strcmp(name, "neon") == 0 ? TQ_KERNELS_NEON
                                                        : TQ_KERNELS_REF;
-    int vnni = tq_attn_kernels_avx512_vnni() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
+    int vnni = avx512_int8_table() != NULL && tq_kernels_supported(TQ_KERNELS_AVX512);
     int avx2i = tq_attn_kernels_avx2_int8() != NULL && tq_kernels_supported(TQ_KERNELS_AVX2);
     int neoni = tq_attn_kernels_neon_dot() != NULL && tq_kernels_supported(TQ_KERNELS_NEON);
     const char *avx2_name = avxvnni_in_use() ? "avx2-vnni" : "avx2-int8"; /* AVX-VNNI or not */
-    const char *int_name = kind == TQ_KERNELS_AVX512 ? "avx512-vnni" : kind == TQ_KERNELS_NEON ? "neon-dot" : avx2_name;
+    const char *avx512_name = vnni ? avx512_int8_table()->name : "avx512-vnni";
+    const char *int_name = kind == TQ_KERNELS_AVX512 ? avx512_name : kind == TQ_KERNELS_NEON ? "neon-dot" : avx2_name;
     int int_here = kind == TQ_KERNELS_AVX512 ? vnni : kind == TQ_KERNELS_AVX2 ? avx2i : kind == TQ_KERNELS_NEON ? neoni : 0;
     const tq_kernel_set *ks = tq_kernel_set_get();
     CHECK(ks->codec == tq_kernels() && ks->attn == tq_attn_kernels_get());
@@ -1169,7 +1182,7 @@ static void test_int8_switch(void) {
         tq_set_int8_scores(1);
         if (vnni) {
             CHECK(tq_set_kernels(TQ_KERNELS_AVX512) == TQ_OK);
-            CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_get()->name, "avx512-vnni") == 0);
+            CHECK(tq_int8_scores() == 1 && strcmp(tq_attn_kernels_get()->name, avx512_name) == 0);
         }
         CHECK(tq_set_kernels(TQ_KERNELS_REF) == TQ_OK);
         CHECK(tq_int8_scores() == 0 && strcmp(tq_attn_kernels_name(), "ref") == 0);
@@ -1201,8 +1214,8 @@ static void test_int8_scores(void) {
     if (!avx512 && !neon && strcmp(tq_kernels_name(), "avx2") != 0)
         SKIP_TEST("kernel set in use is %s: no integer kernels (TQ_KERNELS=%s)", tq_kernels_name(),
                   getenv("TQ_KERNELS") ? getenv("TQ_KERNELS") : "unset");
-    const char *int_name = avx512 ? "avx512-vnni" : neon ? "neon-dot" : avxvnni_in_use() ? "avx2-vnni" : "avx2-int8";
-    const tq_attn_kernels *it = avx512 ? tq_attn_kernels_avx512_vnni() : neon ? tq_attn_kernels_neon_dot() : tq_attn_kernels_avx2_int8();
+    const tq_attn_kernels *it = avx512 ? avx512_int8_table() : neon ? tq_attn_kernels_neon_dot() : tq_attn_kernels_avx2_int8();
+    const char *int_name = avx512 ? (it ? it->name : "avx512-vnni") : neon ? "neon-dot" : avxvnni_in_use() ? "avx2-vnni" : "avx2-int8";
     if (test_kernel_skip_reason(int_name, it != NULL, why, sizeof why)) SKIP_TEST("%s", why);
     CHECK(strcmp(tq_attn_kernels_name(), tq_kernels_name()) == 0); /* main() turned them off */
     tq_set_int8_scores(1);

@@ -70,11 +70,12 @@ static int resolve(tq_kernels_kind kind) {
  * integer attention kernels off;
  * TQ_AVXVNNI=0 keeps the AVX2 integer kernels on vpmaddubsw where the CPU has AVX-VNNI (what a
  * CPU without it runs; the results are the same bit for bit). */
-static void read_environment(tq_kernels_kind *kind, int *int8, int *avxvnni) {
+static void read_environment(tq_kernels_kind *kind, int *int8, int *avxvnni, int *avx512int8) {
     const char *force = getenv("TQ_FORCE_REF");
     const char *want = getenv("TQ_KERNELS");
     const char *i8 = getenv("TQ_INT8_SCORES");
     const char *vn = getenv("TQ_AVXVNNI");
+    const char *v5 = getenv("TQ_AVX512_INT8");
     *kind = TQ_KERNELS_AUTO;
     if (force && *force && strcmp(force, "0") != 0) *kind = TQ_KERNELS_REF;
     else if (want && strcmp(want, "ref") == 0) *kind = TQ_KERNELS_REF;
@@ -83,6 +84,7 @@ static void read_environment(tq_kernels_kind *kind, int *int8, int *avxvnni) {
     else if (want && strcmp(want, "neon") == 0) *kind = TQ_KERNELS_NEON;
     *int8 = !(i8 && strcmp(i8, "0") == 0);
     *avxvnni = !(vn && strcmp(vn, "0") == 0);
+    *avx512int8 = !(v5 && strcmp(v5, "0") == 0);
 }
 
 static void select_set(void) {
@@ -99,8 +101,8 @@ static void init_once(void) {
     const tq_attn_kernels *a2 = tq_attn_kernels_avx2(), *a5 = tq_attn_kernels_avx512();
     const tq_attn_kernels *ref = tq_attn_kernels_ref();
     tq_kernels_kind kind;
-    int int8, avxvnni;
-    read_environment(&kind, &int8, &avxvnni);
+    int int8, avxvnni, avx512int8;
+    read_environment(&kind, &int8, &avxvnni, &avx512int8);
     sets[SET_REF] = (tq_kernel_set){tq_kernels_ref(), ref};
     sets[SET_AVX2] = (tq_kernel_set){tq_kernels_avx2(), a2 ? a2 : ref};
     sets[SET_AVX2_INT8] = sets[SET_AVX2];
@@ -114,8 +116,15 @@ static void init_once(void) {
     sets[SET_NEON] = (tq_kernel_set){tq_kernels_neon(), an ? an : ref};
     sets[SET_NEON_INT8] = sets[SET_NEON];
     if (cpu_has(TQ_KERNELS_NEON) && tq_attn_kernels_neon_dot()) sets[SET_NEON_INT8].attn = tq_attn_kernels_neon_dot();
-    if (cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
+    if (avx512int8 && cpu_has(TQ_KERNELS_AVX512) && tq_attn_kernels_avx512_vnni())
         sets[SET_AVX512_INT8].attn = tq_attn_kernels_avx512_vnni();
+    else if (sets[SET_AVX2_INT8].attn != sets[SET_AVX2].attn)
+        /* AVX-512 without VBMI and VNNI (Skylake-SP, Cascade Lake; TQ_AVX512_INT8=0 as one):
+         * the AVX2 integer kernels (AVX-VNNI's where the CPU has it), which read trellis
+         * codes — the AVX-512 float ones leave them to the tile, 4.9× slower — and plain
+         * codes faster too (SmolLM2's decode attention at ctx 2048 on a Zen 5: turbo3 3.1
+         * against 3.3 ms, turbo4 2.6 against 3.5) */
+        sets[SET_AVX512_INT8].attn = sets[SET_AVX2_INT8].attn;
     int k = resolve(kind);
     atomic_store(&cur_kind, k >= 0 ? k : resolve(TQ_KERNELS_AUTO));
     atomic_store(&int8_on, int8);
