@@ -199,9 +199,10 @@ static void test_older_writers(void) {
 
 static void test_scheme(void) {
     tq_kv_scheme s;
-    /* Layouts without the sink field read it as 0 (tq_kv_scheme_defaults), not as the parser's
-     * default for TurboQuant (4): compare with turbo3:sink=0. */
-    CHECK(tq_kv_scheme_parse("turbo3:sink=0", &s, NULL, 0) == TQ_OK && s.struct_size == sizeof s);
+    /* Layouts without the sink and trellis fields read them as 0 (tq_kv_scheme_defaults), not
+     * as the parser's defaults for TurboQuant (4 sinks, the two-state trellis codes): a caller
+     * built against 0.2 keeps what it had. Compare with turbo3:sink=0:trellis=0. */
+    CHECK(tq_kv_scheme_parse("turbo3:sink=0:trellis=0", &s, NULL, 0) == TQ_OK && s.struct_size == sizeof s);
     char want[256], got[256];
     CHECK(tq_kv_scheme_format(&s, want, sizeof want) == TQ_OK);
     /* Older: the newest field (seed) missing and garbage where it would be: the default seed. */

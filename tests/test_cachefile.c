@@ -460,7 +460,7 @@ static int append_both(tq_kv_cache *a, tq_kv_cache *b, uint32_t seed) {
     return ok;
 }
 
-static const char *schemes[] = {"f16", "q8_0", "turbo3", "turbo4v2", "k3.5v3",
+static const char *schemes[] = {"f16", "q8_0", "turbo3", "turbo3:trellis=0", "turbo4:trellis=1", "turbo4v2", "k3.5v3",
                                 "turbo3:mean=1", "k=4:v=3:variant=prod", "turbo0v4",
                                 "q4_0r", "k=q8_0r:v=q4_0r", "kq4_0rv3"};
 #define N_SCHEMES (sizeof schemes / sizeof *schemes)
@@ -691,19 +691,20 @@ static tq_kv_cache *golden_cache_v6(void) {
     return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=1", 2, 2,
                    16, 20, NULL, golden_windows);
 }
-/* The cache version 5 wrote: the same without trellis codes. */
+/* The cache version 5 wrote: the same without trellis codes (trellis=0, the parser's default
+ * before trellis=2 was). */
 static tq_kv_cache *golden_cache_v5(void) {
-    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3", 2, 2, 16, 20,
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=0", 2, 2, 16, 20,
                    NULL, golden_windows);
 }
 /* The cache version 4 wrote: the same without sinks. */
 static tq_kv_cache *golden_cache_v4(void) {
-    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL,
+    return build_w("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0", 2, 2, 16, 20, NULL,
                    golden_windows);
 }
 /* The cache version 3 wrote: the same without layer windows. */
 static tq_kv_cache *golden_cache_v3(void) {
-    return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL);
+    return build("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0", 2, 2, 16, 20, NULL);
 }
 /* A cache as the writers of the older golden files built it: the key mean from the first
  * `batch` (8) tokens rather than from all 13 held at the first compression. */
@@ -715,11 +716,11 @@ static tq_kv_cache *build_old_mean(const char *scheme) {
 }
 /* The cache version 2 wrote: turbo3, no key split. */
 static tq_kv_cache *golden_cache_v2(void) {
-    return build_old_mean("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0");
+    return build_old_mean("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0");
 }
 /* The same cache as version 1 wrote it: no key scale. */
 static tq_kv_cache *golden_cache_v1(void) {
-    return build_old_mean("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0");
+    return build_old_mean("turbo3:mean=1:kscale=0:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0");
 }
 
 static uint8_t *read_file(const char *path, size_t *size) {
@@ -821,8 +822,8 @@ static void test_golden(void) {
         b = NULL;
         CHECK(t && tq_kv_cache_load_memory_expect(g, gn, &et, &b) == TQ_ERR_MISMATCH && !b);
         tq_kv_cache_free(t);
-        tq_kv_cache *s1 = golden_pairs("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=3"),
-                    *s2 = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3");
+        tq_kv_cache *s1 = golden_pairs("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=0"),
+                    *s2 = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=0");
         CHECK(s1 && s2 && test_layer_scheme(s1, 1).key_split == 1 && test_layer_scheme(s2, 1).key_split == 0);
         size_t n1 = 0;
         uint8_t *i1 = s1 ? save_image(s1, &n1) : NULL;
@@ -962,12 +963,12 @@ static void test_golden(void) {
     check_old_version(GOLDEN_V2, v2, 6);
     CHECK(test_layer_scheme(v2, 1).key_split == 0 && test_layer_scheme(v2, 1).key_scale == 1);
     {
-        /* Today's "turbo3" without its key split (on by default since version 8) and sinks
+        /* Today's "turbo3" with Lloyd-Max codes, without its key split (on by default since version 8) and sinks
          * expects it fine; with the split, or the parser's default 4 sinks, it is another
          * scheme (the file has neither). */
-        tq_kv_cache *t3 = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL), *b = NULL;
-        tq_kv_cache *t3s = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0", 2, 2, 16, 20, NULL);
-        tq_kv_cache *t3k = build("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=0", 2, 2, 16, 20, NULL);
+        tq_kv_cache *t3 = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0", 2, 2, 16, 20, NULL), *b = NULL;
+        tq_kv_cache *t3s = build("turbo3:mean=1:ksplit=0:window=4:batch=8:first=1:edge=q8_0:trellis=0", 2, 2, 16, 20, NULL);
+        tq_kv_cache *t3k = build("turbo3:mean=1:ksplit=1:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0", 2, 2, 16, 20, NULL);
         tq_kv_cache_config e = test_cache_config(t3), es = test_cache_config(t3s), ek = test_cache_config(t3k);
         uint8_t *g2 = read_file(GOLDEN_V2, &gn);
         CHECK(g2 && tq_kv_cache_load_memory_expect(g2, gn, &e, &b) == TQ_OK && b);
@@ -984,7 +985,7 @@ static void test_golden(void) {
     check_old_version(GOLDEN_V1, v1, 5);
     CHECK(test_layer_scheme(v1, 1).key_scale == 0 && test_layer_scheme(v1, 1).key_mean == 1);
     /* A file of this version whose key mean came from the first `batch` tokens keeps it. */
-    tq_kv_cache *v3 = build_old_mean("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0");
+    tq_kv_cache *v3 = build_old_mean("turbo3.5:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=0:trellis=0");
     check_old_version(GOLDEN_V3_MEAN8, v3, -1);
     tq_kv_cache_free(v3);
     tq_kv_cache_free(v2);

@@ -62,8 +62,8 @@ static uint8_t *serialize(const tq_key_transform *kt, size_t *n) {
 /* The standalone fit equals the cache's transform: its state, and the records of the codec it
  * configures for the transformed keys. */
 static void test_same_as_cache(void) {
-    static const char *schemes[] = {"turbo3.5", "turbo3", "turbo2.5:mean=0", "turbo4:kscale=0",
-                                    "k3.5v3:ksplit=0"};
+    static const char *schemes[] = {"turbo3.5", "turbo3", "turbo3:trellis=0", "turbo2.5:mean=0",
+                                    "turbo4:kscale=0", "k3.5v3:ksplit=0"};
     float *k = malloc(sizeof(float) * N * H * D), *k16 = malloc(sizeof(float) * N * H * D);
     float *q = malloc(sizeof(float) * N * NQH * D), *st = malloc(sizeof(float) * N * H * D);
     fill(k, (size_t)N * H * D, 1u);
@@ -93,6 +93,7 @@ static void test_same_as_cache(void) {
         tq_codec_config cc;
         tq_codec_config_init(&cc, D, ls.key_bits, TQ_VARIANT_MSE);
         cc.seed = test_cache_config(c).scheme.seed;
+        cc.trellis = test_cache_config(c).scheme.trellis; /* the cache's codes (MSE keys) */
         CHECK(tq_key_transform_codec_config(kt, &cc) == TQ_OK);
         CHECK_MSG((cc.split == TQ_SPLIT_BLOCK) == (ls.key_split != 0), "%s", s);
         tq_codec *codec = NULL;

@@ -409,14 +409,24 @@ static void test_tiny_auto3(void) {
                                   "key option %d: %g against %g × %g", o, r.curve[0][o], r0.curve[0][o],
                                   r.key_split_gain);
                 }
-                /* The default at this head dim splits no key at 3 bits: ksplit=0's calibration. */
+                /* The default (trellis codes) splits the keys at 3 bits at any head dim:
+                 * ksplit=1's calibration. */
                 kv_auto_result rd;
                 CHECK(kv_auto_parse("auto:3", &bits0, &b0, err, sizeof err) == 1);
                 st = kv_auto_calibrate(m, pool, ids, 64, &b0, bits0, 0, &rd, err, sizeof err);
                 CHECK_MSG(st == MODEL_OK, "%s", err);
                 if (st == MODEL_OK) {
-                    CHECK(rd.runs == 2 * L + 3 && rd.key_split_gain == 1.0 && rd.measured_kld == r0.measured_kld);
-                    CHECK(memcmp(rd.choice, r0.choice, (size_t)r0.n_layer * sizeof *r0.choice) == 0);
+                    CHECK(rd.runs == 2 * L + 5 && rd.key_split_gain == r.key_split_gain && rd.measured_kld == r.measured_kld);
+                    CHECK(memcmp(rd.choice, r.choice, (size_t)r.n_layer * sizeof *r.choice) == 0);
+                    kv_auto_result_free(&rd);
+                }
+                /* With Lloyd-Max codes this head dim (below TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM)
+                 * splits no key at 3 bits: two passes fewer, no gain. */
+                CHECK(kv_auto_parse("auto:3:trellis=0", &bits0, &b0, err, sizeof err) == 1);
+                st = kv_auto_calibrate(m, pool, ids, 64, &b0, bits0, 0, &rd, err, sizeof err);
+                CHECK_MSG(st == MODEL_OK, "%s", err);
+                if (st == MODEL_OK) {
+                    CHECK(rd.runs == 2 * L + 3 && rd.key_split_gain == 1.0);
                     kv_auto_result_free(&rd);
                 }
                 kv_auto_result_free(&r0);

@@ -70,18 +70,24 @@ static void test_parse(void) {
     CHECK(tq_kv_scheme_parse("turbo3", &s, NULL, 0) == TQ_OK);
     CHECK(s.layer.key_format == TQ_KV_TURBO && s.layer.key_bits == 3 && s.layer.value_bits == 3);
     CHECK(s.layer.key_variant == TQ_VARIANT_MSE && s.layer.norm_correction == 1);
-    CHECK(s.trellis == 0);
-    /* trellis=0|1 (issue 17): kept by the canonical text, which writes it only when set. */
+    /* trellis=0|1|2 (issue 17): with a TurboQuant side the parser's default is 2 (the two-state
+     * tables), which the canonical text leaves out; 0 and 1 are written and read back. */
+    CHECK(s.trellis == TQ_TRELLIS_TWO_STATE);
     char tbuf[512], terr[256];
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && !strstr(tbuf, "trellis"));
+    CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == TQ_TRELLIS_TWO_STATE);
     CHECK(tq_kv_scheme_parse("turbo3:trellis=1", &s, NULL, 0) == TQ_OK && s.trellis == 1);
     CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && strstr(tbuf, ":trellis=1"));
     CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == 1);
     CHECK(tq_kv_scheme_parse("turbo3:trellis=0", &s, NULL, 0) == TQ_OK && s.trellis == 0);
-    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && !strstr(tbuf, "trellis"));
-    /* 2: the two-state tables, written and read back as such */
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && strstr(tbuf, ":trellis=0"));
+    CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == 0);
     CHECK(tq_kv_scheme_parse("turbo3:trellis=2", &s, NULL, 0) == TQ_OK && s.trellis == TQ_TRELLIS_TWO_STATE);
-    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && strstr(tbuf, ":trellis=2"));
-    CHECK(tq_kv_scheme_parse(tbuf, &s, NULL, 0) == TQ_OK && s.trellis == TQ_TRELLIS_TWO_STATE);
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && !strstr(tbuf, "trellis"));
+    /* without a TurboQuant side nothing reads trellis codes: 0, and not written */
+    CHECK(tq_kv_scheme_parse("q4_0r", &s, NULL, 0) == TQ_OK && s.trellis == 0);
+    CHECK(tq_kv_scheme_format(&s, tbuf, sizeof tbuf) == TQ_OK && !strstr(tbuf, "trellis"));
+    CHECK(tq_kv_scheme_parse("turbo0v4", &s, NULL, 0) == TQ_OK && s.trellis == TQ_TRELLIS_TWO_STATE);
     CHECK(tq_kv_scheme_parse("turbo3:trellis=3", &s, terr, sizeof terr) == TQ_ERR_SCHEME &&
           strstr(terr, "trellis"));
     s.trellis = 7;
@@ -308,7 +314,7 @@ static void test_bytes(void) {
 }
 
 static void test_two_phase(void) {
-    tq_kv_cache *c = cache_for("turbo3:window=16:batch=32", 1);
+    tq_kv_cache *c = cache_for("turbo3:trellis=0:window=16:batch=32", 1); /* no key split (below) */
     CHECK(c != NULL);
     if (!c) return;
     CHECK(tq_kv_cache_append(c, 0, kat(0), vat(0), 100) == TQ_OK);
@@ -322,7 +328,8 @@ static void test_two_phase(void) {
     CHECK(tq_kv_cache_memory(c, &m, sizeof m) == TQ_OK);
     CHECK(m.tokens == 113 && m.compressed_tokens == 96);
     /* 96 compressed tokens, 17 raw fp16 ones, the per-head key mean and key scale (on by
-     * default; no key split at turbo3 and head dim 128, TQ_KV_KEY_SPLIT_AUTO) and the 4
+     * default; no key split at turbo3 with Lloyd-Max codes and head dim 128,
+     * TQ_KV_KEY_SPLIT_AUTO) and the 4
      * attention sinks' fp16 K and V (sink=4, the default with TurboQuant) */
     CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) + 4 * H * 4 * D);
     CHECK(m.f16_bytes == 113 * H * 4 * D);
@@ -383,13 +390,15 @@ static void test_prefill_then_decode_equals_all_at_once(void) {
  * those channels in the first (4-bit) block of turbo3.5 and of turbo3 (4 + 2 bits), so the
  * score error the queries see, Σ_i E[q_i²]·(k_i − k̂_i)², falls against the same cache without
  * the split (turbo3.5 predicted Σ_blocks D(b)/n·(Σ √(a_i b_i))²: 0.69×). By default
- * (TQ_KV_KEY_SPLIT_AUTO) the whole width 3 splits from head dim 256 only: here (128) ksplit=1
- * asks for it. */
+ * (TQ_KV_KEY_SPLIT_AUTO) the whole width 3 splits with trellis codes (the default) and, with
+ * Lloyd-Max codes, from head dim 256 only: here (128) ksplit=1 asks for it. */
 static void test_key_split(void) {
     static const struct { const char *s; int split; } cases[] = {
-        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 0}, {"turbo3:ksplit=1", 1}, {"turbo3:ksplit=2", 0},
+        {"turbo3.5", 1}, {"k2.5v4", 1}, {"turbo3", 1}, {"turbo3:trellis=0", 0}, {"turbo3:trellis=0:ksplit=1", 1},
+        {"turbo3:trellis=0:ksplit=2", 0}, {"turbo3:ksplit=2", 1},
         {"turbo3:trellis=1", 1}, {"turbo3:trellis=1:ksplit=0", 0},
-        {"turbo2", 0}, {"turbo2:ksplit=1", 0}, {"k3v4", 0}, {"k3v4:ksplit=1", 1}, {"turbo3.5:ksplit=2", 1},
+        {"turbo2", 0}, {"turbo2:ksplit=1", 0}, {"k3v4", 1}, {"k3v4:trellis=0", 0}, {"k3v4:trellis=0:ksplit=1", 1},
+        {"turbo3.5:ksplit=2", 1},
         {"turbo4", 0}, {"k1v4", 0}, {"turbo3:ksplit=0", 0}, {"turbo3.5:ksplit=0", 0},
         {"turbo3.5:kscale=0", 0}, {"turbo3:kscale=0", 0}, {"k=3.5:v=3:variant=prod:norm=0", 0},
         {"k=3:v=3:variant=prod:norm=0", 0}, {"turbo0v4", 0}};
@@ -400,7 +409,8 @@ static void test_key_split(void) {
     }
     /* The rule by head dim, as a scheme's layer reports it (tq_kv_layer_scheme_key_split). */
     static const struct { const char *s; int dim, split; } dims[] = {
-        {"turbo3", 64, 0}, {"turbo3", 128, 0}, {"turbo3", 256, 1}, {"turbo3", 512, 1},
+        {"turbo3", 64, 1}, {"turbo3", 128, 1}, {"turbo3:trellis=0", 64, 0}, {"turbo3:trellis=0", 128, 0},
+        {"turbo3:trellis=0", 256, 1}, {"turbo3:trellis=0", 512, 1}, {"turbo3:trellis=2", 64, 1},
         {"turbo3:ksplit=1", 64, 1}, {"turbo3:ksplit=0", 256, 0}, {"turbo3.5", 64, 1},
         {"turbo3:trellis=1", 64, 1}, {"turbo3:trellis=1", 128, 1}, {"turbo3:trellis=1:ksplit=0", 256, 0},
         {"turbo4", 256, 0}, {"turbo4:trellis=1", 64, 0}, {"q8_0", 256, 0}};

@@ -80,7 +80,10 @@ typedef struct tq_kv_scheme {
                                   a trellis (tq_codec_config.trellis; same bytes, less error,
                                   slower attention: doc/kvcache.md §2); TQ_TRELLIS_TWO_STATE:
                                   the same with two-state tables (a little more error, faster
-                                  attention); default 0. It sits in
+                                  attention); 0: Lloyd-Max codes (the fastest attention).
+                                  tq_kv_scheme_defaults: 0; tq_kv_scheme_parse:
+                                  TQ_TRELLIS_TWO_STATE when a side of the layer or edge form
+                                  is TurboQuant, else 0 (as sink). It sits in
                                   what was the struct's tail padding: a scheme built by hand,
                                   not by tq_kv_scheme_parse, must be zeroed first */
 } tq_kv_scheme;
