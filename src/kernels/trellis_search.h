@@ -4,7 +4,8 @@
  * of states). The reference (trellis.c) runs the scalar search; the kernel sets run the vector
  * one: per state the same float subtract, multiply, add and strict compare (no reduction
  * across lanes, no fused multiply-add: -ffp-contract=off), so every set finds the same path,
- * bit for bit (tests/test_kernels.c, test_trellis_quantize_pack).
+ * bit for bit (tests/test_kernels.c, test_trellis_quantize_pack). Two-state tables (memory 2)
+ * take their own search over two states (tq_trellis_two_state_path, below).
  */
 #ifndef TQ_KERNELS_TRELLIS_SEARCH_H
 #define TQ_KERNELS_TRELLIS_SEARCH_H
