@@ -27,7 +27,12 @@
  * then bytes [Bl − 1, Bl + 3) of the block, and the vpmultishiftqb controls take the byte at
  * bit 8 − B + Bk of the lane for code k: its low 2B bits are the window, and the table (entry
  * e: the pair value of e mod 2^(2B), quantized with α from the largest |pair value|) reads it
- * as vpermb reads the plain codes. The same instructions per block as Lloyd-Max codes.
+ * as vpermb reads the plain codes. The same instructions per block as Lloyd-Max codes. At 4
+ * bits the 8-bit window of the free tables (trellis=1) indexes 256 entries (two vpermi2b and a
+ * blend on its top bit); the two-state tables (trellis=2, the record's pair_memory 2) are read
+ * from the window's bit 3 — the previous code's top bit, the code, and bits vpermb ignores or
+ * finds in a table of their 32 values held twice — by one vpermb. Both take an even lane's
+ * code 0 from the block loaded four bytes early (vctl.lo2).
  *
  * A segment of one block of at most 64 coordinates (SmolLM2's heads, the halves of turbo3.5 and
  * of the key split at d 128) leaves lanes 8–15 padding, one of at most 32 (the quarters of those
@@ -67,7 +72,7 @@ typedef struct vctl {
                        bytes of the four records of slot L·P/4 */
     __mmask64 sh4m;
 } vctl;
-static vctl vnni_ctl[5][2][3]; /* [B][trellis][log2 P] */
+static vctl vnni_ctl[5][3][3]; /* [B][trellis: 0, 1, 2 two-state at 4 bits][log2 P] */
 
 typedef struct vseg {
     vctl c;               /* the shape's controls (vnni_ctl; vseg_merge: its own) */
@@ -81,7 +86,9 @@ typedef struct vseg {
     __mmask64 mk2[VNNI_MAX_BLOCKS]; /* wide: the block loaded four bytes early (n + 4 bytes, the
                                        first four off in block 0) */
     int B, nblk, trellis; /* trellis: the codes are trellis-coded, ĉ the pair values */
-    int wide;             /* 4-bit trellis codes: 8-bit windows, a 256-entry table */
+    int wide;             /* 4-bit trellis codes of free tables: 8-bit windows, a 256-entry
+                             table (two-state tables: the windows' top 5 bits and 1 more, a
+                             64-entry table of 32 values twice) */
     int pack;             /* records per vector: 1; 2 for one block of ≤ 64 coordinates (lanes
                              8–15 padding), 4 for ≤ 32 (lanes 4–15) */
     int H0;               /* the segment's first block in the lane-layout row */
@@ -91,7 +98,8 @@ typedef struct vseg {
 
 
 static void vctl_make(vctl *c, int B, int tr, int lg) {
-    const int wide = tr && B == 4, lps = 16 >> lg; /* lanes per slot of 64 >> lg bytes */
+    const int wide = tr && B == 4, lps = 16 >> lg; /* lanes per slot of 64 >> lg bytes; wide
+                                                      here: the early loads (both tables) */
     uint8_t align[64], alignp[64], lo[64], hi[64], lo2[64], sh4[64] = {0};
     uint64_t sh4m = 0;
     for (int l = 0; l < 16; l++)
@@ -105,14 +113,17 @@ static void vctl_make(vctl *c, int B, int tr, int lg) {
             if (i % (64 >> lg) >= 4) sh4[i] = (uint8_t)(i - 4), sh4m |= 1ull << i;
     /* Trellis: the window ending with the code — B < 4 in the block loaded one byte early
      * (+8 − B), B = 4 in the block as stored (−4: an even lane's code 0 wraps; lo2 reads
-     * it from the block loaded four bytes early, where it sits at bit 28). */
-    int shift = !tr ? 0 : wide ? 64 - 4 : 8 - B;
+     * it from the block loaded four bytes early, where it sits at bit 28). Two-state 4-bit
+     * tables (tr 2): the window from its bit 3 (−1, lo2 at 31): the previous code's top bit,
+     * the code, then 3 bits of the next code, of which vpermb reads the 6th as bit 5 — the
+     * table holds its 32 values twice. */
+    int shift = !tr ? 0 : wide ? (tr == 2 ? 64 - 1 : 64 - 4) : 8 - B;
     for (int j = 0; j < 8; j++) {
         int lane = j / 4, k = j % 4; /* byte j of a qword: lane 2i + lane, code k (+4) */
         for (int w = 0; w < 8; w++) {
             lo[8 * w + j] = (uint8_t)((32 * lane + shift + B * k) & 63);
             hi[8 * w + j] = (uint8_t)((32 * lane + shift + B * (k + 4)) & 63);
-            lo2[8 * w + j] = 28;
+            lo2[8 * w + j] = tr == 2 ? 31 : 28;
         }
     }
     c->align = _mm512_loadu_si512(align);
@@ -141,10 +152,18 @@ static int vseg_setup(const tq_record *x, vseg *g, float *alpha) {
         int B = x->seg[s].bits, nv, tr = x->seg[s].pairs != NULL;
         const float *val = tq_record_seg_values(x, s, &nv);
         if (tr && (B < 2 || B > 4)) return 0; /* not reached: tq_attn_reads_lanes */
-        int wide = tr && B == 4, ne = wide ? 256 : 64;
+        /* two-state 4-bit tables (record.h, pair_memory 2): entry e is U[c][b], c = bits 1–4
+         * of e, b = bit 0 (the previous code's top bit), bit 5 ignored */
+        const int two = tr && B == 4 && x->seg[s].pair_memory == 2;
+        float u[64];
+        if (two) {
+            for (int e = 0; e < 64; e++) u[e] = val[((e >> 1) & 15) * 16 + (e & 1) * 8];
+            val = u, nv = 64;
+        }
+        int wide = tr && B == 4 && !two, ne = wide ? 256 : 64;
         const int nblk = (x->seg[s].count + 127) / 128;
         const int P = nblk > 1 || x->seg[s].count > 64 ? 1 : x->seg[s].count > 32 ? 2 : 4;
-        const vctl *ctl = &vnni_ctl[B][tr][P == 1 ? 0 : P == 2 ? 1 : 2];
+        const vctl *ctl = &vnni_ctl[B][two ? 2 : tr][P == 1 ? 0 : P == 2 ? 1 : 2];
         g[s].c = *ctl;
         /* entry e: val[e mod nv] (nv < 16: the values repeated by a permute) */
         __m512i rep = _mm512_and_si512(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -199,7 +218,7 @@ static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const
         b.raw = _mm512_maskz_loadu_epi8(g->mk[h], p - 1); /* n + 1 ≤ 49 bytes */
     } else {
         b.raw = _mm512_maskz_loadu_epi8(g->mk[h], p);
-        if (B == 4 && g->wide) b.raw2 = _mm512_maskz_loadu_epi8(g->mk2[h], p - 4);
+        if (B == 4 && g->trellis) b.raw2 = _mm512_maskz_loadu_epi8(g->mk2[h], p - 4);
     }
     if (B != 4) b.raw = _mm512_permutexvar_epi8(g->c.align, b.raw);
     return b;
@@ -212,8 +231,9 @@ static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vb
     __m512i idx = _mm512_multishift_epi64_epi8(u ? g->c.hi : g->c.lo, b.raw);
     if (B == 0) /* merged: segment 1's lanes from its own table */
         return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(idx, t[0]), g->km, idx, t[1]);
+    if (B == 4 && g->trellis && !u) /* even lanes' code 0 from the early load */
+        idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->c.lo2, b.raw2);
     if (B != 4 || !g->wide) return _mm512_permutexvar_epi8(idx, t[0]);
-    if (!u) idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->c.lo2, b.raw2);
     __m512i a = _mm512_permutex2var_epi8(t[0], idx, t[1]), c = _mm512_permutex2var_epi8(t[2], idx, t[3]);
     return _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), a, c);
 }
@@ -244,7 +264,7 @@ static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g
         b.raw = _mm512_inserti32x4(v, _mm_maskz_loadu_epi8((__mmask16)m, r[3] + off - tb), 3);
         if (B != 4) b.raw = _mm512_permutexvar_epi8(g->c.alignp, b.raw);
     }
-    if (B == 4 && g->wide) b.raw2 = _mm512_maskz_permutexvar_epi8(g->c.sh4m, g->c.sh4, b.raw);
+    if (B == 4 && g->trellis) b.raw2 = _mm512_maskz_permutexvar_epi8(g->c.sh4m, g->c.sh4, b.raw);
     return b;
 }
 
@@ -873,7 +893,7 @@ static void vnni_init(void) {
     vnni_table.accum_turbo_lanes = vnni_accum_turbo_lanes;
     vnni_table.trellis_lanes = 1 << 2 | 1 << 3 | 1 << 4;
     for (int B = 1; B <= 4; B++)
-        for (int tr = 0; tr < 2; tr++)
+        for (int tr = 0; tr < 3; tr++)
             for (int lg = 0; lg < 3; lg++) vctl_make(&vnni_ctl[B][tr][lg], B, tr, lg);
 }
 
