@@ -261,9 +261,10 @@ static int scheme_default_sink(const tq_kv_scheme *s) {
 }
 
 /* The parser's trellis codes: the two-state tables wherever a side is TurboQuant (measured on
- * both models, every key compressed, ctx 2048, 7 windows: KLD 19–25% below Lloyd-Max codes at
- * the same bytes, turbo4's ΔPPL +1.50% → +0.81% and +1.14% → +0.58%; decode attention 6–19%
- * slower at ctx 2048; doc/kvcache.md §2, "Trellis codes"), else 0 (nothing reads them). */
+ * both models, every key compressed, ctx 2048, 7 windows: KLD 15–26% below Lloyd-Max codes at
+ * the same bytes, turbo4's ΔPPL +1.50% → +0.58% and +1.14% → +0.58%; decode attention 2–21%
+ * slower at ctx 2048 by kernel set; doc/kvcache.md §2, "Trellis codes"), else 0 (nothing
+ * reads them). */
 static int scheme_default_trellis(const tq_kv_scheme *s) {
     return scheme_default_sink(s) ? TQ_TRELLIS_TWO_STATE : 0;
 }

@@ -98,8 +98,9 @@ typedef struct vseg {
 
 
 static void vctl_make(vctl *c, int B, int tr, int lg) {
-    const int wide = tr && B == 4, lps = 16 >> lg; /* lanes per slot of 64 >> lg bytes; wide
-                                                      here: the early loads (both tables) */
+    /* early: 4-bit trellis codes (either table) take an even lane's code 0 from the block
+     * loaded four bytes early; lps: lanes per slot of 64 >> lg bytes */
+    const int early = tr && B == 4, lps = 16 >> lg;
     uint8_t align[64], alignp[64], lo[64], hi[64], lo2[64], sh4[64] = {0};
     uint64_t sh4m = 0;
     for (int l = 0; l < 16; l++)
@@ -108,7 +109,7 @@ static void vctl_make(vctl *c, int B, int tr, int lg) {
             /* P = 2: vpermt2b of two records' loads; P = 4: vpermb of four 16-byte slots */
             alignp[4 * l + j] = (uint8_t)((l / lps) * (lg == 1 ? 64 : 16) + B * (l % lps) + j);
         }
-    if (wide)
+    if (early)
         for (int i = 0; i < 64; i++)
             if (i % (64 >> lg) >= 4) sh4[i] = (uint8_t)(i - 4), sh4m |= 1ull << i;
     /* Trellis: the window ending with the code — B < 4 in the block loaded one byte early
@@ -117,7 +118,7 @@ static void vctl_make(vctl *c, int B, int tr, int lg) {
      * tables (tr 2): the window from its bit 3 (−1, lo2 at 31): the previous code's top bit,
      * the code, then 3 bits of the next code, of which vpermb reads the 6th as bit 5 — the
      * table holds its 32 values twice. */
-    int shift = !tr ? 0 : wide ? (tr == 2 ? 64 - 1 : 64 - 4) : 8 - B;
+    int shift = !tr ? 0 : early ? (tr == 2 ? 64 - 1 : 64 - 4) : 8 - B;
     for (int j = 0; j < 8; j++) {
         int lane = j / 4, k = j % 4; /* byte j of a qword: lane 2i + lane, code k (+4) */
         for (int w = 0; w < 8; w++) {

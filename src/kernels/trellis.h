@@ -25,7 +25,7 @@
  * bits in [TQ_TRELLIS_MIN_BITS, TQ_TRELLIS_MAX_BITS], n ≤ TQ_MAX_DIM (1024).
  * memory: the table's (src/trellis_tables.h): 2^bits searches over every previous index; 2
  * (bits 3, 4; the table must then be two-state: pairs[t·L + p] depends on t and p's top bit
- * only) searches over the previous index's top bit — the same least cost, found 4–8× faster
+ * only) searches over the previous index's top bit — the same least cost, found 2–4.6× faster
  * (trellis_search.h), with its own tie rules (the lowest index within a half, then state 0). */
 float tq_trellis_quantize_pack(const float *x, float scale, int n, int bits, const float *pairs,
                                int memory, uint8_t *out);

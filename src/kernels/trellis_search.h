@@ -203,10 +203,9 @@ static inline __attribute__((always_inline)) float tq_trellis_pack_path(const ui
  * commute with the adds); only the tie rules differ. Every kernel set runs step 1 with the
  * same subtract, multiply and strict compare per lane and step 2 in scalar code: the same path
  * on every set. */
-#define TQ_TRELLIS_PAD 16 /* a row of step 1 holds n rounded up to a vector's lanes */
 typedef struct tq_trellis_near {
-    float e[4][TQ_TRELLIS_MAX_N + TQ_TRELLIS_PAD];   /* [b'·2 + b][i] */
-    int32_t t[4][TQ_TRELLIS_MAX_N + TQ_TRELLIS_PAD]; /* its index t */
+    float e[4][TQ_TRELLIS_MAX_N];   /* [b'·2 + b][i] */
+    int32_t t[4][TQ_TRELLIS_MAX_N]; /* its index t */
 } tq_trellis_near;
 
 /* Step 1 for coordinates [i0, n) one at a time (the reference; a kernel set's tail). */
