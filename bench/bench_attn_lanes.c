@@ -6,10 +6,15 @@
  * ratio columns are against the float table of the same width (avx2 for avx2-int8 and
  * avx2-vnni, avx512 for avx512-vnni, neon for neon-dot), measured in the same run.
  *
- *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t|:2][:s]]]]   (default 30 ms, nk 4096,
- *   every shape; ":t": trellis-coded indices, timed on the tables that read them; ":2": the
- *   same with the two-state tables, TQ_TRELLIS_TWO_STATE; ":s": the key split's records at a
- *   whole width, half the coordinates at one bit more, half at one less, TQ_SPLIT_BLOCK)
+ *   bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t|:2][:s] [tile|tile:score|tile:value]]]]
+ *   (default 30 ms, nk 4096, every shape; ":t": trellis-coded indices, timed on the tables that
+ *   read them; ":2": the same with the two-state tables, TQ_TRELLIS_TWO_STATE; ":s": the key
+ *   split's records at a whole width, half the coordinates at one bit more, half at one less,
+ *   TQ_SPLIT_BLOCK). "tile": the float tables (avx2, avx512, neon) also through the tile, what
+ *   src/attention.c does where a table's lane kernels do not read a record: blocks of 64
+ *   records decoded to rows (tq_record_decode_rows), then dot_multi / accum_rows; rows named
+ *   "TABLE tile". "tile:score" / "tile:value": only that half of the tile, nothing else (for
+ *   instruction counts: scripts/arm-instr-counts.sh).
  *
  * With min_ms 0 each kernel is called once: under `valgrind --tool=callgrind` (x86) or
  * scripts/arm-instr-counts.sh (aarch64 under qemu) that gives instruction counts per record.
@@ -42,35 +47,84 @@ static float gauss(void) {
 
 static volatile float sink;
 
-/* Best ns per record of `score` (which = 0) or `accum` (1) of table t over nk records. */
-static double time_one(const tq_attn_kernels *t, int which, const tq_record *x, const uint8_t *rec,
-                       int nk, const float *q, int kl, const float *p, float *S, float *acc,
-                       double min_ms) {
+#define TILE_KB 64 /* records per tile, as src/attention.c's KB */
+
+/* One timed call: scores (which = 0) or value sums (1) of table t over nk records, through its
+ * lane kernels (tile = 0: q the NQ queries in the lane layout, kl floats each) or the tile
+ * (tile = 1: qr the queries as rows, x->row_floats each; rows decoded TILE_KB at a time into
+ * tl, stride ts, with ks, then dot_multi / accum_rows). */
+typedef struct call {
+    const tq_attn_kernels *t;
+    tq_kernel_set ks;
+    int which, tile, nk, kl;
+    const tq_record *x;
+    const uint8_t *rec;
+    const float *q, *qr, *p;
+    float *S, *acc, *tl;
+    size_t ts;
+} call;
+
+static void run_lanes(const call *c) {
+    if (c->which == 0) {
+        c->t->score_turbo_lanes(c->x, c->rec, c->nk, c->q, (size_t)c->kl, NQ, c->S, (size_t)c->nk, TQ_ATTN_NO_AHEAD);
+        sink += c->S[c->nk / 2];
+    } else {
+        memset(c->acc, 0, sizeof(float) * (size_t)c->kl * NQ);
+        c->t->accum_turbo_lanes(c->x, c->rec, c->nk, c->p, (size_t)c->nk, NQ, c->acc, (size_t)c->kl, TQ_ATTN_NO_AHEAD);
+        sink += c->acc[c->kl / 2];
+    }
+}
+
+static void run_tile(const call *c) {
+    int w = c->x->row_floats, nk = c->nk;
+    if (c->which) memset(c->acc, 0, sizeof(float) * (size_t)w * NQ);
+    for (int b0 = 0; b0 < nk; b0 += TILE_KB) {
+        int nb = nk - b0 < TILE_KB ? nk - b0 : TILE_KB;
+        tq_record_decode_rows(&c->ks, c->x, c->rec + (size_t)b0 * c->x->rec_bytes, (size_t)nb, c->tl, c->ts);
+        if (c->which == 0) {
+            float o[NQ];
+            for (int r = 0; r < nb; r++) {
+                c->t->dot_multi(c->tl + (size_t)r * c->ts, c->qr, (size_t)w, NQ, w, o);
+                for (int j = 0; j < NQ; j++) c->S[(size_t)j * (size_t)nk + (size_t)(b0 + r)] = o[j];
+            }
+        } else {
+            for (int j = 0; j < NQ; j++)
+                c->t->accum_rows(c->acc + (size_t)j * (size_t)w, c->p + (size_t)j * (size_t)nk + (size_t)b0, c->tl,
+                                 c->ts, nb, w);
+        }
+    }
+    sink += c->which ? c->acc[w / 2] : c->S[nk / 2];
+}
+
+/* Best ns per record of call c (at least 3 runs, more until min_ms is spent; min_ms 0: one). */
+static double time_call(const call *c, double min_ms) {
     double best = 1e300, spent = 0;
     int runs = 0;
     while (runs < 3 || (spent < min_ms * 1e6 && runs < 1000)) {
         double t0 = now_ns();
-        if (which == 0) {
-            t->score_turbo_lanes(x, rec, nk, q, (size_t)kl, NQ, S, (size_t)nk, TQ_ATTN_NO_AHEAD);
-            sink += S[nk / 2];
-        } else {
-            memset(acc, 0, sizeof(float) * (size_t)kl * NQ);
-            t->accum_turbo_lanes(x, rec, nk, p, (size_t)nk, NQ, acc, (size_t)kl, TQ_ATTN_NO_AHEAD);
-            sink += acc[kl / 2];
-        }
+        if (c->tile)
+            run_tile(c);
+        else
+            run_lanes(c);
         double dt = now_ns() - t0;
         spent += dt;
         runs++;
         if (dt < best) best = dt;
         if (min_ms <= 0 && runs >= 1) break;
     }
-    return best / nk;
+    return best / c->nk;
 }
 
 int main(int argc, char **argv) {
     double min_ms = argc > 1 ? atof(argv[1]) : 30.0;
     int nk = argc > 2 ? atoi(argv[2]) : 4096;
     int only_dim = 0, only_tr = 0, only_sp = 0, two_state = 0; /* ":2" */
+    int tile = 0; /* 1: the tile too; 2: only its scores; 3: only its value sums */
+    if (argc > 4) {
+        tile = strcmp(argv[4], "tile") == 0 ? 1 : strcmp(argv[4], "tile:score") == 0 ? 2
+             : strcmp(argv[4], "tile:value") == 0 ? 3 : -1;
+        if (tile < 0 || argc > 5) nk = 0;
+    }
     float only_bits = 0;
     char tags[16] = "";
     if (argc > 3) {
@@ -81,7 +135,7 @@ int main(int argc, char **argv) {
         if (got < 2 || strlen(tags) != 2u * (unsigned)(only_tr + only_sp)) nk = 0;
     }
     if (nk < 1 || nk > 1 << 20 || !(min_ms >= 0)) {
-        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t|:2][:s]]]]\n");
+        fprintf(stderr, "usage: bench_attn_lanes [min_ms_per_figure [nk [DIM:BITS[:t|:2][:s] [tile|tile:score|tile:value]]]]\n");
         return 2;
     }
     const tq_attn_kernels *tabs[7] = {tq_attn_kernels_avx2(), tq_attn_kernels_avx2_int8(),
@@ -119,22 +173,42 @@ int main(int argc, char **argv) {
         float *v = malloc(sizeof(float) * (size_t)d * (size_t)nk);
         float *q = calloc((size_t)kl * NQ, sizeof(float)), *qn = malloc(sizeof(float) * (size_t)d);
         float *p = malloc(sizeof(float) * (size_t)nk * NQ), *S = malloc(sizeof(float) * (size_t)nk * NQ);
-        float *acc = malloc(sizeof(float) * (size_t)kl * NQ);
-        if (!rec || !v || !q || !qn || !p || !S || !acc || !kl) return 1;
+        size_t ts = ((size_t)kx.row_floats + 15) / 16 * 16;
+        float *acc = malloc(sizeof(float) * (size_t)(kl > kx.row_floats ? kl : kx.row_floats) * NQ);
+        float *qr = malloc(sizeof(float) * (size_t)kx.row_floats * NQ), *tl = malloc(sizeof(float) * ts * TILE_KB);
+        if (!rec || !v || !q || !qn || !p || !S || !acc || !qr || !tl || !kl) return 1;
         for (size_t i = 0; i < (size_t)d * (size_t)nk; i++) v[i] = gauss();
         if (tq_codec_encode(codec, v, (size_t)nk, rec, rb * (size_t)nk) != TQ_OK) return 1;
         for (int j = 0; j < NQ; j++) {
             for (int i = 0; i < d; i++) qn[i] = gauss();
             tq_record_to_lanes(&kx, qn, q + (size_t)j * (size_t)kl);
+            for (int i = 0; i < kx.row_floats; i++) qr[(size_t)j * (size_t)kx.row_floats + (size_t)i] = i < d ? qn[i] : 0.0f;
         }
         for (size_t i = 0; i < (size_t)nk * NQ; i++) p[i] = (float)fabs(gauss()) / (float)nk;
         double ns[7][2];
         for (int ti = 0; ti < 7; ti++) {
             const tq_attn_kernels *t = tabs[ti];
             ns[ti][0] = ns[ti][1] = 0;
-            if (!t || !tq_kernels_supported(need[ti]) || !t->score_turbo_lanes || !tq_attn_reads_lanes(t, &kx)) continue;
-            ns[ti][0] = time_one(t, 0, &kx, rec, nk, q, kl, p, S, acc, min_ms);
-            ns[ti][1] = time_one(t, 1, &vx, rec, nk, q, kl, p, S, acc, min_ms);
+            if (!t || !tq_kernels_supported(need[ti])) continue;
+            call c = {t, *tq_kernel_set_get(), 0, 0, nk, kl, &kx, rec, q, qr, p, S, acc, tl, ts};
+            c.ks.attn = t;
+            if (tile && base[ti] == ti) { /* a float table through the tile */
+                c.tile = 1;
+                c.which = 0;
+                double a = tile != 3 ? time_call(&c, min_ms) : 0;
+                c.which = 1, c.x = &vx;
+                double b = tile != 2 ? time_call(&c, min_ms) : 0;
+                c.tile = 0, c.x = &kx;
+                char tn[32];
+                snprintf(tn, sizeof tn, "%s tile", t->name);
+                printf("%-12s %4d %5g%-4s %8.2f %10.2f %9s %9s\n", tn, d, (double)cfgs[ci].bits,
+                       cfgs[ci].tr ? (two_state ? ":2" : ":t") : cfgs[ci].sp ? ":s" : "", a, b, "-", "-");
+            }
+            if (tile > 1 || !t->score_turbo_lanes || !tq_attn_reads_lanes(t, &kx)) continue;
+            c.which = 0;
+            ns[ti][0] = time_call(&c, min_ms);
+            c.which = 1, c.x = &vx;
+            ns[ti][1] = time_call(&c, min_ms);
             double b0 = ns[base[ti]][0], b1 = ns[base[ti]][1];
             char r0[16] = "-", r1[16] = "-"; /* the float table reads no trellis codes */
             if (b0 > 0) snprintf(r0, sizeof r0, "%.2fx", b0 / ns[ti][0]);
@@ -144,7 +218,7 @@ int main(int argc, char **argv) {
                    : cfgs[ci].sp ? ":s" : "", ns[ti][0], ns[ti][1],
                    r0, r1);
         }
-        free(rec), free(v), free(q), free(qn), free(p), free(S), free(acc);
+        free(rec), free(v), free(q), free(qn), free(p), free(S), free(acc), free(qr), free(tl);
         tq_codec_free(codec);
     }
     return 0;

@@ -1394,21 +1394,33 @@ static void test_trellis_unpack(void) {
 
 
 /* Trellis-coded records (issue 17) through the lane kernels of the tables that read them
- * (avx512-vnni, avx2-int8, avx2-vnni: trellis_lanes): scores and value sums within the integer kernels' bounds of
- * the exact ones from the decoded rows (the tile path's tq_record_decode_rows); 37 tokens (a
- * last group of one: the float rows); a corrupt norm zeroes its row and is reported; a
- * non-finite query or weight gives NaN where the exact sum has it. The float tables take the
- * tile (tq_attn_reads_lanes). */
+ * (avx512-vnni, avx2-int8, avx2-vnni, neon-dot: trellis_lanes; neon: trellis_lane_entries):
+ * scores and value sums within the integer kernels' bounds of the exact ones from the decoded
+ * rows (the tile path's tq_record_decode_rows), or for a float table within fp32 rounding; 37
+ * tokens (a last group of one: the float rows); a corrupt norm zeroes its row and is reported;
+ * a non-finite query or weight gives NaN where the exact sum has it. The other float tables
+ * take the tile (tq_attn_reads_lanes). */
 static int trellis_widest(const tq_kv_tensor *x) {
     int b = 0;
     for (int s = 0; s < x->n_seg; s++) b = x->seg[s].bits > b ? x->seg[s].bits : b;
     return b;
 }
 
-/* Table t reads trellis codes of up to max_bits bits (wider: the tile in decode; called
- * directly, it still answers, in float rows). */
-static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int usable, int max_bits, double clev,
-                                double qlev) {
+/* The most distinct values of x's trellis tables, 2^bits · pair_memory. */
+static int trellis_entries(const tq_kv_tensor *x) {
+    int e = 0;
+    for (int s = 0; s < x->n_seg; s++) {
+        int n = x->seg[s].pair_memory << x->seg[s].bits;
+        e = n > e ? n : e;
+    }
+    return e;
+}
+
+/* Table t reads trellis codes of up to max_bits bits, or (a float table: entries > 0) of
+ * tables of up to `entries` values (others: the tile in decode; called directly, it still
+ * answers, in float rows). clev, qlev: the integer kernels' levels (unused for a float table). */
+static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int usable, int max_bits, int entries,
+                                double clev, double qlev) {
     static const struct { int dim; const char *sch; } cfgs[] = {
         {128, "turbo3:trellis=1"}, {256, "turbo3:trellis=1"}, {128, "turbo2:trellis=1"},
         {64, "turbo2.5:trellis=1"}, {96, "turbo3:trellis=1"}, {40, "turbo3:trellis=1"},
@@ -1435,8 +1447,8 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
         for (int f = 0; f < 3; f++)
             if (floats[f]) CHECK(!tq_attn_reads_lanes(floats[f], kx));
         if (t)
-            CHECK_MSG(tq_attn_reads_lanes(t, kx) == (trellis_widest(kx) <= max_bits) &&
-                          tq_attn_reads_lanes(t, vx) == (trellis_widest(vx) <= max_bits),
+            CHECK_MSG(tq_attn_reads_lanes(t, kx) == (entries ? trellis_entries(kx) <= entries : trellis_widest(kx) <= max_bits) &&
+                          tq_attn_reads_lanes(t, vx) == (entries ? trellis_entries(vx) <= entries : trellis_widest(vx) <= max_bits),
                       "%s: %s d %d", name, cfgs[ci].sch, d);
         int kl = tq_record_lanes(kx), vl = tq_record_lanes(vx);
         if (!usable || !kl || !vl) {
@@ -1467,7 +1479,9 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
             for (int t2 = 0; t2 < NK; t2++) {
                 double e = 0;
                 for (int i = 0; i < d; i++) e += (double)q[j * d + i] * rowk[t2 * d + i];
-                double b = int8_score_bound(kx, rk + (size_t)t2 * kb, q + j * d, clev, qlev);
+                double b = 0, mag = 0;
+                for (int i = 0; i < d; i++) mag += fabs((double)q[j * d + i] * rowk[t2 * d + i]);
+                b = entries ? 1e-5 * mag + 1e-6 : int8_score_bound(kx, rk + (size_t)t2 * kb, q + j * d, clev, qlev);
                 double err = fabs(e - S[j * NK + t2]);
                 if (t2 == 5) {
                     CHECK(S[j * NK + t2] == 0.0f);
@@ -1477,7 +1491,14 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
                 worst_s = fmax(worst_s, err / b);
             }
             double bnd[256];
-            int8_accum_bound(vx, rv, NK, p + j * NK, clev, bnd);
+            if (entries)
+                for (int i = 0; i < d; i++) {
+                    double mag = 0;
+                    for (int t2 = 0; t2 < NK; t2++) mag += fabs((double)p[j * NK + t2] * rowv[t2 * d + i]);
+                    bnd[i] = 1e-5 * mag + 1e-6;
+                }
+            else
+                int8_accum_bound(vx, rv, NK, p + j * NK, clev, bnd);
             for (int i = 0; i < d; i++) {
                 double e = 0;
                 for (int t2 = 0; t2 < NK; t2++) e += (double)p[j * NK + t2] * rowv[t2 * d + i];
@@ -1500,20 +1521,24 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
     if (usable) printf("     %s, trellis codes: largest error %.3f of the bound (scores), %.3f (values)\n", name, worst_s, worst_v);
 }
 
-/* The integer tables read trellis codes of 2 to 4 bits within their error bounds. */
+/* The integer tables read trellis codes of 2 to 4 bits within their error bounds; the NEON
+ * float table those of tables of at most 32 values within fp32 rounding. */
 static void test_trellis_lanes(void) {
     trellis_lanes_table("avx512-vnni", tq_attn_kernels_avx512_vnni(),
                         attn_table_usable("avx512-vnni", tq_attn_kernels_avx512_vnni(), tq_kernels_supported(TQ_KERNELS_AVX512)),
-                        4, 127.0, 127.0);
+                        4, 0, 127.0, 127.0);
     trellis_lanes_table("avx2-int8", tq_attn_kernels_avx2_int8(),
                         attn_table_usable("avx2-int8", tq_attn_kernels_avx2_int8(), tq_kernels_supported(TQ_KERNELS_AVX2)),
-                        4, 63.0, 63.0);
+                        4, 0, 63.0, 63.0);
     trellis_lanes_table("avx2-vnni", tq_attn_kernels_avxvnni(),
                         attn_table_usable("avx2-vnni", tq_attn_kernels_avxvnni(), tq_kernels_supported(TQ_KERNELS_AVX2)),
-                        4, 63.0, 127.0);
+                        4, 0, 63.0, 127.0);
     trellis_lanes_table("neon-dot", tq_attn_kernels_neon_dot(),
                         attn_table_usable("neon-dot", tq_attn_kernels_neon_dot(), tq_kernels_supported(TQ_KERNELS_NEON)),
-                        4, 127.0, 127.0);
+                        4, 0, 127.0, 127.0);
+    trellis_lanes_table("neon", tq_attn_kernels_neon(),
+                        attn_table_usable("neon", tq_attn_kernels_neon(), tq_kernels_supported(TQ_KERNELS_NEON)),
+                        0, 32, 0.0, 0.0);
 }
 
 int main(int argc, char **argv) {

@@ -107,16 +107,25 @@ typedef struct tq_attn_kernels {
      * (kernels/trellis.h; attn_vnni.c, attn_avx2_int8.c and attn_neon_dot.c: 2 to 4 bits); records with
      * a segment of a width not set take the tile (tq_attn_reads_lanes). */
     int trellis_lanes;
+    /* Or: the lane kernels read trellis-coded segments of any width whose table has at most
+     * this many distinct values, 2^bits · pair_memory (attn_neon.c: 32 — the two-state tables
+     * of 3 and 4 bits and the 2-bit ones); 0: none. */
+    int trellis_lane_entries;
 } tq_attn_kernels;
 
 /* 1 if table ak's lane kernels read x's records (given tq_record_lanes(x) > 0): always for
  * Lloyd-Max indices; for trellis codes only if every segment is trellis-coded at a width the
- * table's trellis_lanes has. */
+ * table's trellis_lanes has or with a table of at most its trellis_lane_entries values. */
 static inline int tq_attn_reads_lanes(const tq_attn_kernels *ak, const tq_record *x) {
     if (!tq_record_trellis(x)) return 1;
-    for (int s = 0; s < x->n_seg; s++)
-        if (!x->seg[s].pairs || x->seg[s].bits < 0 || x->seg[s].bits > 30 || !((ak->trellis_lanes >> x->seg[s].bits) & 1))
+    for (int s = 0; s < x->n_seg; s++) {
+        int B = x->seg[s].bits;
+        if (!x->seg[s].pairs || B < 0 || B > 30) return 0;
+        if ((ak->trellis_lanes >> B) & 1) continue;
+        if (B > 8 || x->seg[s].pair_memory < 1 || x->seg[s].pair_memory > (1 << B) ||
+            (long)x->seg[s].pair_memory << B > (long)ak->trellis_lane_entries)
             return 0;
+    }
     return 1;
 }
 

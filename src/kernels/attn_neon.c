@@ -3,7 +3,9 @@
  * starts from the reference one and replaces the float hot loops: dot products, row sums
  * (one row, or several at once: accum_multi), the prefill tile's scores (score_panels),
  * scaling, fp16 → f32, and the TurboQuant lane kernels (record.h, tq_record_lanes: four lanes
- * per vector, centroids looked up with one vqtbl4q per four coordinates, float multiply-adds).
+ * per vector, centroids looked up with one vqtbl4q per four coordinates, float multiply-adds;
+ * trellis codes of tables of at most 32 values by their windows, nrow_block; the empty half
+ * of a 64-coordinate block skipped).
  * The softmax pieces (exp_sum, shift_scale_max) and the q8_0 / q4_0 decoders stay the
  * reference's, which keeps their bit-exactness rules trivially. The integer lane kernels
  * (sdot / udot, CPUs with the ARMv8.2 dot products) are attn_neon_dot.c's.
@@ -15,6 +17,8 @@
 #include <arm_neon.h>
 #include <pthread.h>
 #include <string.h>
+
+#include "trellis_rows.h"
 
 static void neon_dot_multi(const float *k, const float *q, size_t q_stride, int nq, int n, float *out) {
     int j = 0;
@@ -140,20 +144,49 @@ static void neon_f16_to_f32(const uint16_t *in, float *out, int n) {
 
 /* ---- lane layout: 8 codes per 32-bit lane, four lanes per vector ---- */
 
+/* A segment's codes as the lane kernels read them. Plain codes: lane word L holds 8 codes of B
+ * bits (code k at bit Bk), looked up in the 2^B centroids repeated over 16 entries. Trellis
+ * codes (kernels/trellis.h) of tables with at most NEON_TRELLIS_ENTRIES distinct values: code
+ * k's value is the entry of its window, the W = B + P stream bits [Bk − P, Bk + B) — the code
+ * and the top P bits of the code before (P = log2 pair_memory: 1 for the two-state tables, B
+ * for the free ones; the first code of a lane takes them from the byte before the lane, and
+ * the first of a segment from zeros, as tq_trellis_unpack) — in a table of 2^W floats
+ * (16 or 32: one vqtbl4q, or a vqtbl4q and a vqtbx4q). */
+#define NEON_TRELLIS_ENTRIES 32
+
 typedef struct nseg {
-    uint8x16x4_t tab; /* the 2^B centroids repeated over 16 entries, as bytes */
-    int B, nblk;
+    uint8x16x4_t tab[2]; /* 16 floats as bytes each: entries 0–15 and (W = 5) 16–31 */
+    int B, P, nblk;      /* P = 0: plain codes */
+    int last_groups;     /* groups of four lanes of the last block that hold codes (1 to 4) */
     size_t off, bytes;
 } nseg;
 
+/* The 2^W window values of a trellis segment s (W ≤ 5): window w = (code << P) | (the top P
+ * bits of the code before), the pair table's entry (code << B) | (those bits << (B − P)). */
+static void trellis_window_table(const tq_record *x, int s, int P, float *out) {
+    int B = x->seg[s].bits, W = B + P;
+    for (int w = 0; w < (1 << W); w++)
+        out[w] = x->seg[s].pairs[((w >> P) << B) | ((w & ((1 << P) - 1)) << (B - P))];
+}
+
 static void nseg_setup(const tq_record *x, nseg *g) {
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits, m = (1 << B) - 1;
-        float rep[16];
-        for (int i = 0; i < 16; i++) rep[i] = x->seg[s].centroids[i & m];
-        for (int v = 0; v < 4; v++) g[s].tab.val[v] = vreinterpretq_u8_f32(vld1q_f32(rep + 4 * v));
+        int B = x->seg[s].bits, m = (1 << B) - 1, P = 0;
+        float rep[32];
+        if (x->seg[s].pairs) {
+            while ((1 << P) < x->seg[s].pair_memory) P++;
+            trellis_window_table(x, s, P, rep);
+            for (int i = 1 << (B + P); i < 32; i++) rep[i] = rep[i & ((1 << (B + P)) - 1)]; /* W < 5: repeated */
+        } else {
+            for (int i = 0; i < 32; i++) rep[i] = x->seg[s].centroids[i & m];
+        }
+        for (int t = 0; t < 2; t++)
+            for (int v = 0; v < 4; v++) g[s].tab[t].val[v] = vreinterpretq_u8_f32(vld1q_f32(rep + 16 * t + 4 * v));
         g[s].B = B;
+        g[s].P = P;
         g[s].nblk = (x->seg[s].count + 127) / 128;
+        int last = x->seg[s].count - 128 * (g[s].nblk - 1); /* codes in the last block */
+        g[s].last_groups = (last + 31) / 32;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
@@ -181,19 +214,48 @@ static inline uint32x4_t nlane_load(const uint8_t *p, int m, int B) {
 }
 
 /* The block h of a segment at rec (record + segment offset) into blk (64 bytes, zero-padded
- * when the block is partial); returns blk or the block itself. */
-static inline const uint8_t *nblock(const nseg *g, const uint8_t *rec, int h, uint8_t *blk) {
+ * when the block is partial); returns blk or the block itself. *prev: the byte before the
+ * block (0 for the first). */
+static inline const uint8_t *nblock(const nseg *g, const uint8_t *rec, int h, uint8_t *blk, uint8_t *prev) {
     size_t at = (size_t)h * 16 * (size_t)g->B, n = g->bytes - at;
+    *prev = h ? rec[at - 1] : 0;
     if (n >= 16 * (size_t)g->B) return rec + at;
     memset(blk, 0, 64);
     memcpy(blk, rec + at, n < 16 * (size_t)g->B ? n : 16 * (size_t)g->B);
     return blk;
 }
 
-static inline float32x4_t nlookup(const nseg *g, uint32x4_t L, int k) {
-    uint32x4_t idx = vandq_u32(vshlq_u32(L, vdupq_n_s32(-g->B * k)), vdupq_n_u32(15));
-    uint32x4_t b = vaddq_u32(vmulq_n_u32(idx, 0x04040404u), vdupq_n_u32(0x03020100u));
-    return vreinterpretq_f32_u8(vqtbl4q_u8(g->tab, vreinterpretq_u8_u32(b)));
+/* Block b of a segment (the byte before it: prev; its first mg groups of four lanes hold
+ * codes) into the row positions out + 16k + 4m + l: lane word L holds codes k = 0 … 7, each
+ * looked up by its index (plain: B bits, the 2^B centroids repeated over 16 entries) or its
+ * window (trellis: the W = B + P stream bits [Bk − P, Bk + B); for k = 0 the P bits before
+ * are the top of the word to the lane's left, Lp — the previous group's lane 3 for lane 0, the
+ * byte before the block for the first group) in the table t0 (entries 0–15) and t1 (16–31).
+ * B and P are constants at every call (nrow's switch). */
+static inline __attribute__((always_inline)) void nrow_block(const uint8_t *b, uint8_t prev, int mg, uint8x16x4_t t0,
+                                                             uint8x16x4_t t1, float *out, int B, int P) {
+    const uint32x4_t mask = vdupq_n_u32(P ? (1u << (B + P)) - 1u : 15u);
+    const uint32x4_t spread = vdupq_n_u32(0x03020100u);
+    uint32x4_t Lp = vsetq_lane_u32(P ? (uint32_t)prev << (8 * B - 8) : 0u, vdupq_n_u32(0), 3);
+    for (int m = 0; m < mg; m++) {
+        uint32x4_t L = nlane_load(b, m, B);
+        for (int k = 0; k < 8; k++) {
+            uint32x4_t w;
+            if (!P)
+                w = k ? vshlq_u32(L, vdupq_n_s32(-B * k)) : L;
+            else if (k)
+                w = vshlq_u32(L, vdupq_n_s32(P - B * k));
+            else /* the top P bits of each lane's left neighbour below the code */
+                w = vorrq_u32(vshlq_u32(L, vdupq_n_s32(P)), vshlq_u32(vextq_u32(Lp, L, 3), vdupq_n_s32(P - 8 * B)));
+            /* entry e → its four bytes 4e … 4e + 3 */
+            uint8x16_t bi = vreinterpretq_u8_u32(vmlaq_n_u32(spread, vandq_u32(w, mask), 0x04040404u));
+            uint8x16_t r = vqtbl4q_u8(t0, bi);
+            /* entries 16–31: bytes 64–127 from t1 (bytes below 64 wrap past 191: kept) */
+            if (P && B + P == 5) r = vqtbx4q_u8(r, t1, vsubq_u8(bi, vdupq_n_u8(64)));
+            vst1q_f32(out + 16 * k + 4 * m, vreinterpretq_f32_u8(r));
+        }
+        Lp = L;
+    }
 }
 
 /* The scale of a record's row (norm · inv_sqrt_dim), 0 and *ok = 0 for a corrupt norm. */
@@ -206,39 +268,111 @@ static inline float nscale(const tq_record *x, const uint8_t *r, int *ok) {
     return n * x->inv_sqrt_dim;
 }
 
+/* The groups of four lanes of block h that hold codes: 4, but in a segment's last block (a
+ * segment of 64 coordinates — SmolLM2's heads, a turbo3.5 half at d128 — fills two). Row
+ * positions 128h + 16k + 4m + l with m at or past it hold nothing: the kernels neither write
+ * nor read them. */
+static inline int ngroups(const nseg *g, int h) { return h + 1 < g->nblk ? 4 : g->last_groups; }
+
+/* Runs STEP(i) for i the first row position of every four that hold codes, in row order:
+ * a whole block's 128 in one run, a partial one's 16k + 4m for m < its groups. */
+#define NEON_FOR_CODES(x, g, STEP)                                                                                     \
+    do {                                                                                                               \
+        size_t base_ = 0;                                                                                              \
+        for (int s_ = 0; s_ < (x)->n_seg; base_ += 128 * (size_t)(g)[s_].nblk, s_++)                                   \
+            for (int h_ = 0; h_ < (g)[s_].nblk; h_++) {                                                                \
+                int mg_ = ngroups(&(g)[s_], h_);                                                                       \
+                size_t b0_ = base_ + 128 * (size_t)h_;                                                                 \
+                if (mg_ == 4)                                                                                          \
+                    for (size_t i_ = b0_; i_ < b0_ + 128; i_ += 4) STEP(i_);                                           \
+                else                                                                                                   \
+                    for (size_t k_ = 0; k_ < 8; k_++)                                                                  \
+                        for (int m_ = 0; m_ < mg_; m_++) STEP(b0_ + 16 * k_ + 4 * (size_t)m_);                         \
+            }                                                                                                          \
+    } while (0)
+
 /* A lane-layout row: TQ_MAX_DIM coordinates in at most two segments pad to 9 blocks. */
 #define NEON_MAX_LANES (TQ_MAX_DIM + 128)
 
-/* Record r → its row in the lane layout (kl floats, centroids unscaled). */
-static void nrow(const tq_record *x, const nseg *g, const uint8_t *r, float *row) {
-    uint8_t blk[64];
-    for (int s = 0; s < x->n_seg; s++) {
+/* Record r → its row in the lane layout (the positions that hold codes; centroids unscaled);
+ * inlined into each kernel (so that scripts/arm-instr-counts.sh counts it in each). */
+static inline __attribute__((always_inline)) void nrow(const tq_record *x, const nseg *g, const uint8_t *r,
+                                                      float *row) {
+    uint8_t blk[64], prev;
+    for (int s = 0; s < x->n_seg; row += 128 * (size_t)g[s].nblk, s++) { /* a segment's blocks, then the next's */
+        const uint8x16x4_t t0 = g[s].tab[0], t1 = g[s].tab[1];
         for (int h = 0; h < g[s].nblk; h++) {
-            const uint8_t *b = nblock(&g[s], r + g[s].off, h, blk);
-            for (int m = 0; m < 4; m++) {
-                uint32x4_t L = nlane_load(b, m, g[s].B);
-                for (int k = 0; k < 8; k++) vst1q_f32(row + 128 * h + 16 * k + 4 * m, nlookup(&g[s], L, k));
+            const uint8_t *b = nblock(&g[s], r + g[s].off, h, blk, &prev);
+            int mg = ngroups(&g[s], h);
+            float *out = row + 128 * (size_t)h;
+            switch (g[s].B * 8 + g[s].P) { /* (B, P) as constants */
+            case 8: nrow_block(b, prev, mg, t0, t1, out, 1, 0); break;
+            case 16: nrow_block(b, prev, mg, t0, t1, out, 2, 0); break;
+            case 17: nrow_block(b, prev, mg, t0, t1, out, 2, 1); break;
+            case 18: nrow_block(b, prev, mg, t0, t1, out, 2, 2); break;
+            case 24: nrow_block(b, prev, mg, t0, t1, out, 3, 0); break;
+            case 25: nrow_block(b, prev, mg, t0, t1, out, 3, 1); break;
+            case 32: nrow_block(b, prev, mg, t0, t1, out, 4, 0); break;
+            case 33: nrow_block(b, prev, mg, t0, t1, out, 4, 1); break;
+            default: break; /* not read here (tq_attn_reads_lanes) */
             }
         }
-        row += 128 * (size_t)g[s].nblk;
+    }
+}
+
+static tq_attn_kernels neon_table;
+
+/* ⟨q_j, row⟩ for the nq queries q (stride qs) over the row positions that hold codes. */
+static inline __attribute__((always_inline)) void nrow_dot(const tq_record *x, const nseg *g, const float *row,
+                                                           const float *q, size_t qs, int nq, float *out) {
+    for (int j0 = 0; j0 < nq; j0 += 4) { /* four queries share each load of the row */
+        int m4 = nq - j0 < 4 ? nq - j0 : 4;
+        const float *Q[4];
+        for (int j = 0; j < 4; j++) Q[j] = q + (size_t)(j0 + (j < m4 ? j : 0)) * qs;
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+#define NDOT_AT(i)                                                                                                     \
+    do {                                                                                                               \
+        float32x4_t v = vld1q_f32(row + (i));                                                                          \
+        a0 = vfmaq_f32(a0, v, vld1q_f32(Q[0] + (i)));                                                                  \
+        a1 = vfmaq_f32(a1, v, vld1q_f32(Q[1] + (i)));                                                                  \
+        a2 = vfmaq_f32(a2, v, vld1q_f32(Q[2] + (i)));                                                                  \
+        a3 = vfmaq_f32(a3, v, vld1q_f32(Q[3] + (i)));                                                                  \
+    } while (0)
+        NEON_FOR_CODES(x, g, NDOT_AT);
+#undef NDOT_AT
+        float o[4] = {vaddvq_f32(a0), vaddvq_f32(a1), vaddvq_f32(a2), vaddvq_f32(a3)};
+        for (int j = 0; j < m4; j++) out[j0 + j] = o[j];
     }
 }
 
 static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs,
                                   int nq, float *S, size_t ss, tq_attn_ahead ahead) {
     (void)ahead; /* these kernels prefetch nothing */
+    /* trellis tables of more values than the lookups hold: row by row (the driver sends
+     * those records to the tile; called directly, the kernel still answers) */
+    if (!tq_attn_reads_lanes(&neon_table, x)) return trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
     nseg g[2];
     nseg_setup(x, g);
-    int kl = tq_record_lanes(x), ok = 1;
+    int ok = 1, kl = tq_record_lanes(x), full = 1;
+    for (int s = 0; s < x->n_seg; s++) full &= g[s].last_groups == 4;
     float row[NEON_MAX_LANES];
     for (int t = 0; t < nk; t++) {
         const uint8_t *r = rec + (size_t)t * x->rec_bytes;
-        float sc = nscale(x, r, &ok);
+        int good = 1;
+        float sc = nscale(x, r, &good);
+        ok &= good;
+        if (!good) { /* a corrupt row scores 0, whatever the queries */
+            for (int j = 0; j < nq; j++) S[(size_t)j * ss + (size_t)t] = 0.0f;
+            continue;
+        }
         nrow(x, g, r, row);
         float o[16];
         for (int j0 = 0; j0 < nq; j0 += 16) {
             int m = nq - j0 < 16 ? nq - j0 : 16;
-            neon_dot_multi(row, q + (size_t)j0 * qs, qs, m, kl, o); /* ⟨q_j, row⟩ */
+            if (full) /* every position holds a code: one contiguous dot */
+                neon_dot_multi(row, q + (size_t)j0 * qs, qs, m, kl, o);
+            else
+                nrow_dot(x, g, row, q + (size_t)j0 * qs, qs, m, o);
             for (int j = 0; j < m; j++) S[(size_t)(j0 + j) * ss + (size_t)t] = sc * o[j];
         }
     }
@@ -248,13 +382,17 @@ static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
 static int neon_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps,
                                   int nq, float *acc, size_t as, tq_attn_ahead ahead) {
     (void)ahead; /* these kernels prefetch nothing */
+    if (!tq_attn_reads_lanes(&neon_table, x)) return trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
     nseg g[2];
     nseg_setup(x, g);
-    int kl = tq_record_lanes(x), ok = 1;
+    int ok = 1;
     float row[NEON_MAX_LANES];
     for (int t = 0; t < nk; t++) {
         const uint8_t *r = rec + (size_t)t * x->rec_bytes;
-        float sc = nscale(x, r, &ok);
+        int good = 1;
+        float sc = nscale(x, r, &good);
+        ok &= good;
+        if (!good) continue; /* a corrupt row adds nothing, whatever the weights */
         nrow(x, g, r, row);
         for (int j0 = 0; j0 < nq; j0 += 4) { /* four heads per pass over the row */
             int m4 = nq - j0 < 4 ? nq - j0 : 4;
@@ -265,16 +403,26 @@ static int neon_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
                 if (j < m4) w[j] = p[(size_t)jj * ps + (size_t)t] * sc;
                 A[j] = acc + (size_t)jj * as;
             }
-            for (int i = 0; i < kl; i += 4) {
-                float32x4_t v = vld1q_f32(row + i);
-                for (int j = 0; j < m4; j++) vst1q_f32(A[j] + i, vfmaq_n_f32(vld1q_f32(A[j] + i), v, w[j]));
-            }
+            /* the row positions that hold codes (ngroups) */
+#define NACC_AT(i)                                                                                                     \
+    do {                                                                                                               \
+        float32x4_t v = vld1q_f32(row + (i));                                                                          \
+        if (m4 == 4) { /* unrolled: the usual group of four heads */                                                    \
+            vst1q_f32(A[0] + (i), vfmaq_n_f32(vld1q_f32(A[0] + (i)), v, w[0]));                                        \
+            vst1q_f32(A[1] + (i), vfmaq_n_f32(vld1q_f32(A[1] + (i)), v, w[1]));                                        \
+            vst1q_f32(A[2] + (i), vfmaq_n_f32(vld1q_f32(A[2] + (i)), v, w[2]));                                        \
+            vst1q_f32(A[3] + (i), vfmaq_n_f32(vld1q_f32(A[3] + (i)), v, w[3]));                                        \
+        } else {                                                                                                       \
+            for (int j = 0; j < m4; j++) vst1q_f32(A[j] + (i), vfmaq_n_f32(vld1q_f32(A[j] + (i)), v, w[j]));           \
+        }                                                                                                              \
+    } while (0)
+            NEON_FOR_CODES(x, g, NACC_AT);
+#undef NACC_AT
         }
     }
     return ok;
 }
 
-static tq_attn_kernels neon_table;
 static pthread_once_t neon_once = PTHREAD_ONCE_INIT;
 
 static void neon_init(void) {
@@ -288,6 +436,7 @@ static void neon_init(void) {
     neon_table.f16_to_f32 = neon_f16_to_f32;
     neon_table.score_turbo_lanes = neon_score_turbo_lanes;
     neon_table.accum_turbo_lanes = neon_accum_turbo_lanes;
+    neon_table.trellis_lane_entries = NEON_TRELLIS_ENTRIES;
 }
 
 const tq_attn_kernels *tq_attn_kernels_neon(void) {
