@@ -19,11 +19,13 @@
  * one vld3q that puts bytes 3i, 3i + 1, 3i + 2 in three vectors), each by a shift, an or and a
  * mask at most, then looked up in the table of ĉ with one tbl. The query is stored once in the
  * same order (ND_PERM), so the order of the products does not matter. Trellis codes (trellis.h)
- * look up the 2B-bit window that ends with the code (the code and the one before it; the byte
- * before each byte comes from vext with the previous load, or the byte before the block, zero
- * for the segment's first block): 16 entries for 2 bits (one tbl), 64 for 3 (one tbl of four
- * registers), 256 for 4 (by the pair table's antisymmetry, ĉ[255 − w] = −ĉ[w], checked at
- * setup: one tbl and one tbx of four registers on w or w ^ 255, then the sign).
+ * look up the (B + P)-bit window that ends with the code (the code and the top P bits of the one
+ * before it: P = B for the free tables, 1 for the two-state ones; the byte before each byte
+ * comes from vext with the previous load, or the byte before the block, zero for the segment's
+ * first block): 16 entries for 2 bits and 3-bit two-state codes (one tbl), 32 for 4-bit
+ * two-state codes and 64 for 3-bit free ones (one tbl of four registers), 256 for 4-bit free
+ * ones (by the pair table's antisymmetry, ĉ[255 − w] = −ĉ[w], checked at setup: one tbl and
+ * one tbx of four registers on w or w ^ 255, then the sign).
  *
  * A segment of exactly 64 coordinates with plain codes of 2–4 bits (SmolLM2's heads, the halves
  * of turbo3.5's split at d 128) is read in place, not staged: index vectors 0–3 hold its codes
@@ -63,16 +65,16 @@
 #include <sys/auxv.h>
 #endif
 
-#include "trellis_rows.h"
-
 #define ND_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 
 typedef struct ndseg {
-    uint8x16x4_t ts[2]; /* entry e: ĉ[e mod n] as int8 (scores); 16, 64 or 128 entries (of
-                           256 for 4-bit trellis codes: nd_lookup) */
+    uint8x16x4_t ts[2]; /* entry e: the value of code (plain) or window (trellis) e as int8
+                           (scores); 16, 64 or 128 entries (of 256 for 4-bit free trellis
+                           codes: nd_lookup) */
     uint8x16x4_t tu[2]; /* entry e: 128 + ĉ[e mod n] (values, the unsigned operand of udot) */
     const uint8_t *perm; /* code order (16r + i) → lane-layout offset in the block (nd_perm) */
-    int B, trellis, nblk;
+    int B, P, nblk; /* P: the bits of the code before in a trellis window (0: plain codes; 1: the
+                       two-state tables; B: the free ones) */
     int half; /* one block of 64 coordinates, plain codes of 2–4 bits (SmolLM2's heads, the
                  halves of turbo3.5's split at d 128): index vectors r < 4 hold them all (2, 4
                  bits), or bytes 0–7 of every vector (3 bits: two records share one) */
@@ -100,16 +102,21 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
     if (!(m > 0.0f)) return 0; /* a value not finite (−1), or only zeros */
     *alpha = m / 127.0f;
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits, tr = x->seg[s].pairs != NULL;
+        int B = x->seg[s].bits, tr = x->seg[s].pairs != NULL, P = 0;
         if (B < 1 || B > 4 || (tr && B < 2)) return 0; /* not reached: tq_attn_reads_lanes */
-        int nv, w = tr ? 2 * B : B;
+        while (tr && (1 << P) < x->seg[s].pair_memory) P++;
+        if (tr && P != 1 && P != B) return 0; /* no specialized loop (ND_BY_WIDTH): the float kernels */
+        int nv, w = B + P;
         int ne = w <= 4 ? 16 : w <= 6 ? 64 : 256; /* the entries nd_lookup reads */
         const float *val = tq_record_seg_values(x, s, &nv);
         uint8_t ts[256], tu[256];
         memset(ts, 0, sizeof ts);
         memset(tu, 0, sizeof tu);
         for (int e = 0; e < ne; e++) {
-            int c = vcvtns_s32_f32(val[e & (nv - 1)] / *alpha); /* |c| ≤ 127 */
+            /* window e = (code << P) | the top P bits of the code before: the pair table's
+             * entry (code << B) | those bits << (B − P) (plain codes: e mod 2^B) */
+            int v = tr ? (((e >> P) << B) | ((e & ((1 << P) - 1)) << (B - P))) & (nv - 1) : e & (nv - 1);
+            int c = vcvtns_s32_f32(val[v] / *alpha); /* |c| ≤ 127 */
             ts[e] = (uint8_t)(int8_t)c;
             tu[e] = (uint8_t)(128 + c);
         }
@@ -123,7 +130,7 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
             }
         g[s].perm = nd_perm[B];
         g[s].B = B;
-        g[s].trellis = tr;
+        g[s].P = P;
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].half = x->seg[s].count == 64 && !tr && B >= 2;
         g[s].off = x->seg[s].off;
@@ -137,9 +144,9 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
  * zero past the segment's bytes; *prev = the byte before it (0 for the first block; trellis
  * codes only). */
 static inline __attribute__((always_inline)) const uint8_t *nd_block(const ndseg *g, const uint8_t *p, int h, int full,
-                                                                     uint8_t *blk, uint8_t *prev, int B, int tr) {
+                                                                     uint8_t *blk, uint8_t *prev, int B, int P) {
     size_t at = (size_t)h * 16 * (size_t)B;
-    *prev = tr && h ? p[at - 1] : 0;
+    *prev = P && h ? p[at - 1] : 0;
     if (full) return p + at;
     /* a partial block: n < 16·B bytes, a multiple of 4 (no library call on this path) */
     const uint8_t *src = p + at;
@@ -175,11 +182,11 @@ static inline __attribute__((always_inline)) uint8x16_t nd_bits(uint8x16_t lo, u
 
 /* nd_idx for B = 3 from the block's triples t (vld3q: triple i = bytes 3i … 3i + 2, codes 8i …
  * 8i + 7). */
-static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int tr) {
-    int s = 3 * r - (tr ? 3 : 0), k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
+static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int P) {
+    int s = 3 * r - P, k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
     uint8x16_t by[4] = {vextq_u8(vdupq_n_u8(prev), t.val[2], 15), t.val[0], t.val[1], t.val[2]};
     uint8x16_t nx = k + 2 < 4 ? by[k + 2] : by[3];
-    return nd_bits(by[k + 1], nx, sh, tr ? 6 : 3);
+    return nd_bits(by[k + 1], nx, sh, 3 + P);
 }
 
 /* The triples of two records' half blocks of 3 bits (24 bytes each at a and b): triples 0–7
@@ -194,12 +201,12 @@ static inline __attribute__((always_inline)) uint8x16x3_t nd_pair3(const uint8_t
 /* Index vector r of a block b (prev: the byte before it): the codes (plain) or their 2B-bit
  * windows (trellis) at nd_pos(B, r, ·). */
 static inline __attribute__((always_inline)) uint8x16_t nd_idx(const uint8_t *b, uint8_t prev, int r, int B,
-                                                               int tr) {
-    const int w = tr ? 2 * B : B;
-    if (B == 3) return nd_idx3(vld3q_u8(b), prev, r, tr);
+                                                               int P) {
+    const int w = B + P;
+    if (B == 3) return nd_idx3(vld3q_u8(b), prev, r, P);
     const int per = 8 / B, ld = r / per, j = r % per; /* per codes per byte */
     uint8x16_t v = vld1q_u8(b + 16 * ld);
-    int s = B * j - (tr ? B : 0);
+    int s = B * j - P;
     if (s >= 0) return nd_bits(v, v, s, w);
     uint8x16_t before = vextq_u8(ld ? vld1q_u8(b + 16 * ld - 16) : vdupq_n_u8(prev), v, 15);
     return nd_bits(before, v, 8 + s, w);
@@ -272,14 +279,14 @@ static int nd_quant_query(const tq_record *x, const ndseg *g, const float *q, in
  * that whole blocks take no branch for the copy of a partial one. */
 static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g, const uint8_t *base, size_t rb, int t,
                                                                   int h, int full, const int8_t *const q[4],
-                                                                  int32x4_t *part, int init, int B, int tr, int nr) {
+                                                                  int32x4_t *part, int init, int B, int P, int nr) {
     uint8_t blk[64], prev;
-    const uint8_t *b = nd_block(g, base + (size_t)t * rb + g->off, h, full, blk, &prev, B, tr);
-    const int w = tr ? 2 * B : B;
+    const uint8_t *b = nd_block(g, base + (size_t)t * rb + g->off, h, full, blk, &prev, B, P);
+    const int w = B + P;
     int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
 #pragma GCC unroll 8
     for (int r = 0; r < nr; r++) { /* nr: 8, or 4 for a half block of 2 or 4 bits */
-        int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx(b, prev, r, B, tr), w));
+        int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx(b, prev, r, B, P), w));
         a0 = vdotq_s32(a0, c, vld1q_s8(q[0] + 16 * r));
         a1 = vdotq_s32(a1, c, vld1q_s8(q[1] + 16 * r));
         a2 = vdotq_s32(a2, c, vld1q_s8(q[2] + 16 * r));
@@ -332,8 +339,8 @@ static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, 
  * more instructions: GCC spills.) */
 static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, const uint8_t *base, size_t rb, int n,
                                                                const int8_t *const qp[4], int H0,
-                                                               int32x4_t *part, int first, int B, int tr) {
-    if (!tr && B >= 2 && g->half) {
+                                                               int32x4_t *part, int first, int B, int P) {
+    if (!P && B >= 2 && g->half) {
         const size_t o = 128 * (size_t)H0;
         const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
         nd_score_half(g, base, rb, n, q, part, first, B);
@@ -344,22 +351,25 @@ static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, c
         const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
         const int init = first && h == 0;
         if (nd_full(g, h))
-            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 1, q, part, init, B, tr, 8);
+            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 1, q, part, init, B, P, 8);
         else
-            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 0, q, part, init, B, tr, 8);
+            for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, h, 0, q, part, init, B, P, 8);
     }
 }
 
-/* Calls FN(args…, B, trellis) with the segment's width and kind as constants (each its own
- * specialized loop). */
+/* Calls FN(args…, B, P) with the segment's width and window kind as constants (each its own
+ * specialized loop; nd_setup refuses any other). */
 #define ND_BY_WIDTH(g, FN, ...)                                                                     \
-    switch ((g)->B * 2 + (g)->trellis) {                                                            \
-    case 8: FN(__VA_ARGS__, 4, 0); break;                                                           \
-    case 9: FN(__VA_ARGS__, 4, 1); break;                                                           \
-    case 6: FN(__VA_ARGS__, 3, 0); break;                                                           \
-    case 7: FN(__VA_ARGS__, 3, 1); break;                                                           \
-    case 4: FN(__VA_ARGS__, 2, 0); break;                                                           \
-    case 5: FN(__VA_ARGS__, 2, 1); break;                                                           \
+    switch ((g)->B * 8 + (g)->P) {                                                                  \
+    case 32: FN(__VA_ARGS__, 4, 0); break;                                                          \
+    case 33: FN(__VA_ARGS__, 4, 1); break;                                                          \
+    case 36: FN(__VA_ARGS__, 4, 4); break;                                                          \
+    case 24: FN(__VA_ARGS__, 3, 0); break;                                                          \
+    case 25: FN(__VA_ARGS__, 3, 1); break;                                                          \
+    case 27: FN(__VA_ARGS__, 3, 3); break;                                                          \
+    case 16: FN(__VA_ARGS__, 2, 0); break;                                                          \
+    case 17: FN(__VA_ARGS__, 2, 1); break;                                                          \
+    case 18: FN(__VA_ARGS__, 2, 2); break;                                                          \
     default: FN(__VA_ARGS__, 1, 0); break;                                                          \
     }
 
@@ -368,15 +378,14 @@ static void nd_score_dispatch(const ndseg *g, const uint8_t *base, size_t rb, in
     ND_BY_WIDTH(g, nd_score_run, g, base, rb, n, qp, H0, part, first)
 }
 
-/* The float kernels for what the integer path leaves: trellis rows or attn_neon.c's lanes. */
+/* The float kernels for what the integer path leaves: attn_neon.c's lanes (which take trellis
+ * codes of tables of more than 32 values row by row themselves). */
 static int nd_float_scores(const tq_record *x, const uint8_t *rec, int nk, const float *q, size_t qs, int nq,
                            float *S, size_t ss) {
-    if (tq_record_trellis(x)) return trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
     return tq_attn_kernels_neon()->score_turbo_lanes(x, rec, nk, q, qs, nq, S, ss, TQ_ATTN_NO_AHEAD);
 }
 static int nd_float_accum(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps, int nq,
                           float *acc, size_t as) {
-    if (tq_record_trellis(x)) return trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
     return tq_attn_kernels_neon()->accum_turbo_lanes(x, rec, nk, p, ps, nq, acc, as, TQ_ATTN_NO_AHEAD);
 }
 
@@ -516,14 +525,14 @@ static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
  * the byte before it at bp + t·bs − 1 for h > 0): a[j][q] += their udot sums. */
 static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g, const uint8_t *bp, size_t bs, int nt,
                                                                  const uint8_t *W, int h, int r, uint32x4_t a[4][4],
-                                                                 int B, int tr, int half3) {
-    const int w = tr ? 2 * B : B;
+                                                                 int B, int P, int half3) {
+    const int w = B + P;
     for (int t = 0; t < nt; t += 4) {
         uint8x16_t xv[4];
         for (int m = 0; m < 4; m++) {
             const uint8_t *b = bp + (size_t)(t + m) * bs;
             /* half3 (a half block of 3 bits): its 24 bytes only, codes in bytes 0–7 */
-            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, 0) : nd_idx(b, tr && h ? b[-1] : 0, r, B, tr);
+            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, 0) : nd_idx(b, P && h ? b[-1] : 0, r, B, P);
             xv[m] = nd_lookup(g->tu, ix, w);
         }
         uint8x16_t z01l = vzip1q_u8(xv[0], xv[1]), z01h = vzip2q_u8(xv[0], xv[1]);
@@ -550,11 +559,11 @@ static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g,
 #define ND_STAGE 80 /* stage stride: the byte before the block at 15, the block at 16 */
 static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, const uint8_t *r0, size_t rb, int n,
                                                                const uint8_t *W, const float (*ag)[ND_CALL / ND_GROUP],
-                                                               int H0, float (*F)[128 * ND_MAX_BLOCKS], int B, int tr) {
+                                                               int H0, float (*F)[128 * ND_MAX_BLOCKS], int B, int P) {
     _Alignas(16) uint8_t stage[ND_GROUP * ND_STAGE];
     /* a half block (ndseg.half) is read in place: index vectors 0–3 (2, 4 bits) or its 24
      * bytes (3 bits), nothing past its bytes */
-    const int half = !tr && B >= 2 && g->half, half3 = half && B == 3, nr = half && !half3 ? 4 : 8;
+    const int half = !P && B >= 2 && g->half, half3 = half && B == 3, nr = half && !half3 ? 4 : 8;
     for (int h = 0; h < g->nblk; h++) {
         const int full = nd_full(g, h) || half;
         const size_t at = (size_t)h * 16 * (size_t)B;
@@ -565,7 +574,7 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
             if (!full) {
                 for (int t = 0; t < nt; t++) {
                     uint8_t *d = stage + (size_t)t * ND_STAGE, prev;
-                    nd_block(g, r0 + (size_t)(t0 + t) * rb + g->off, h, 0, d + 16, &prev, B, tr);
+                    nd_block(g, r0 + (size_t)(t0 + t) * rb + g->off, h, 0, d + 16, &prev, B, P);
                     d[15] = prev;
                 }
                 bp = stage + 16, bs = ND_STAGE;
@@ -575,8 +584,8 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
                 uint32x4_t a[4][4];
                 for (int j = 0; j < 4; j++)
                     for (int q = 0; q < 4; q++) a[j][q] = vdupq_n_u32(0);
-                if (half3) nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, tr, 1);
-                else nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, tr, 0);
+                if (half3) nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 1);
+                else nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 0);
                 for (int j = 0; j < 4; j++) {
                     float *f = F[j] + 128 * (size_t)(H0 + h) + 16 * (size_t)r;
                     for (int q = 0; q < 4; q++)
