@@ -1433,7 +1433,7 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
          * values take the long ones) */
         {128, "turbo3:trellis=2"}, {256, "turbo4:trellis=2"}, {64, "turbo3:trellis=2"}, {64, "turbo4:trellis=2"},
         {48, "turbo3:trellis=2"}, {24, "turbo4:trellis=2"}, {64, "turbo3.5:trellis=2"}, {256, "turbo3:trellis=2"},
-        {96, "turbo4:trellis=2"}};
+        {96, "turbo4:trellis=2"}, {128, "turbo3.5:trellis=2"}, {128, "turbo2.5:trellis=2"}};
     enum { NK = 37, NQ = 6 };
     double worst_s = 0, worst_v = 0;
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
@@ -1506,6 +1506,23 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
                 CHECK_MSG(err <= bnd[i] + 1e-4 * (1 + fabs(e)), "%s: %s d %d q %d i %d: %g > bound %g", name, cfgs[ci].sch, d, j, i, err, bnd[i]);
                 if (bnd[i] > 0) worst_v = fmax(worst_v, err / bnd[i]);
             }
+        }
+        /* A record's scores are its own: the same beside another partner (kernels that read two
+         * records per vector must not carry one's bits into the other's first window). */
+        {
+            uint8_t *two = malloc(2 * kb);
+            float S1[NQ * 2], S2[NQ * 2];
+            int differ = 0;
+            for (int t2 = 6; t2 + 2 < NK && two; t2++) {
+                memcpy(two, rk + (size_t)t2 * kb, kb), memcpy(two + kb, rk + (size_t)(t2 + 1) * kb, kb);
+                t->score_turbo_lanes(kx, two, 2, ql, (size_t)kl, NQ, S1, 2, TQ_ATTN_NO_AHEAD);
+                memcpy(two, rk + (size_t)(t2 + 2) * kb, kb);
+                t->score_turbo_lanes(kx, two, 2, ql, (size_t)kl, NQ, S2, 2, TQ_ATTN_NO_AHEAD);
+                for (int j = 0; j < NQ; j++) differ += memcmp(&S1[j * 2 + 1], &S2[j * 2 + 1], sizeof(float)) != 0;
+            }
+            CHECK_MSG(two && differ == 0, "%s: %s d %d: %d scores of a record changed with its partner", name,
+                      cfgs[ci].sch, d, differ);
+            free(two);
         }
         /* Non-finite inputs: the float rows, NaN where the exact sums are NaN. */
         ql[2] = NAN;

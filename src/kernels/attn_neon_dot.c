@@ -27,8 +27,8 @@
  * ones (by the pair table's antisymmetry, ĉ[255 − w] = −ĉ[w], checked at setup: one tbl and
  * one tbx of four registers on w or w ^ 255, then the sign).
  *
- * A segment of exactly 64 coordinates with plain codes of 2–4 bits (SmolLM2's heads, the halves
- * of turbo3.5's split at d 128) is read in place, not staged: index vectors 0–3 hold its codes
+ * A segment of exactly 64 coordinates with codes of 2–4 bits (SmolLM2's heads, the halves of
+ * turbo3.5's split at d 128; plain or trellis codes) is read in place, not staged: index vectors 0–3 hold its codes
  * at 2 and 4 bits; at 3 bits bytes 0–7 of every vector do, so the score pass puts two records
  * in one vector (vld3 of each record's 24 bytes, combined) and the value pass skips the
  * transposed vectors of bytes 8–15 (nd_score_half, nd_accum_seg). The same int32 sums.
@@ -75,7 +75,7 @@ typedef struct ndseg {
     const uint8_t *perm; /* code order (16r + i) → lane-layout offset in the block (nd_perm) */
     int B, P, nblk; /* P: the bits of the code before in a trellis window (0: plain codes; 1: the
                        two-state tables; B: the free ones) */
-    int half; /* one block of 64 coordinates, plain codes of 2–4 bits (SmolLM2's heads, the
+    int half; /* one block of 64 coordinates, codes of 2–4 bits (SmolLM2's heads, the
                  halves of turbo3.5's split at d 128): index vectors r < 4 hold them all (2, 4
                  bits), or bytes 0–7 of every vector (3 bits: two records share one) */
     size_t off, bytes;
@@ -132,7 +132,7 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
         g[s].B = B;
         g[s].P = P;
         g[s].nblk = (x->seg[s].count + 127) / 128;
-        g[s].half = x->seg[s].count == 64 && !tr && B >= 2;
+        g[s].half = x->seg[s].count == 64 && B >= 2;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
@@ -181,10 +181,12 @@ static inline __attribute__((always_inline)) uint8x16_t nd_bits(uint8x16_t lo, u
 }
 
 /* nd_idx for B = 3 from the block's triples t (vld3q: triple i = bytes 3i … 3i + 2, codes 8i …
- * 8i + 7). */
-static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int P) {
+ * 8i + 7). pair: triples 8–15 are another record's first (nd_pair3), whose first code has
+ * zeros before it, not triple 7's last byte. */
+static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int P, int pair) {
     int s = 3 * r - P, k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
     uint8x16_t by[4] = {vextq_u8(vdupq_n_u8(prev), t.val[2], 15), t.val[0], t.val[1], t.val[2]};
+    if (pair && P) by[0] = vsetq_lane_u8(0, by[0], 8);
     uint8x16_t nx = k + 2 < 4 ? by[k + 2] : by[3];
     return nd_bits(by[k + 1], nx, sh, 3 + P);
 }
@@ -203,7 +205,7 @@ static inline __attribute__((always_inline)) uint8x16x3_t nd_pair3(const uint8_t
 static inline __attribute__((always_inline)) uint8x16_t nd_idx(const uint8_t *b, uint8_t prev, int r, int B,
                                                                int P) {
     const int w = B + P;
-    if (B == 3) return nd_idx3(vld3q_u8(b), prev, r, P);
+    if (B == 3) return nd_idx3(vld3q_u8(b), prev, r, P, 0);
     const int per = 8 / B, ld = r / per, j = r % per; /* per codes per byte */
     uint8x16_t v = vld1q_u8(b + 16 * ld);
     int s = B * j - P;
@@ -301,9 +303,9 @@ static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g
  * 0–7 of each vector in both halves: lanes 0–1 of a sum record t, lanes 2–3 record t + 1. */
 static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, const uint8_t *base, size_t rb, int n,
                                                                 const int8_t *const q[4], int32x4_t *part, int init,
-                                                                int B) {
+                                                                int B, int P) {
     if (B != 3) {
-        for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, 0, 1, q, part, init, B, 0, 4);
+        for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, 0, 1, q, part, init, B, P, 4);
         return;
     }
     _Alignas(16) int8_t qd[4][8][16];
@@ -319,7 +321,7 @@ static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, 
         int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++) {
-            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx3(tp, 0, r, 0), 3));
+            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx3(tp, 0, r, P, 1), 3 + P));
             a0 = vdotq_s32(a0, c, vld1q_s8(qd[0][r]));
             a1 = vdotq_s32(a1, c, vld1q_s8(qd[1][r]));
             a2 = vdotq_s32(a2, c, vld1q_s8(qd[2][r]));
@@ -340,10 +342,10 @@ static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, 
 static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, const uint8_t *base, size_t rb, int n,
                                                                const int8_t *const qp[4], int H0,
                                                                int32x4_t *part, int first, int B, int P) {
-    if (!P && B >= 2 && g->half) {
+    if (B >= 2 && g->half) {
         const size_t o = 128 * (size_t)H0;
         const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
-        nd_score_half(g, base, rb, n, q, part, first, B);
+        nd_score_half(g, base, rb, n, q, part, first, B, P);
         return;
     }
     for (int h = 0; h < g->nblk; h++) {
@@ -532,7 +534,7 @@ static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g,
         for (int m = 0; m < 4; m++) {
             const uint8_t *b = bp + (size_t)(t + m) * bs;
             /* half3 (a half block of 3 bits): its 24 bytes only, codes in bytes 0–7 */
-            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, 0) : nd_idx(b, P && h ? b[-1] : 0, r, B, P);
+            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, P, 0) : nd_idx(b, P && h ? b[-1] : 0, r, B, P);
             xv[m] = nd_lookup(g->tu, ix, w);
         }
         uint8x16_t z01l = vzip1q_u8(xv[0], xv[1]), z01h = vzip2q_u8(xv[0], xv[1]);
@@ -563,7 +565,7 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
     _Alignas(16) uint8_t stage[ND_GROUP * ND_STAGE];
     /* a half block (ndseg.half) is read in place: index vectors 0–3 (2, 4 bits) or its 24
      * bytes (3 bits), nothing past its bytes */
-    const int half = !P && B >= 2 && g->half, half3 = half && B == 3, nr = half && !half3 ? 4 : 8;
+    const int half = B >= 2 && g->half, half3 = half && B == 3, nr = half && !half3 ? 4 : 8;
     for (int h = 0; h < g->nblk; h++) {
         const int full = nd_full(g, h) || half;
         const size_t at = (size_t)h * 16 * (size_t)B;
