@@ -350,7 +350,8 @@ static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
     (void)ahead; /* these kernels prefetch nothing */
     /* trellis tables of more values than the lookups hold: row by row (the driver sends
      * those records to the tile; called directly, the kernel still answers) */
-    if (!tq_attn_reads_lanes(&neon_table, x)) return trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
+    if (!tq_attn_reads_lanes(&neon_table, x))
+        return trellis_rows_scores(x, rec, nk, q, qs, nq, S, ss, tq_record_lanes(x));
     nseg g[2];
     nseg_setup(x, g);
     int ok = 1, kl = tq_record_lanes(x), full = 1;
@@ -382,7 +383,8 @@ static int neon_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk
 static int neon_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, const float *p, size_t ps,
                                   int nq, float *acc, size_t as, tq_attn_ahead ahead) {
     (void)ahead; /* these kernels prefetch nothing */
-    if (!tq_attn_reads_lanes(&neon_table, x)) return trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
+    if (!tq_attn_reads_lanes(&neon_table, x))
+        return trellis_rows_accum(x, rec, nk, p, ps, nq, acc, as, tq_record_lanes(x));
     nseg g[2];
     nseg_setup(x, g);
     int ok = 1;

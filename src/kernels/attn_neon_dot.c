@@ -28,10 +28,11 @@
  * one tbx of four registers on w or w ^ 255, then the sign).
  *
  * A segment of exactly 64 coordinates with codes of 2–4 bits (SmolLM2's heads, the halves of
- * turbo3.5's split at d 128; plain or trellis codes) is read in place, not staged: index vectors 0–3 hold its codes
- * at 2 and 4 bits; at 3 bits bytes 0–7 of every vector do, so the score pass puts two records
- * in one vector (vld3 of each record's 24 bytes, combined) and the value pass skips the
- * transposed vectors of bytes 8–15 (nd_score_half, nd_accum_seg). The same int32 sums.
+ * turbo3.5's split at d 128; plain or trellis codes) is read in place, not staged: index
+ * vectors 0–3 hold its codes at 2 and 4 bits; at 3 bits bytes 0–7 of every vector do, so the
+ * score pass puts two records in one vector (vld3 of each record's 24 bytes, combined; the
+ * second's first trellis window gets zeros before it) and the value pass skips the transposed
+ * vectors of bytes 8–15 (nd_score_half, nd_accum_seg). The same int32 sums.
  *
  * The error bound is attn_vnni.c's (centroids and queries of 127 levels):
  *   scores: scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4);
@@ -71,7 +72,8 @@ typedef struct ndseg {
     uint8x16x4_t ts[2]; /* entry e: the value of code (plain) or window (trellis) e as int8
                            (scores); 16, 64 or 128 entries (of 256 for 4-bit free trellis
                            codes: nd_lookup) */
-    uint8x16x4_t tu[2]; /* entry e: 128 + ĉ[e mod n] (values, the unsigned operand of udot) */
+    uint8x16x4_t tu[2]; /* entry e: 128 + the same value (value sums: the unsigned operand of
+                           udot) */
     const uint8_t *perm; /* code order (16r + i) → lane-layout offset in the block (nd_perm) */
     int B, P, nblk; /* P: the bits of the code before in a trellis window (0: plain codes; 1: the
                        two-state tables; B: the free ones) */
