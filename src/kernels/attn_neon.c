@@ -161,25 +161,12 @@ typedef struct nseg {
     size_t off, bytes;
 } nseg;
 
-/* The 2^W window values of a trellis segment s (W ≤ 5): window w = (code << P) | (the top P
- * bits of the code before), the pair table's entry (code << B) | (those bits << (B − P)). */
-static void trellis_window_table(const tq_record *x, int s, int P, float *out) {
-    int B = x->seg[s].bits, W = B + P;
-    for (int w = 0; w < (1 << W); w++)
-        out[w] = x->seg[s].pairs[((w >> P) << B) | ((w & ((1 << P) - 1)) << (B - P))];
-}
-
 static void nseg_setup(const tq_record *x, nseg *g) {
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits, m = (1 << B) - 1, P = 0;
-        float rep[32];
-        if (x->seg[s].pairs) {
-            while ((1 << P) < x->seg[s].pair_memory) P++;
-            trellis_window_table(x, s, P, rep);
-            for (int i = 1 << (B + P); i < 32; i++) rep[i] = rep[i & ((1 << (B + P)) - 1)]; /* W < 5: repeated */
-        } else {
-            for (int i = 0; i < 32; i++) rep[i] = x->seg[s].centroids[i & m];
-        }
+        int B = x->seg[s].bits, P = tq_record_window_bits(x, s), m = (1 << (B + P)) - 1;
+        float rep[32]; /* the 2^(B+P) ≤ 32 code or window values, repeated over 32 entries */
+        for (int i = 0; i < 32; i++)
+            rep[i] = P ? x->seg[s].pairs[tq_record_window_entry(B, P, i & m)] : x->seg[s].centroids[i & m];
         for (int t = 0; t < 2; t++)
             for (int v = 0; v < 4; v++) g[s].tab[t].val[v] = vreinterpretq_u8_f32(vld1q_f32(rep + 16 * t + 4 * v));
         g[s].B = B;

@@ -104,9 +104,8 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
     if (!(m > 0.0f)) return 0; /* a value not finite (−1), or only zeros */
     *alpha = m / 127.0f;
     for (int s = 0; s < x->n_seg; s++) {
-        int B = x->seg[s].bits, tr = x->seg[s].pairs != NULL, P = 0;
+        int B = x->seg[s].bits, tr = x->seg[s].pairs != NULL, P = tq_record_window_bits(x, s);
         if (B < 1 || B > 4 || (tr && B < 2)) return 0; /* not reached: tq_attn_reads_lanes */
-        while (tr && (1 << P) < x->seg[s].pair_memory) P++;
         if (tr && P != 1 && P != B) return 0; /* no specialized loop (ND_BY_WIDTH): the float kernels */
         int nv, w = B + P;
         int ne = w <= 4 ? 16 : w <= 6 ? 64 : 256; /* the entries nd_lookup reads */
@@ -115,9 +114,8 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
         memset(ts, 0, sizeof ts);
         memset(tu, 0, sizeof tu);
         for (int e = 0; e < ne; e++) {
-            /* window e = (code << P) | the top P bits of the code before: the pair table's
-             * entry (code << B) | those bits << (B − P) (plain codes: e mod 2^B) */
-            int v = tr ? (((e >> P) << B) | ((e & ((1 << P) - 1)) << (B - P))) & (nv - 1) : e & (nv - 1);
+            /* window e (record.h) or, plain, code e mod 2^B */
+            int v = (tr ? tq_record_window_entry(B, P, e) : e) & (nv - 1);
             int c = vcvtns_s32_f32(val[v] / *alpha); /* |c| ≤ 127 */
             ts[e] = (uint8_t)(int8_t)c;
             tu[e] = (uint8_t)(128 + c);

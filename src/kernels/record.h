@@ -95,6 +95,21 @@ static inline const float *tq_record_seg_values(const tq_record *x, int s, int *
     return x->seg[s].pairs ? x->seg[s].pairs : x->seg[s].centroids;
 }
 
+/* A trellis segment's window (kernels/trellis.h): the value of a code depends on it and on the
+ * top P bits of the code before, P = log2 pair_memory (1 for the two-state tables, bits for the
+ * free ones); 0 for plain codes. Window w = (code << P) | those bits, of bits + P bits. */
+static inline int tq_record_window_bits(const tq_record *x, int s) {
+    int P = 0;
+    while (x->seg[s].pairs && P < 30 && (1 << P) < x->seg[s].pair_memory) P++;
+    return P;
+}
+
+/* Window w of a trellis segment of B bits and P window bits → its entry in the pair table,
+ * (code << B) | (the P bits << (B − P)). */
+static inline int tq_record_window_entry(int B, int P, int w) {
+    return ((w >> P) << B) | ((w & ((1 << P) - 1)) << (B - P));
+}
+
 /* The largest |value| of segment s (tq_record_seg_values), or −1 if one is not finite: the
  * scale the integer kernels round the values by. */
 static inline float tq_record_seg_absmax(const tq_record *x, int s) {
