@@ -43,8 +43,8 @@
  *   ⟨q, row⟩ ≈ scale · α · β · (Σ (ĉ_i + 64) · q̂_i − 64 · Σ q̂_i),
  * vpmaddubsw pairs ≤ 2·127·63, two slices' pairs summed in int16 ≤ 32004 < 2^15;
  * error at most scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4). A record of two half or two
- * quarter blocks of Lloyd-Max codes (the key split and the fractional widths at d 64 and 128:
- * i8_two_blocks) is read in one pass over both segments, its scores converted once per record
+ * quarter blocks (the key split and the fractional widths at d 64 and 128, Lloyd-Max codes or
+ * the default's trellis codes: i8_two_blocks) is read in one pass over both segments, its scores converted once per record
  * (i8_score_run2) and its values summed in the same quad slots; others a pass per segment.
  * Values: w_t = p_t · scale_t rounded per group of 32 tokens to ŵ ∈ [0, 255] (γ = the group's
  * largest w / 255), four tokens' bytes of one coordinate brought together by a 4 × 4 byte
@@ -114,27 +114,30 @@
 /* Byte orders of a decoded block (i8_pos): plain codes of B = 2, 3, 4 bits (trellis codes of 2
  * bits share B = 2's, of 4 bits B = 4's), trellis codes of 3 bits, and the partial last blocks
  * decoded into fewer vectors (i8_part_byte): a half block (64 coordinates) of 2-bit codes, a
- * quarter (32) of 2-, 3- (plain only) and 4-bit codes. */
+ * quarter (32) of 2-, 3- and 4-bit codes and of 3-bit trellis codes (QT3). */
 #define I8_LAYOUT_T3 5
 #define I8_LAYOUT_H2 6
 #define I8_LAYOUT_Q2 7
 #define I8_LAYOUT_Q3 8
 #define I8_LAYOUT_Q4 9
-#define I8_LAYOUTS 10
+#define I8_LAYOUT_QT3 10
+#define I8_LAYOUTS 11
 
 static int i8_pos(int L, int p);
 
 /* A partial layout's decoded byte p → the byte of the whole block's layout (i8_part_base) it
  * holds, −1 for padding. H2: the 16 bytes in both halves of two vectors (vector v, half k: the
- * whole block's vector 2v + k). Q4 and Q3: one vector, half k the whole block's vector k.
+ * whole block's vector 2v + k). Q4, Q3 and QT3: one vector, half k the whole block's vector k.
  * Q2: one vector of four 8-byte runs, run j the whole block's vector 0, 2, 1, 3. */
 static int i8_part_byte(int L, int p) {
     static const int q2[4] = {0, 2, 1, 3};
     if (L == I8_LAYOUT_H2) return p < 64 ? 32 * (2 * (p / 32) + p % 32 / 16) + p % 16 : -1;
     if (L == I8_LAYOUT_Q2) return p < 32 ? 32 * q2[p / 8] + p % 8 : -1;
-    return p < 32 ? 32 * (p / 16) + p % 16 : -1; /* Q3, Q4 */
+    return p < 32 ? 32 * (p / 16) + p % 16 : -1; /* Q3, Q4, QT3 */
 }
-static int i8_part_base(int L) { return L == I8_LAYOUT_Q4 ? 4 : L == I8_LAYOUT_Q3 ? 3 : 2; }
+static int i8_part_base(int L) {
+    return L == I8_LAYOUT_Q4 ? 4 : L == I8_LAYOUT_Q3 ? 3 : L == I8_LAYOUT_QT3 ? I8_LAYOUT_T3 : 2;
+}
 
 /* A partial layout's lane positions: its bytes' (i8_part_byte), then the padding in the order
  * of the whole block's bytes left over (a permutation of 0..127, as every layout's). */
@@ -198,8 +201,9 @@ static uint8_t i8_back_tab[I8_LAYOUTS][128]; /* I8_SCALAR: F[i] → A[i8_back_ta
 static int i8_back_kind[I8_LAYOUTS];
 
 /* A segment's last block: whole (128 coordinates), half (64: i8_decode's first two vectors
- * hold them all; B = 2 in its own order I8_LAYOUT_H2), quarter (32; B = 2, 4 and plain 3:
- * i8_decode's first vector, I8_LAYOUT_Q2..Q4) or another part (loads stop at its bytes). */
+ * hold them all; B = 2 in its own order I8_LAYOUT_H2), quarter (32: i8_decode's first vector,
+ * I8_LAYOUT_Q2..Q4, 3-bit trellis codes I8_LAYOUT_QT3) or another part (loads stop at its
+ * bytes). */
 enum { I8_PART, I8_WHOLE, I8_HALF, I8_QUARTER };
 
 typedef struct iseg {
@@ -233,26 +237,42 @@ typedef struct iseg {
     default: M(2, 1); break;        \
     }
 
+/* A pair of segments' widths and kinds as one number (I8_BY_PAIR). */
+#define I8_PAIR_KEY4(B0, T0, B1, T1) ((((B0) * 4 + (T0)) * 8 + (B1)) * 4 + (T1))
+#define I8_PAIR_KEY(g) I8_PAIR_KEY4((g)[0].B, (g)[0].T, (g)[1].B, (g)[1].T)
+
 /* 1 if x's records are read in one pass over both segments (i8_score_run2, i8_accum_block with
- * B1): two segments of Lloyd-Max codes, one block each, both a half or both a quarter block —
- * the key split and the fractional widths at d 64 and 128 — of the widths I8_BY_PAIR has. At
- * whole blocks (d 256) and with trellis codes the one pass measured slower than two (the
- * decoders' constants and tables spill: AVX2 has 16 vector registers). */
+ * B1): two segments of one block each, both a half or both a quarter block — the key split and
+ * the fractional widths at d 64 and 128 — of the widths and kinds I8_BY_PAIR has: Lloyd-Max
+ * codes, or the short trellis lookups (two-state tables, 2-bit tables: one or two registers).
+ * At whole blocks (d 256) and with the free 3- and 4-bit tables (four and eight registers) the
+ * one pass measured slower than two (the decoders' constants and tables spill: AVX2 has 16
+ * vector registers). */
 static int i8_two_blocks(const tq_record *x, const iseg *g) {
-    if (x->n_seg != 2 || g[0].nblk != 1 || g[1].nblk != 1 || g[0].T || g[1].T || g[0].last != g[1].last ||
+    if (x->n_seg != 2 || g[0].nblk != 1 || g[1].nblk != 1 || g[0].last != g[1].last ||
         (g[0].last != I8_HALF && g[0].last != I8_QUARTER))
         return 0;
-    int b = 4 * g[0].B + g[1].B;
-    return b == 4 * 4 + 2 || b == 4 * 3 + 2 || b == 4 * 4 + 3;
+    switch (I8_PAIR_KEY(g)) {
+    case I8_PAIR_KEY4(4, 0, 2, 0): case I8_PAIR_KEY4(3, 0, 2, 0): case I8_PAIR_KEY4(4, 0, 3, 0):
+    case I8_PAIR_KEY4(4, 2, 2, 1): case I8_PAIR_KEY4(3, 2, 2, 1): case I8_PAIR_KEY4(4, 2, 3, 2):
+        return 1;
+    default:
+        return 0;
+    }
 }
 
-/* Runs the statement macro M(B0, B1) with the two segments' widths as constants (i8_two_blocks'
- * pairs: the key split 4 + 2, turbo2.5's 3 + 2, turbo3.5's 4 + 3). */
-#define I8_BY_PAIR(g, M)                    \
-    switch (4 * (g)[0].B + (g)[1].B) {      \
-    case 4 * 4 + 2: M(4, 2); break;         \
-    case 4 * 3 + 2: M(3, 2); break;         \
-    default: M(4, 3); break;                \
+/* Runs the statement macro M(B0, T0, B1, T1) with the two segments' widths and kinds as
+ * constants (i8_two_blocks' pairs: the key split 4 + 2, turbo2.5's 3 + 2, turbo3.5's 4 + 3, each
+ * of Lloyd-Max codes or of the default trellis codes — the two-state tables at 3 and 4 bits,
+ * the 2-bit table). */
+#define I8_BY_PAIR(g, M)                                    \
+    switch (I8_PAIR_KEY(g)) {                               \
+    case I8_PAIR_KEY4(4, 0, 2, 0): M(4, 0, 2, 0); break;    \
+    case I8_PAIR_KEY4(3, 0, 2, 0): M(3, 0, 2, 0); break;    \
+    case I8_PAIR_KEY4(4, 0, 3, 0): M(4, 0, 3, 0); break;    \
+    case I8_PAIR_KEY4(4, 2, 2, 1): M(4, 2, 2, 1); break;    \
+    case I8_PAIR_KEY4(3, 2, 2, 1): M(3, 2, 2, 1); break;    \
+    default: M(4, 2, 3, 2); break;                          \
     }
 
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
@@ -301,12 +321,12 @@ static int iseg_setup(const tq_record *x, iseg *g) {
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].last = x->seg[s].count % 128 == 0                     ? I8_WHOLE
                     : x->seg[s].count % 128 == 64                  ? I8_HALF
-                    : x->seg[s].count % 128 == 32 && !(T && B == 3) ? I8_QUARTER
+                    : x->seg[s].count % 128 == 32                  ? I8_QUARTER
                                                                    : I8_PART;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
         g[s].L = L;
-        g[s].lastL = g[s].last == I8_QUARTER          ? I8_LAYOUT_Q2 + B - 2
+        g[s].lastL = g[s].last == I8_QUARTER          ? (L == I8_LAYOUT_T3 ? I8_LAYOUT_QT3 : I8_LAYOUT_Q2 + B - 2)
                      : B == 2 && g[s].last == I8_HALF ? I8_LAYOUT_H2
                                                       : L;
         g[s].pos = i8_pos_tab[L];
@@ -474,20 +494,29 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
 #undef I8_MUL
 #undef I8_M
         const __m256i m6 = _mm256_set1_epi16(0x3F);
+#define I8_Y(c, k) _mm256_and_si256(_mm256_mulhi_epu16(_mm256_shuffle_epi8(R, c), k), m6)
+            /* tied (T = 2): the window's top four bits index the 16 values U, one vpshufb */
+#define I8_L(w) (T == 2 ? _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(w, 2), _mm256_set1_epi8(0x0F))) \
+                        : i8_lookup64(tab, w))
+        if (nv == 1) {
+            /* a quarter (I8_LAYOUT_QT3): lanes 0–3 only, rounds 0–3 in the low half (the
+             * words of vector 0's), 4–7 in the high half (vector 1's) */
+            __m128i lo = _mm_alignr_epi8(simd_load16_upto(src, 0, n), _mm_set1_epi8((char)prev), 12);
+            __m256i R = _mm256_broadcastsi128_si256(lo);
+            const __m256i ca = _mm256_permute2x128_si256(c0, c2, 0x20), cb = _mm256_permute2x128_si256(c1, c3, 0x20);
+            const __m256i ka = _mm256_permute2x128_si256(k0, k2, 0x20), kb = _mm256_permute2x128_si256(k1, k3, 0x20);
+            out[0] = I8_L(_mm256_packus_epi16(I8_Y(ca, ka), I8_Y(cb, kb)));
+        }
         for (int v = 0; v < nv / 2; v++) {
             __m128i lo = v ? simd_load16_upto(src, 20, n)
                            : _mm_alignr_epi8(simd_load16_upto(src, 0, n), _mm_set1_epi8((char)prev), 12);
             __m128i hi = simd_load16_upto(src, v ? 32 : 8, n);
             __m256i R = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-#define I8_Y(c, k) _mm256_and_si256(_mm256_mulhi_epu16(_mm256_shuffle_epi8(R, c), k), m6)
-            /* tied (T = 2): the window's top four bits index the 16 values U, one vpshufb */
-#define I8_L(w) (T == 2 ? _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(w, 2), _mm256_set1_epi8(0x0F))) \
-                        : i8_lookup64(tab, w))
             out[2 * v] = I8_L(_mm256_packus_epi16(I8_Y(c0, k0), I8_Y(c1, k1)));
             out[2 * v + 1] = I8_L(_mm256_packus_epi16(I8_Y(c2, k2), I8_Y(c3, k3)));
+        }
 #undef I8_L
 #undef I8_Y
-        }
     } else if (B == 4 && nv == 1) {
         /* a quarter (I8_LAYOUT_Q4): its 16 bytes, low nibbles | high nibbles */
         __m256i v = _mm256_broadcastsi128_si256(simd_load16_upto(src, 0, n));
@@ -659,13 +688,13 @@ static inline __attribute__((always_inline)) void i8_score_run(const iseg *g, co
 }
 
 /* A record of two segments of one block each, both WHOLE, HALF or QUARTER (LAST), of B0 and
- * B1 bits (T: trellis codes), n records against four queries (qb[j]: block 0, segment 0; the
+ * B1 bits (T0, T1: their kinds, iseg.T), n records against four queries (qb[j]: block 0, segment 0; the
  * next 128 bytes segment 1's block): both segments' products in the same int32 sums (one α),
  * one conversion per record: P[t][j] = vab_j · (Σ − bias_j), bias over both segments. */
 static inline __attribute__((always_inline)) void i8_score_run2(const iseg *g, const uint8_t *rec, size_t rb,
                                                                 int n, const int8_t *const qb[4], __m128i vbias,
-                                                                __m128 vab, float (*P)[4], int B0, int B1, int T,
-                                                                int LAST, simd_ahead *ah) {
+                                                                __m128 vab, float (*P)[4], int B0, int T0, int B1,
+                                                                int T1, int LAST, simd_ahead *ah) {
     const int nv = LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4;
     const int8_t *q1[4] = {qb[0] + 128, qb[1] + 128, qb[2] + 128, qb[3] + 128};
     for (int t = 0; t < n; t++) {
@@ -676,9 +705,9 @@ static inline __attribute__((always_inline)) void i8_score_run2(const iseg *g, c
                           _mm256_setzero_si256()};
         __m256i d[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                          _mm256_setzero_si256()}; /* nv < 4: the rest unread */
-        i8_decode(&g[0], r + g[0].off, 0, 1, d, B0, T, LAST == I8_WHOLE, nv);
+        i8_decode(&g[0], r + g[0].off, 0, 1, d, B0, T0, LAST == I8_WHOLE, nv);
         i8_dot_block(d, nv, qb, acc);
-        i8_decode(&g[1], r + g[1].off, 0, 1, d, B1, T, LAST == I8_WHOLE, nv);
+        i8_decode(&g[1], r + g[1].off, 0, 1, d, B1, T1, LAST == I8_WHOLE, nv);
         i8_dot_block(d, nv, q1, acc);
         _mm_storeu_ps(P[t], i8_reduce4(acc, vbias, vab));
     }
@@ -784,10 +813,10 @@ static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, con
                 __m128i vb = _mm_add_epi32(G->vbias[0], G->vbias[1]);
                 simd_ahead *ahp = j == 0 ? &ah : NULL;
                 int half = g[0].last == I8_HALF;
-#define I8_RUN2(B0, B1)                                                                                   \
-    do {                                                                                                  \
-        if (half) i8_score_run2(g, r0, rb, n, qp, vb, G->vab[0], Pt, B0, B1, 0, I8_HALF, ahp);            \
-        else i8_score_run2(g, r0, rb, n, qp, vb, G->vab[0], Pt, B0, B1, 0, I8_QUARTER, ahp);              \
+#define I8_RUN2(B0, T0, B1, T1)                                                                   \
+    do {                                                                                          \
+        if (half) i8_score_run2(g, r0, rb, n, qp, vb, G->vab[0], Pt, B0, T0, B1, T1, I8_HALF, ahp); \
+        else i8_score_run2(g, r0, rb, n, qp, vb, G->vab[0], Pt, B0, T0, B1, T1, I8_QUARTER, ahp);   \
     } while (0)
                 I8_BY_PAIR(g, I8_RUN2);
 #undef I8_RUN2
@@ -892,7 +921,7 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
                                                                  const uint8_t (*W)[I8_CALL],
                                                                  const float (*ag)[I8_CALL / I8_GROUP],
                                                                  float *const F[4], int B, int T, int LAST, int B1,
-                                                                 simd_ahead *ah) {
+                                                                 int T1, simd_ahead *ah) {
     const float al = g->alpha;
     /* the decoded vectors (and slots / 4) that matter, and where the slots' sums go in F */
     const int nvs = LAST == I8_HALF ? 2 : LAST == I8_QUARTER ? 1 : 4, nv = B1 ? 2 * nvs : nvs;
@@ -916,10 +945,10 @@ static inline __attribute__((always_inline)) void i8_accum_block(const iseg *g, 
             i8_decode(g, r + 3 * rb, h, 0, x3, B, T, LAST == I8_WHOLE, nvs);
             if (B1) {
                 const uint8_t *r1 = r - g->off + g[1].off;
-                i8_decode(&g[1], r1, 0, 0, x0 + nvs, B1, T, 0, nvs);
-                i8_decode(&g[1], r1 + rb, 0, 0, x1 + nvs, B1, T, 0, nvs);
-                i8_decode(&g[1], r1 + 2 * rb, 0, 0, x2 + nvs, B1, T, 0, nvs);
-                i8_decode(&g[1], r1 + 3 * rb, 0, 0, x3 + nvs, B1, T, 0, nvs);
+                i8_decode(&g[1], r1, 0, 0, x0 + nvs, B1, T1, 0, nvs);
+                i8_decode(&g[1], r1 + rb, 0, 0, x1 + nvs, B1, T1, 0, nvs);
+                i8_decode(&g[1], r1 + 2 * rb, 0, 0, x2 + nvs, B1, T1, 0, nvs);
+                i8_decode(&g[1], r1 + 3 * rb, 0, 0, x3 + nvs, B1, T1, 0, nvs);
             }
             for (int c = 0; c < nv; c++) {
                 __m256i lo01 = _mm256_unpacklo_epi8(x0[c], x1[c]), hi01 = _mm256_unpackhi_epi8(x0[c], x1[c]);
@@ -1031,10 +1060,10 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                 float *Fp[4] = {F[0], F[1], F[2], F[3]};
                 simd_ahead *ahp = j == 0 ? &ah : NULL;
                 int half = g[0].last == I8_HALF;
-#define I8_BLK2(B0, B1)                                                                          \
-    do {                                                                                         \
-        if (half) i8_accum_block(g, r0, rb, nfull, 0, Wc, agc, Fp, B0, 0, I8_HALF, B1, ahp);     \
-        else i8_accum_block(g, r0, rb, nfull, 0, Wc, agc, Fp, B0, 0, I8_QUARTER, B1, ahp);       \
+#define I8_BLK2(B0, T0, B1, T1)                                                                \
+    do {                                                                                       \
+        if (half) i8_accum_block(g, r0, rb, nfull, 0, Wc, agc, Fp, B0, T0, I8_HALF, B1, T1, ahp); \
+        else i8_accum_block(g, r0, rb, nfull, 0, Wc, agc, Fp, B0, T0, I8_QUARTER, B1, T1, ahp);   \
     } while (0)
                 I8_BY_PAIR(g, I8_BLK2);
 #undef I8_BLK2
@@ -1047,10 +1076,10 @@ static int i8_accum_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
                     int last = h + 1 < g[s].nblk ? I8_WHOLE : g[s].last;
 #define I8_BLK(B, T)                                                                                   \
     do {                                                                                               \
-        if (last == I8_WHOLE) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_WHOLE, 0, ahp); \
-        else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, 0, ahp); \
-        else if (last == I8_QUARTER) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_QUARTER, 0, ahp); \
-        else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, 0, ahp);                 \
+        if (last == I8_WHOLE) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_WHOLE, 0, 0, ahp); \
+        else if (last == I8_HALF) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_HALF, 0, 0, ahp); \
+        else if (last == I8_QUARTER) i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_QUARTER, 0, 0, ahp); \
+        else i8_accum_block(&g[s], r0, rb, nfull, h, Wc, agc, Fp, B, T, I8_PART, 0, 0, ahp);                 \
     } while (0)
                     I8_BY_WIDTH(&g[s], I8_BLK);
 #undef I8_BLK
