@@ -40,8 +40,8 @@
  * one vpermt2b, four each in its own 16-byte slot; vseg_load_packed, trellis codes too), and the
  * queries' bytes of the block are repeated in each slot (vnni_4x4_packed, vnni_accum_packed):
  * the same int32 sums with a half or a quarter of the instructions per record. The value sums
- * read a record of two such segments of plain codes (fractional widths at d ≤ 128) as one
- * (vseg_merge).
+ * read a record of two such segments (fractional widths at d ≤ 128; plain codes, or trellis
+ * codes but the 256-entry tables) as one (vseg_merge).
  */
 #include "attn_kernels.h"
 
@@ -53,6 +53,10 @@
 #include "attn_simd.h"
 #include "trellis.h"
 
+/* vseg.B of a merged record (vseg_merge): 0 (plain codes), VNNI_MERGED_T (trellis codes: the
+ * bytes before a segment zeroed, kz) or VNNI_MERGED_RAW2 (and a 4-bit trellis segment: raw2) */
+#define VNNI_MERGED_T (-1)
+#define VNNI_MERGED_RAW2 (-2)
 #define VNNI_MAX_BLOCKS 9 /* 128-coordinate blocks of a lane row: head dims ≤ 1024, 2 segments */
 
 /* The controls of a segment's shape — width B, trellis codes or not, records per vector P —
@@ -80,6 +84,11 @@ typedef struct vseg {
                              entries in four registers, else [0] */
     __m512i table_s[4];   /* entry e: ĉ[e mod 2^B] (values: signed operand), likewise */
     __mmask64 km;                   /* merged (vseg_merge): the bytes of segment 1's lanes */
+    __mmask64 kz, kz2, klo2;        /* merged: the align's bytes kept (the others: zero, the
+                                       start state before a trellis segment), the early align's,
+                                       and the bytes whose code 0 comes from raw2 */
+    __m512i align2;                 /* merged, a 4-bit trellis segment: its lanes' dwords of
+                                       the block four bytes early (vseg_load's raw2) */
     __mmask64 mk[VNNI_MAX_BLOCKS];  /* vseg_load's mask of block h: its n stored bytes (trellis
                                        of B < 4: n + 1 from the byte before, that byte off in
                                        block 0) */
@@ -215,6 +224,12 @@ static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const
     const uint8_t *p = r + g->off + (size_t)h * 16 * (size_t)B;
     vblk b;
     b.raw2 = _mm512_setzero_si512();
+    if (B <= 0) { /* merged (vseg_merge): both segments in one load, each lane's dword by the align */
+        __m512i v = _mm512_maskz_loadu_epi8(g->mk[0], p);
+        b.raw = B == 0 ? _mm512_permutexvar_epi8(g->c.align, v) : _mm512_maskz_permutexvar_epi8(g->kz, g->c.align, v);
+        if (B == VNNI_MERGED_RAW2) b.raw2 = _mm512_maskz_permutexvar_epi8(g->kz2, g->align2, v);
+        return b;
+    }
     if (g->trellis && B < 4) {
         b.raw = _mm512_maskz_loadu_epi8(g->mk[h], p - 1); /* n + 1 ≤ 49 bytes */
     } else {
@@ -230,8 +245,11 @@ static inline __attribute__((always_inline)) vblk vseg_load(const vseg *g, const
 static inline __attribute__((always_inline)) __m512i vseg_half(const vseg *g, vblk b, int u,
                                                                const __m512i *t, int B) {
     __m512i idx = _mm512_multishift_epi64_epi8(u ? g->c.hi : g->c.lo, b.raw);
-    if (B == 0) /* merged: segment 1's lanes from its own table */
+    if (B <= 0) { /* merged: segment 1's lanes from its own table; a 4-bit trellis segment's
+                   * even lanes' code 0 from raw2 */
+        if (B == VNNI_MERGED_RAW2 && !u) idx = _mm512_mask_multishift_epi64_epi8(idx, g->klo2, g->c.lo2, b.raw2);
         return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(idx, t[0]), g->km, idx, t[1]);
+    }
     if (B == 4 && g->trellis && !u) /* even lanes' code 0 from the early load */
         idx = _mm512_mask_multishift_epi64_epi8(idx, 0x0101010101010101ull, g->c.lo2, b.raw2);
     if (B != 4 || !g->wide) return _mm512_permutexvar_epi8(idx, t[0]);
@@ -255,6 +273,13 @@ static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g
     const __mmask64 m = g->mk[0];
     vblk b;
     b.raw2 = _mm512_setzero_si512();
+    if (B <= 0) { /* merged (vseg_merge, P = 2): each lane's dword by the align, from either load */
+        __m512i v0 = _mm512_maskz_loadu_epi8(m, r[0] + off), v1 = _mm512_maskz_loadu_epi8(m, r[1] + off);
+        b.raw = B == 0 ? _mm512_permutex2var_epi8(v0, g->c.alignp, v1)
+                       : _mm512_maskz_permutex2var_epi8(g->kz, v0, g->c.alignp, v1);
+        if (B == VNNI_MERGED_RAW2) b.raw2 = _mm512_maskz_permutex2var_epi8(g->kz2, v0, g->align2, v1);
+        return b;
+    }
     if (P == 2) {
         b.raw = _mm512_permutex2var_epi8(_mm512_maskz_loadu_epi8(m, r[0] + off - tb), g->c.alignp,
                                          _mm512_maskz_loadu_epi8(m, r[1] + off - tb));
@@ -269,40 +294,65 @@ static inline __attribute__((always_inline)) vblk vseg_load_packed(const vseg *g
     return b;
 }
 
-/* The value sums of a record of two one-block segments of plain codes with L0 + L1 ≤ 16 lanes
- * (turbo3.5's and turbo2.5's values at head dims ≤ 128) read both segments in one vector: m,
- * a segment read with B = 0, whose lanes 0 … L0 − 1 are segment 0's and L0 … L0 + L1 − 1
- * segment 1's, two records to a vector when L0 + L1 ≤ 8 (lanes 8 on: the second record's).
- * One masked load covers both segments' bytes (they are consecutive, ≤ 64 bytes); the align
- * moves each lane's bytes from its own segment; each byte of the shift controls is its lane's
- * segment's, and segment 1's lanes are looked up in its own table (a second, masked vpermb:
- * km). Two passes of transposes, weights and group sums become one. Returns 0 where the record
- * is not of that shape. */
+/* The value sums of a record of two one-block segments with L0 + L1 ≤ 16 lanes (turbo3.5's
+ * and turbo2.5's values at head dims ≤ 128) read both segments in one vector: m, a segment
+ * read with B = 0, whose lanes 0 … L0 − 1 are segment 0's and L0 … L0 + L1 − 1 segment 1's,
+ * two records to a vector when L0 + L1 ≤ 8 (lanes 8 on: the second record's). One masked load
+ * covers both segments' bytes (they are consecutive, ≤ 64 bytes); the align moves each lane's
+ * bytes from its own segment — a trellis segment of B < 4 its lane's from one byte earlier,
+ * zero before its first lane (kz), a 4-bit one (two-state tables) also the dword four bytes
+ * earlier for its even lanes' code 0 (align2, kz2, klo2), as vseg_load does for one segment;
+ * each byte of the shift controls is its lane's segment's, and segment 1's lanes are looked up
+ * in its own table (a second, masked vpermb: km). Two passes of transposes, weights and group
+ * sums become one. Returns 0 where the record is not of that shape (or has the 256-entry
+ * tables of 4-bit free trellis codes). */
 static int vseg_merge(const tq_record *x, const vseg *g, vseg *m) {
-    if (x->n_seg != 2 || g[0].trellis || g[1].trellis || g[0].pack == 1 || g[1].pack == 1) return 0;
-    const int L0 = x->seg[0].count / 8, L1 = x->seg[1].count / 8, B0 = g[0].B, B1 = g[1].B;
+    if (x->n_seg != 2 || g[0].pack == 1 || g[1].pack == 1 || g[0].wide || g[1].wide) return 0;
+    const int L0 = x->seg[0].count / 8, L1 = x->seg[1].count / 8;
     const size_t rel = x->seg[1].off - x->seg[0].off, span = rel + g[1].bytes;
-    if (x->seg[1].off < x->seg[0].off + g[0].bytes || L0 + L1 > 16 || span > 64) return 0;
+    if (x->seg[1].off < x->seg[0].off + g[0].bytes || L0 + L1 > 16 || span > 64 || L0 % 2) return 0;
     const int P = L0 + L1 <= 8 ? 2 : 1;
+    uint8_t al[64], al2[64];
+    uint64_t kz = ~0ull, kz2 = ~0ull, klo2 = 0;
+    const vctl *ctl[2];
+    int tr4 = 0;
+    for (int s = 0; s < 2; s++) {
+        const int B = g[s].B, early = g[s].trellis && B < 4, t4 = g[s].trellis && B == 4;
+        ctl[s] = &vnni_ctl[B][t4 ? 2 : g[s].trellis][0];
+        tr4 |= t4;
+        for (int l = 0; l < 16; l++) {
+            const int lr = P == 2 ? l % 8 : l, rec = P == 2 ? l / 8 : 0; /* lane in its record */
+            if ((lr >= L0) != s) continue;
+            const int ls = s ? lr - L0 : lr;                    /* lane in its segment */
+            const int base = (int)(s ? rel : 0) + B * ls - early; /* its dword's first byte */
+            for (int j = 0; j < 4; j++) {
+                al[4 * l + j] = (uint8_t)(((base + j) & 63) + 64 * rec);
+                al2[4 * l + j] = (uint8_t)(((base - 4 + j) & 63) + 64 * rec);
+            }
+            if (early && ls == 0) kz &= ~(1ull << (4 * l));        /* the start state */
+            if (t4 && ls == 0) kz2 &= ~(0xFull << (4 * l));        /* no code before */
+            if (t4 && l % 2 == 0) klo2 |= 1ull << (4 * l);         /* even lanes' code 0 */
+        }
+    }
     const __m512i l = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i lr = P == 2 ? _mm512_and_si512(l, _mm512_set1_epi32(7)) : l; /* lane in its record */
     const __mmask16 in1 = _mm512_cmpge_epi32_mask(lr, _mm512_set1_epi32(L0));
-    __m512i base = _mm512_mask_blend_epi32(
-        in1, _mm512_mullo_epi32(lr, _mm512_set1_epi32(B0)),
-        _mm512_add_epi32(_mm512_set1_epi32((int)rel),
-                         _mm512_mullo_epi32(_mm512_sub_epi32(lr, _mm512_set1_epi32(L0)), _mm512_set1_epi32(B1))));
-    if (P == 2) base = _mm512_add_epi32(base, _mm512_slli_epi32(_mm512_srli_epi32(l, 3), 6)); /* vpermt2b: +64 */
     *m = g[0];
-    m->c.align = m->c.alignp = _mm512_add_epi32(_mm512_mullo_epi32(base, _mm512_set1_epi32(0x01010101)),
-                                            _mm512_set1_epi32(0x03020100));
+    m->c.align = m->c.alignp = _mm512_loadu_si512(al);
+    m->align2 = _mm512_loadu_si512(al2);
+    m->kz = (__mmask64)kz;
+    m->kz2 = (__mmask64)kz2;
+    m->klo2 = (__mmask64)klo2;
+    m->trellis = tr4;
     m->km = _mm512_movepi8_mask(_mm512_movm_epi32(in1));
-    m->c.lo = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].lo, vnni_ctl[B1][0][0].lo);
-    m->c.hi = _mm512_mask_blend_epi8(m->km, vnni_ctl[B0][0][0].hi, vnni_ctl[B1][0][0].hi);
+    m->c.lo = _mm512_mask_blend_epi8(m->km, ctl[0]->lo, ctl[1]->lo);
+    m->c.hi = _mm512_mask_blend_epi8(m->km, ctl[0]->hi, ctl[1]->hi);
+    m->c.lo2 = vnni_ctl[4][2][0].lo2;
     m->c.spread = vnni_ctl[1][0][1].spread; /* P = 2 (P = 1 reads none) */
     m->table[1] = g[1].table[0];
     m->table_s[1] = g[1].table_s[0];
     m->mk[0] = span >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << span) - 1;
-    m->B = 0;
+    m->B = tr4 ? VNNI_MERGED_RAW2 : g[0].trellis || g[1].trellis ? VNNI_MERGED_T : 0;
     m->pack = P;
     m->nblk = 1;
     m->H0 = 0;
@@ -753,6 +803,22 @@ static inline __attribute__((always_inline)) void vnni_accum_packed(const vseg *
         }
 }
 
+/* The merged records of trellis codes (vseg_merge: VNNI_MERGED_T, VNNI_MERGED_RAW2), apart from
+ * vnni_accum_any: instantiated in its body they slowed the plain records' merged pass by about 3%
+ * (d 64 turbo3.5, Zen 5). */
+static __attribute__((noinline)) void vnni_accum_merged_tr(const vseg *g, const uint8_t *r0, size_t rb, int n,
+                                                            const uint8_t (*W)[VNNI_CALL],
+                                                            const float (*ag)[VNNI_CALL / VNNI_GROUP],
+                                                            float *const F[4], simd_ahead *ah) {
+    if (g->B == VNNI_MERGED_RAW2) {
+        if (g->pack == 1) vnni_accum_seg(g, r0, rb, n, W, ag, g->H0, F, VNNI_MERGED_RAW2, ah);
+        else vnni_accum_packed(g, r0, rb, n, W, ag, F, 2, VNNI_MERGED_RAW2, ah);
+    } else {
+        if (g->pack == 1) vnni_accum_seg(g, r0, rb, n, W, ag, g->H0, F, VNNI_MERGED_T, ah);
+        else vnni_accum_packed(g, r0, rb, n, W, ag, F, 2, VNNI_MERGED_T, ah);
+    }
+}
+
 /* vnni_accum_seg and vnni_accum_packed with the segment's width and pack as constants. */
 static inline __attribute__((always_inline)) void vnni_accum_any(const vseg *g, const uint8_t *r0, size_t rb, int n, const uint8_t (*W)[VNNI_CALL],
                            const float (*ag)[VNNI_CALL / VNNI_GROUP], float *const F[4], simd_ahead *ah) {
@@ -766,7 +832,9 @@ static inline __attribute__((always_inline)) void vnni_accum_any(const vseg *g, 
 #define WHOLE(B) vnni_accum_seg(g, r0, rb, n, W, ag, g->H0, F, B, ah)
 #define PACK2(B) vnni_accum_packed(g, r0, rb, n, W, ag, F, 2, B, ah)
 #define PACK4(B) vnni_accum_packed(g, r0, rb, n, W, ag, F, 4, B, ah)
-    if (g->B == 0) { /* merged (vseg_merge) */
+    if (g->B < 0) { /* merged (vseg_merge), trellis codes */
+        vnni_accum_merged_tr(g, r0, rb, n, W, ag, F, ah);
+    } else if (g->B == 0) { /* merged, plain codes */
         if (g->pack == 1) WHOLE(0);
         else PACK2(0);
     } else if (g->pack == 1) {
