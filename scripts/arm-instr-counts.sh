@@ -84,7 +84,8 @@ dscore = (c("nd_score_turbo_lanes") + c("nd_prep_turbo_lanes") + c("nd_score_pre
 daccum = c("nd_accum_turbo_lanes") + c("nd_flush") + c("nd_setup") / 2 + c("nd_float_accum")
 d, b = shape.split(":")[:2]
 tags = shape.split(":")[2:]
-kind = " trellis (two-state)" if "2" in tags else " trellis" if "t" in tags else ""
+kind = (" trellis (two-state)" if "2" in tags else " trellis" if "t" in tags else "") + \
+    (", the key split" if "s" in tags else "")
 # neon (floats) reads trellis codes of tables of at most 32 values (2 bits, the two-state
 # tables); the free tables of 3 and 4 bits take the tile
 fl = "neon: the tile" if score == 0 else f"neon score {score / nk:.0f}, value sum {accum / nk:.0f}"

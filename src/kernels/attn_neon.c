@@ -200,13 +200,15 @@ static inline uint32x4_t nlane_load(const uint8_t *p, int m, int B) {
     }
 }
 
-/* The block h of a segment at rec (record + segment offset) into blk (64 bytes, zero-padded
- * when the block is partial); returns blk or the block itself. *prev: the byte before the
- * block (0 for the first). */
-static inline const uint8_t *nblock(const nseg *g, const uint8_t *rec, int h, uint8_t *blk, uint8_t *prev) {
+/* The block h of a segment at rec (record + segment offset), of which nlane_load reads the
+ * first mg groups of four lanes (4·B bytes each): the block itself where its bytes hold them
+ * (a whole block, or a last one of a multiple of 32 codes: the key split's quarters, SmolLM2's
+ * halves), else a copy in blk (64 bytes, zero-padded). *prev: the byte before the block (0
+ * for the first). */
+static inline const uint8_t *nblock(const nseg *g, const uint8_t *rec, int h, int mg, uint8_t *blk, uint8_t *prev) {
     size_t at = (size_t)h * 16 * (size_t)g->B, n = g->bytes - at;
     *prev = h ? rec[at - 1] : 0;
-    if (n >= 16 * (size_t)g->B) return rec + at;
+    if (n >= 4 * (size_t)g->B * (size_t)mg) return rec + at;
     memset(blk, 0, 64);
     memcpy(blk, rec + at, n < 16 * (size_t)g->B ? n : 16 * (size_t)g->B);
     return blk;
@@ -289,8 +291,8 @@ static inline __attribute__((always_inline)) void nrow(const tq_record *x, const
     for (int s = 0; s < x->n_seg; row += 128 * (size_t)g[s].nblk, s++) { /* a segment's blocks, then the next's */
         const uint8x16x4_t t0 = g[s].tab[0], t1 = g[s].tab[1];
         for (int h = 0; h < g[s].nblk; h++) {
-            const uint8_t *b = nblock(&g[s], r + g[s].off, h, blk, &prev);
             int mg = ngroups(&g[s], h);
+            const uint8_t *b = nblock(&g[s], r + g[s].off, h, mg, blk, &prev);
             float *out = row + 128 * (size_t)h;
             switch (g[s].B * 8 + g[s].P) { /* (B, P) as constants */
             case 8: nrow_block(b, prev, mg, t0, t1, out, 1, 0); break;

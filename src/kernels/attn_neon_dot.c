@@ -80,6 +80,10 @@ typedef struct ndseg {
     int half; /* one block of 64 coordinates, codes of 2–4 bits (SmolLM2's heads, the
                  halves of turbo3.5's split at d 128): index vectors r < 4 hold them all (2, 4
                  bits), or bytes 0–7 of every vector (3 bits: two records share one) */
+    int quarter; /* one block of 32 coordinates, codes of 2–4 bits (SmolLM2's key split, the
+                    quarters of turbo3.5 and turbo2.5 at d 64): index vectors 0–1 hold them
+                    (4 bits), bytes 0–7 of vectors 0–3 (2 bits: two records share one) or
+                    bytes 0–3 of every vector (3 bits: four records share one) */
     size_t off, bytes;
 } ndseg;
 
@@ -133,6 +137,7 @@ static int nd_setup(const tq_record *x, ndseg *g, float *alpha) {
         g[s].P = P;
         g[s].nblk = (x->seg[s].count + 127) / 128;
         g[s].half = x->seg[s].count == 64 && B >= 2;
+        g[s].quarter = x->seg[s].count == 32 && B >= 2;
         g[s].off = x->seg[s].off;
         g[s].bytes = ((size_t)x->seg[s].count * (size_t)B + 31) / 32 * 4;
     }
@@ -181,12 +186,14 @@ static inline __attribute__((always_inline)) uint8x16_t nd_bits(uint8x16_t lo, u
 }
 
 /* nd_idx for B = 3 from the block's triples t (vld3q: triple i = bytes 3i … 3i + 2, codes 8i …
- * 8i + 7). pair: triples 8–15 are another record's first (nd_pair3), whose first code has
- * zeros before it, not triple 7's last byte. */
+ * 8i + 7). pair 1: triples 8–15 are another record's first (nd_pair3), whose first code has
+ * zeros before it, not triple 7's last byte; pair 2: triples 4, 8, 12 are each another
+ * record's first (nd_quad3). */
 static inline __attribute__((always_inline)) uint8x16_t nd_idx3(uint8x16x3_t t, uint8_t prev, int r, int P, int pair) {
     int s = 3 * r - P, k = s < 0 ? -1 : s / 8, sh = s - 8 * k;
     uint8x16_t by[4] = {vextq_u8(vdupq_n_u8(prev), t.val[2], 15), t.val[0], t.val[1], t.val[2]};
-    if (pair && P) by[0] = vsetq_lane_u8(0, by[0], 8);
+    if (pair == 1 && P) by[0] = vsetq_lane_u8(0, by[0], 8);
+    if (pair == 2 && P) by[0] = vandq_u8(by[0], vreinterpretq_u8_u32(vdupq_n_u32(0xFFFFFF00u)));
     uint8x16_t nx = k + 2 < 4 ? by[k + 2] : by[3];
     return nd_bits(by[k + 1], nx, sh, 3 + P);
 }
@@ -197,6 +204,23 @@ static inline __attribute__((always_inline)) uint8x16x3_t nd_pair3(const uint8_t
     uint8x8x3_t ta = vld3_u8(a), tb = vld3_u8(b);
     uint8x16x3_t t;
     for (int k = 0; k < 3; k++) t.val[k] = vcombine_u8(ta.val[k], tb.val[k]);
+    return t;
+}
+
+/* The triples of four records' quarter blocks of 3 bits (12 bytes each at r[0..3]) as vld3q
+ * would read their 48 bytes in a row: triples 4m … 4m + 3 are record m's. */
+static inline __attribute__((always_inline)) uint8x16x3_t nd_quad3(const uint8_t *const r[4]) {
+    static const uint8_t ix[3][16] = {{0, 3, 6, 9, 16, 19, 22, 25, 32, 35, 38, 41, 48, 51, 54, 57},
+                                      {1, 4, 7, 10, 17, 20, 23, 26, 33, 36, 39, 42, 49, 52, 55, 58},
+                                      {2, 5, 8, 11, 18, 21, 24, 27, 34, 37, 40, 43, 50, 53, 56, 59}};
+    uint8x16x4_t v;
+    for (int m = 0; m < 4; m++) {
+        uint32_t w;
+        memcpy(&w, r[m] + 8, 4); /* its last 4 bytes: nothing past them is read */
+        v.val[m] = vcombine_u8(vld1_u8(r[m]), vreinterpret_u8_u32(vdup_n_u32(w)));
+    }
+    uint8x16x3_t t;
+    for (int k = 0; k < 3; k++) t.val[k] = vqtbl4q_u8(v, vld1q_u8(ix[k]));
     return t;
 }
 
@@ -335,6 +359,85 @@ static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, 
     }
 }
 
+/* Index vector r < 4 of one or two quarter blocks of 2 bits (8 bytes each: v holds them in its
+ * halves, zeros or another record in the second): the codes or their windows, the byte
+ * before each record's first code zero (the start state). */
+static inline __attribute__((always_inline)) uint8x16_t nd_idx_q2(uint8x16_t v, int r, int P) {
+    const int s = 2 * r - P;
+    if (s >= 0) return nd_bits(v, v, s, 2 + P);
+    uint8x16_t before = vsetq_lane_u8(0, vextq_u8(vdupq_n_u8(0), v, 15), 8);
+    return nd_bits(before, v, 8 + s, 2 + P);
+}
+
+/* nd_score_run for a segment with g->quarter (one block of 32 coordinates): 4 bits, index
+ * vectors 0–1 of each record (its 16 bytes); 3 bits, four records per vector (12 bytes each,
+ * nd_quad3) against the queries' bytes 0–3 of every vector in each word: lane m of a sum record
+ * t + m; 2 bits, two records per vector (8 bytes each) against the queries' bytes 0–7 of
+ * vectors 0–3 in both halves: lanes 0–1 of a sum record t, lanes 2–3 record t + 1. */
+static inline __attribute__((always_inline)) void nd_score_quarter(const ndseg *g, const uint8_t *base, size_t rb,
+                                                                   int n, const int8_t *const q[4], int32x4_t *part,
+                                                                   int init, int B, int P) {
+    if (B == 4) {
+        for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, 0, 1, q, part, init, B, P, 2);
+        return;
+    }
+    if (B == 3) { /* four records per vector (nd_quad3) against the queries' bytes 0–3 */
+        int32x4_t qd[4][8];
+        for (int k = 0; k < 4; k++)
+            for (int r = 0; r < 8; r++) {
+                int32_t w;
+                memcpy(&w, q[k] + 16 * r, 4);
+                qd[k][r] = vdupq_n_s32(w);
+            }
+        for (int t = 0; t < n; t += 4) {
+            const int cnt = n - t < 4 ? n - t : 4; /* a short last step repeats its last record */
+            const uint8_t *rr[4];
+            for (int m = 0; m < 4; m++) rr[m] = base + (size_t)(t + (m < cnt ? m : cnt - 1)) * rb + g->off;
+            const uint8x16x3_t tq = nd_quad3(rr);
+            int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx3(tq, 0, r, P, 2), 3 + P));
+                a0 = vdotq_s32(a0, c, vreinterpretq_s8_s32(qd[0][r]));
+                a1 = vdotq_s32(a1, c, vreinterpretq_s8_s32(qd[1][r]));
+                a2 = vdotq_s32(a2, c, vreinterpretq_s8_s32(qd[2][r]));
+                a3 = vdotq_s32(a3, c, vreinterpretq_s8_s32(qd[3][r]));
+            }
+            /* a_k lane m: record t + m, query k → per record its four queries */
+            int64x2_t b0 = vreinterpretq_s64_s32(vtrn1q_s32(a0, a1)), b1 = vreinterpretq_s64_s32(vtrn2q_s32(a0, a1));
+            int64x2_t b2 = vreinterpretq_s64_s32(vtrn1q_s32(a2, a3)), b3 = vreinterpretq_s64_s32(vtrn2q_s32(a2, a3));
+            int32x4_t rs[4] = {vreinterpretq_s32_s64(vzip1q_s64(b0, b2)), vreinterpretq_s32_s64(vzip1q_s64(b1, b3)),
+                               vreinterpretq_s32_s64(vzip2q_s64(b0, b2)), vreinterpretq_s32_s64(vzip2q_s64(b1, b3))};
+            for (int m = 0; m < cnt; m++) part[t + m] = init ? rs[m] : vaddq_s32(part[t + m], rs[m]);
+        }
+        return;
+    }
+    _Alignas(16) int8_t qd[4][4][16];
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < 4; r++) {
+            int8x8_t lo = vld1_s8(q[k] + 16 * r);
+            vst1q_s8(qd[k][r], vcombine_s8(lo, lo));
+        }
+    for (int t = 0; t < n; t += 2) {
+        const int two = t + 1 < n; /* else the last record pairs with itself, its twin dropped */
+        const uint8_t *ra = base + (size_t)t * rb + g->off, *rb2 = two ? ra + rb : ra;
+        const uint8x16_t v = vcombine_u8(vld1_u8(ra), vld1_u8(rb2));
+        int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx_q2(v, r, P), 2 + P));
+            a0 = vdotq_s32(a0, c, vld1q_s8(qd[0][r]));
+            a1 = vdotq_s32(a1, c, vld1q_s8(qd[1][r]));
+            a2 = vdotq_s32(a2, c, vld1q_s8(qd[2][r]));
+            a3 = vdotq_s32(a3, c, vld1q_s8(qd[3][r]));
+        }
+        int32x4_t x01 = vpaddq_s32(a0, a1), x23 = vpaddq_s32(a2, a3);
+        int32x4_t sa = vuzp1q_s32(x01, x23), sb = vuzp2q_s32(x01, x23);
+        part[t] = init ? sa : vaddq_s32(part[t], sa);
+        if (two) part[t + 1] = init ? sb : vaddq_s32(part[t + 1], sb);
+    }
+}
+
 /* Segment g of n records (record t at base + t·rb) against four queries (qp[j], code order,
  * this segment's blocks from H0): part[t] lane j = (first ? 0 : part[t] lane j) + the int32
  * products of query j. (Two records per pass, one load of each query vector for both, counted
@@ -342,10 +445,11 @@ static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, 
 static inline __attribute__((always_inline)) void nd_score_run(const ndseg *g, const uint8_t *base, size_t rb, int n,
                                                                const int8_t *const qp[4], int H0,
                                                                int32x4_t *part, int first, int B, int P) {
-    if (B >= 2 && g->half) {
+    if (B >= 2 && (g->half || g->quarter)) {
         const size_t o = 128 * (size_t)H0;
         const int8_t *q[4] = {qp[0] + o, qp[1] + o, qp[2] + o, qp[3] + o};
-        nd_score_half(g, base, rb, n, q, part, first, B, P);
+        if (g->half) nd_score_half(g, base, rb, n, q, part, first, B, P);
+        else nd_score_quarter(g, base, rb, n, q, part, first, B, P);
         return;
     }
     for (int h = 0; h < g->nblk; h++) {
@@ -527,14 +631,33 @@ static int nd_score_turbo_lanes(const tq_record *x, const uint8_t *rec, int nk, 
  * the byte before it at bp + t·bs − 1 for h > 0): a[j][q] += their udot sums. */
 static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g, const uint8_t *bp, size_t bs, int nt,
                                                                  const uint8_t *W, int h, int r, uint32x4_t a[4][4],
-                                                                 int B, int P, int half3) {
+                                                                 int B, int P, int half3, int q2) {
     const int w = B + P;
+    if (B == 3 && q2) { /* a quarter of 3 bits: four tokens in one index vector — their 12 bytes
+                         * each in a row (bp, staged by nd_accum_seg), one vld3q as nd_quad3
+                         * gives them —, its bytes 4m + i (token m, code i < 4) transposed to
+                         * 4i + m */
+        static const uint8_t tr4[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+        const uint8x16_t tix = vld1q_u8(tr4);
+        for (int t = 0; t < nt; t += 4) {
+            uint8x16_t y = vqtbl1q_u8(nd_lookup(g->tu, nd_idx3(vld3q_u8(bp + 12 * (size_t)t), 0, r, P, 2), w), tix);
+            const uint8x16_t wv = vld1q_u8(W + 4 * (size_t)t);
+            a[0][0] = vdotq_laneq_u32(a[0][0], y, wv, 0);
+            a[1][0] = vdotq_laneq_u32(a[1][0], y, wv, 1);
+            a[2][0] = vdotq_laneq_u32(a[2][0], y, wv, 2);
+            a[3][0] = vdotq_laneq_u32(a[3][0], y, wv, 3);
+        }
+        return;
+    }
     for (int t = 0; t < nt; t += 4) {
         uint8x16_t xv[4];
         for (int m = 0; m < 4; m++) {
             const uint8_t *b = bp + (size_t)(t + m) * bs;
-            /* half3 (a half block of 3 bits): its 24 bytes only, codes in bytes 0–7 */
-            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, P, 0) : nd_idx(b, P && h ? b[-1] : 0, r, B, P);
+            /* half3 (a half block of 3 bits): its 24 bytes only, codes in bytes 0–7; q2 (a quarter
+             * of 2 bits; of 3 bits above): its 8 bytes only, in bytes 0–7 */
+            uint8x16_t ix = half3 ? nd_idx3(nd_pair3(b, b), 0, r, P, 0)
+                            : q2  ? nd_idx_q2(vcombine_u8(vld1_u8(b), vdup_n_u8(0)), r, P)
+                                  : nd_idx(b, P && h ? b[-1] : 0, r, B, P);
             xv[m] = nd_lookup(g->tu, ix, w);
         }
         uint8x16_t z01l = vzip1q_u8(xv[0], xv[1]), z01h = vzip2q_u8(xv[0], xv[1]);
@@ -545,7 +668,7 @@ static inline __attribute__((always_inline)) void nd_accum_quads(const ndseg *g,
                            vreinterpretq_u8_u16(vzip1q_u16(h01, h23)), vreinterpretq_u8_u16(vzip2q_u16(h01, h23))};
         /* the four heads' weights of tokens t … t + 3: word j = head j; udot by element */
         const uint8x16_t wv = vld1q_u8(W + 4 * (size_t)t);
-        for (int q = 0; q < (half3 ? 2 : 4); q++) { /* half3: y[2], y[3] hold no code */
+        for (int q = 0; q < (half3 || q2 ? 2 : 4); q++) { /* half3, q2: y[2], y[3] hold no code */
             a[0][q] = vdotq_laneq_u32(a[0][q], y[q], wv, 0);
             a[1][q] = vdotq_laneq_u32(a[1][q], y[q], wv, 1);
             a[2][q] = vdotq_laneq_u32(a[2][q], y[q], wv, 2);
@@ -564,16 +687,26 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
                                                                int H0, float (*F)[128 * ND_MAX_BLOCKS], int B, int P) {
     _Alignas(16) uint8_t stage[ND_GROUP * ND_STAGE];
     /* a half block (ndseg.half) is read in place: index vectors 0–3 (2, 4 bits) or its 24
-     * bytes (3 bits), nothing past its bytes */
-    const int half = B >= 2 && g->half, half3 = half && B == 3, nr = half && !half3 ? 4 : 8;
+     * bytes (3 bits), nothing past its bytes; a quarter (ndseg.quarter) likewise: index vectors
+     * 0–1 (4 bits), 0–3 of its 8 bytes (2 bits) or four tokens' 12 bytes in each (3 bits) */
+    const int half = B >= 2 && g->half, half3 = half && B == 3, quarter = B >= 2 && g->quarter,
+              q2 = quarter && B <= 3;
+    const int nr = quarter ? (B == 4 ? 2 : B == 3 ? 8 : 4) : half && !half3 ? 4 : 8;
     for (int h = 0; h < g->nblk; h++) {
-        const int full = nd_full(g, h) || half;
+        const int full = nd_full(g, h) || half || quarter;
         const size_t at = (size_t)h * 16 * (size_t)B;
         for (int t0 = 0; t0 < n; t0 += ND_GROUP) {
             int nt = (t0 + ND_GROUP < n ? t0 + ND_GROUP : n) - t0, gi = t0 / ND_GROUP;
             const uint8_t *bp = r0 + (size_t)t0 * rb + g->off + at;
             size_t bs = rb;
-            if (!full) {
+            if (quarter && B == 3) { /* the tokens' 12 bytes in a row (nd_accum_quads) */
+                for (int t = 0; t < nt; t++) {
+                    const uint8_t *src = bp + (size_t)t * rb;
+                    memcpy(stage + 12 * (size_t)t, src, 8);
+                    memcpy(stage + 12 * (size_t)t + 8, src + 8, 4);
+                }
+                bp = stage, bs = 12;
+            } else if (!full) {
                 for (int t = 0; t < nt; t++) {
                     uint8_t *d = stage + (size_t)t * ND_STAGE, prev;
                     nd_block(g, r0 + (size_t)(t0 + t) * rb + g->off, h, 0, d + 16, &prev, B, P);
@@ -586,8 +719,9 @@ static inline __attribute__((always_inline)) void nd_accum_seg(const ndseg *g, c
                 uint32x4_t a[4][4];
                 for (int j = 0; j < 4; j++)
                     for (int q = 0; q < 4; q++) a[j][q] = vdupq_n_u32(0);
-                if (half3) nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 1);
-                else nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 0);
+                if (half3) nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 1, 0);
+                else if (q2) nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 0, 1);
+                else nd_accum_quads(g, bp, bs, nt, W + 4 * (size_t)t0, h, r, a, B, P, 0, 0);
                 for (int j = 0; j < 4; j++) {
                     float *f = F[j] + 128 * (size_t)(H0 + h) + 16 * (size_t)r;
                     for (int q = 0; q < 4; q++)
