@@ -322,30 +322,40 @@ static inline __attribute__((always_inline)) void nd_score_record(const ndseg *g
     part[t] = init ? sum : vaddq_s32(part[t], sum);
 }
 
-/* nd_score_run for a segment with g->half (one block): 2 and 4 bits, index vectors 0–3 of each
- * record (its bytes only); 3 bits, two records per vector (nd_pair3) against the queries' bytes
- * 0–7 of each vector in both halves: lanes 0–1 of a sum record t, lanes 2–3 record t + 1. */
-static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, const uint8_t *base, size_t rb, int n,
-                                                                const int8_t *const q[4], int32x4_t *part, int init,
-                                                                int B, int P) {
-    if (B != 3) {
-        for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, 0, 1, q, part, init, B, P, 4);
-        return;
-    }
+/* Index vector r < 4 of one or two quarter blocks of 2 bits (8 bytes each: v holds them in its
+ * halves, zeros or another record in the second): the codes or their windows, the byte
+ * before each record's first code zero (the start state). */
+static inline __attribute__((always_inline)) uint8x16_t nd_idx_q2(uint8x16_t v, int r, int P) {
+    const int s = 2 * r - P;
+    if (s >= 0) return nd_bits(v, v, s, 2 + P);
+    uint8x16_t before = vsetq_lane_u8(0, vextq_u8(vdupq_n_u8(0), v, 15), 8);
+    return nd_bits(before, v, 8 + s, 2 + P);
+}
+
+/* Two records per index vector (bytes 0–7 of each: record t, then t + 1) against the queries'
+ * bytes 0–7 of each vector in both halves: lanes 0–1 of a sum record t, lanes 2–3 record t + 1.
+ * B = 3: a half block's 24 bytes each (nd_pair3), eight vectors; B = 2: a quarter's 8 bytes each
+ * (nd_idx_q2), four. */
+static inline __attribute__((always_inline)) void nd_score_pairs(const ndseg *g, const uint8_t *base, size_t rb, int n,
+                                                                 const int8_t *const q[4], int32x4_t *part, int init,
+                                                                 int B, int P) {
+    const int nr = B == 3 ? 8 : 4;
     _Alignas(16) int8_t qd[4][8][16];
     for (int k = 0; k < 4; k++)
-        for (int r = 0; r < 8; r++) {
+        for (int r = 0; r < nr; r++) {
             int8x8_t lo = vld1_s8(q[k] + 16 * r);
             vst1q_s8(qd[k][r], vcombine_s8(lo, lo));
         }
     for (int t = 0; t < n; t += 2) {
         const int two = t + 1 < n; /* else the last record pairs with itself, its twin dropped */
         const uint8_t *ra = base + (size_t)t * rb + g->off, *rb2 = two ? ra + rb : ra;
-        uint8x16x3_t tp = nd_pair3(ra, rb2);
+        const uint8x16x3_t tp = B == 3 ? nd_pair3(ra, rb2) : (uint8x16x3_t){{vdupq_n_u8(0), vdupq_n_u8(0), vdupq_n_u8(0)}};
+        const uint8x16_t v = B == 3 ? vdupq_n_u8(0) : vcombine_u8(vld1_u8(ra), vld1_u8(rb2));
         int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) {
-            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx3(tp, 0, r, P, 1), 3 + P));
+        for (int r = 0; r < nr; r++) {
+            uint8x16_t ix = B == 3 ? nd_idx3(tp, 0, r, P, 1) : nd_idx_q2(v, r, P);
+            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, ix, B + P));
             a0 = vdotq_s32(a0, c, vld1q_s8(qd[0][r]));
             a1 = vdotq_s32(a1, c, vld1q_s8(qd[1][r]));
             a2 = vdotq_s32(a2, c, vld1q_s8(qd[2][r]));
@@ -359,21 +369,22 @@ static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, 
     }
 }
 
-/* Index vector r < 4 of one or two quarter blocks of 2 bits (8 bytes each: v holds them in its
- * halves, zeros or another record in the second): the codes or their windows, the byte
- * before each record's first code zero (the start state). */
-static inline __attribute__((always_inline)) uint8x16_t nd_idx_q2(uint8x16_t v, int r, int P) {
-    const int s = 2 * r - P;
-    if (s >= 0) return nd_bits(v, v, s, 2 + P);
-    uint8x16_t before = vsetq_lane_u8(0, vextq_u8(vdupq_n_u8(0), v, 15), 8);
-    return nd_bits(before, v, 8 + s, 2 + P);
+/* nd_score_run for a segment with g->half (one block): 2 and 4 bits, index vectors 0–3 of each
+ * record (its bytes only); 3 bits, two records per vector (nd_score_pairs). */
+static inline __attribute__((always_inline)) void nd_score_half(const ndseg *g, const uint8_t *base, size_t rb, int n,
+                                                                const int8_t *const q[4], int32x4_t *part, int init,
+                                                                int B, int P) {
+    if (B != 3) {
+        for (int t = 0; t < n; t++) nd_score_record(g, base, rb, t, 0, 1, q, part, init, B, P, 4);
+        return;
+    }
+    nd_score_pairs(g, base, rb, n, q, part, init, 3, P);
 }
 
 /* nd_score_run for a segment with g->quarter (one block of 32 coordinates): 4 bits, index
  * vectors 0–1 of each record (its 16 bytes); 3 bits, four records per vector (12 bytes each,
  * nd_quad3) against the queries' bytes 0–3 of every vector in each word: lane m of a sum record
- * t + m; 2 bits, two records per vector (8 bytes each) against the queries' bytes 0–7 of
- * vectors 0–3 in both halves: lanes 0–1 of a sum record t, lanes 2–3 record t + 1. */
+ * t + m; 2 bits, two records per vector (8 bytes each, nd_score_pairs). */
 static inline __attribute__((always_inline)) void nd_score_quarter(const ndseg *g, const uint8_t *base, size_t rb,
                                                                    int n, const int8_t *const q[4], int32x4_t *part,
                                                                    int init, int B, int P) {
@@ -412,30 +423,7 @@ static inline __attribute__((always_inline)) void nd_score_quarter(const ndseg *
         }
         return;
     }
-    _Alignas(16) int8_t qd[4][4][16];
-    for (int k = 0; k < 4; k++)
-        for (int r = 0; r < 4; r++) {
-            int8x8_t lo = vld1_s8(q[k] + 16 * r);
-            vst1q_s8(qd[k][r], vcombine_s8(lo, lo));
-        }
-    for (int t = 0; t < n; t += 2) {
-        const int two = t + 1 < n; /* else the last record pairs with itself, its twin dropped */
-        const uint8_t *ra = base + (size_t)t * rb + g->off, *rb2 = two ? ra + rb : ra;
-        const uint8x16_t v = vcombine_u8(vld1_u8(ra), vld1_u8(rb2));
-        int32x4_t a0 = vdupq_n_s32(0), a1 = a0, a2 = a0, a3 = a0;
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            int8x16_t c = vreinterpretq_s8_u8(nd_lookup(g->ts, nd_idx_q2(v, r, P), 2 + P));
-            a0 = vdotq_s32(a0, c, vld1q_s8(qd[0][r]));
-            a1 = vdotq_s32(a1, c, vld1q_s8(qd[1][r]));
-            a2 = vdotq_s32(a2, c, vld1q_s8(qd[2][r]));
-            a3 = vdotq_s32(a3, c, vld1q_s8(qd[3][r]));
-        }
-        int32x4_t x01 = vpaddq_s32(a0, a1), x23 = vpaddq_s32(a2, a3);
-        int32x4_t sa = vuzp1q_s32(x01, x23), sb = vuzp2q_s32(x01, x23);
-        part[t] = init ? sa : vaddq_s32(part[t], sa);
-        if (two) part[t + 1] = init ? sb : vaddq_s32(part[t + 1], sb);
-    }
+    nd_score_pairs(g, base, rb, n, q, part, init, 2, P);
 }
 
 /* Segment g of n records (record t at base + t·rb) against four queries (qp[j], code order,
