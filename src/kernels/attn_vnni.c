@@ -312,7 +312,7 @@ static int vseg_merge(const tq_record *x, const vseg *g, vseg *m) {
     const size_t rel = x->seg[1].off - x->seg[0].off, span = rel + g[1].bytes;
     if (x->seg[1].off < x->seg[0].off + g[0].bytes || L0 + L1 > 16 || span > 64 || L0 % 2) return 0;
     const int P = L0 + L1 <= 8 ? 2 : 1;
-    uint8_t al[64], al2[64];
+    uint8_t al[64] = {0}, al2[64] = {0}; /* lanes of neither segment (padding): byte 0 */
     uint64_t kz = ~0ull, kz2 = ~0ull, klo2 = 0;
     const vctl *ctl[2];
     int tr4 = 0;
