@@ -32,7 +32,11 @@
  * vectors 0–3 hold its codes at 2 and 4 bits; at 3 bits bytes 0–7 of every vector do, so the
  * score pass puts two records in one vector (vld3 of each record's 24 bytes, combined; the
  * second's first trellis window gets zeros before it) and the value pass skips the transposed
- * vectors of bytes 8–15 (nd_score_half, nd_accum_seg). The same int32 sums.
+ * vectors of bytes 8–15 (nd_score_half, nd_accum_seg). A segment of exactly 32 coordinates (the
+ * key split at d 64, turbo3.5's and turbo2.5's quarters there) likewise: 4 bits from index
+ * vectors 0–1, 2 bits two records per vector (nd_score_pairs), 3 bits four records per vector
+ * (nd_quad3; the value pass stages the tokens' 12 bytes in a row and transposes four tokens ×
+ * four codes with one tbl). The same int32 sums.
  *
  * The error bound is attn_vnni.c's (centroids and queries of 127 levels):
  *   scores: scale · Σ_i (β/2 · |c_i| + α/2 · |q_i| + α·β/4);
