@@ -19,9 +19,10 @@
  *
  * Trellis codes (kernels/trellis.h) of 2 to 4 bits: each byte gets the window of its code —
  * the 2B bits of the stream that end with it (the code and the one before) — and the window is
- * looked up in the 4^B pair values. B = 2: the 16-bit words (byte j − 1, byte j) shifted right
- * by 6, 8, 10, 12, masked to 4 bits and packed to bytes: the order of plain 2-bit codes, one
- * vpshufb lookup. B = 3: per lane its 3 bytes and the byte before (the dword D; the code of
+ * looked up in the 4^B pair values. B = 2: code k ≥ 1's window lies in its byte (bits 2k − 2
+ * … 2k + 1: a 16-bit shift and a mask), code 0's is the byte's low 2 bits above the top 2 of
+ * the byte before (the block shifted up one byte): the order of plain 2-bit codes, one vpshufb
+ * lookup each. B = 3: per lane its 3 bytes and the byte before (the dword D; the code of
  * round r at bit 8 + 3r, its window at bit 5 + 3r), a vpshufb gathers for each (lane, round) the
  * 16-bit word of D that holds the window, vpmulhuw by 2^(16 − shift) moves it to bit 0 (AVX2
  * has no per-word shift), masked to 6 bits and packed to bytes; the 64-entry lookup is four
@@ -443,37 +444,30 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
         __m256i x2 = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(10, 10, 10, 10, 12, 12, 12, 12)), m4);
         out[0] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(x1, x2));
     } else if (T && B == 2 && nv == 2) {
-        /* A half block (I8_LAYOUT_H2): its 16 bytes' words (byte j − 1, byte j) in both
-         * halves, shifted by 6 | 8 (out[0]) and 10 | 12 (out[1]); a dword shift leaves the
-         * upper word's bits above the nibble of the lower one. */
+        /* A half block (I8_LAYOUT_H2): code 0's windows | code 1's (out[0]), code 2's | code
+         * 3's (out[1]), as a whole block's (below), of its 16 bytes */
         __m128i v = simd_load16_upto(src, 0, n);
         __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
-        __m256i lo = _mm256_broadcastsi128_si256(_mm_unpacklo_epi8(vm1, v));
-        __m256i hi = _mm256_broadcastsi128_si256(_mm_unpackhi_epi8(vm1, v));
-        const __m256i m4 = _mm256_set1_epi16(0x0F);
-#define I8_T2H(k, s0, s1)                                                                                   \
-    do {                                                                                                   \
-        const __m256i sh = _mm256_setr_epi32(s0, s0, s0, s0, s1, s1, s1, s1);                              \
-        out[k] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(_mm256_and_si256(_mm256_srlv_epi32(lo, sh), m4), \
-                                                                 _mm256_and_si256(_mm256_srlv_epi32(hi, sh), m4))); \
-    } while (0)
-        I8_T2H(0, 6, 8);
-        I8_T2H(1, 10, 12);
-#undef I8_T2H
+        const __m128i m4 = _mm_set1_epi8(0x0F);
+        __m128i w0 = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(vm1, 6), _mm_set1_epi8(0x03)),
+                                  _mm_and_si128(_mm_slli_epi16(v, 2), _mm_set1_epi8(0x0C)));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_inserti128_si256(_mm256_castsi128_si256(w0), _mm_and_si128(v, m4), 1));
+        out[1] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(v),
+                                                                                _mm256_setr_epi32(2, 2, 2, 2, 4, 4, 4, 4)),
+                                                              _mm256_set1_epi8(0x0F)));
     } else if (T && B == 2) {
-        /* words (byte j − 1, byte j): the block shifted up one byte, the byte before at 0 */
+        /* Code k's window (the code and the one before, 4 bits) of each byte: k ≥ 1 within the
+         * byte, bits 2k − 2 … 2k + 1; k = 0 the byte's low 2 bits above the top 2 of the byte
+         * before (the block shifted up one byte, the byte before at 0). 16-bit shifts move a
+         * neighbour's bits only into the bits each mask drops. The order of plain 2-bit codes. */
         __m256i v = simd_load32_upto(src, 0, n);
         __m256i vm1 = i8_shift_in(v, _mm256_setzero_si256(), prev);
-        __m256i lo = _mm256_unpacklo_epi8(vm1, v), hi = _mm256_unpackhi_epi8(vm1, v);
-        const __m256i m4 = _mm256_set1_epi16(0x0F);
-#define I8_T2(k, sh)                                                                                     \
-    out[k] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(_mm256_and_si256(_mm256_srli_epi16(lo, sh), m4), \
-                                                             _mm256_and_si256(_mm256_srli_epi16(hi, sh), m4)))
-        I8_T2(0, 6);
-        I8_T2(1, 8);
-        I8_T2(2, 10);
-        I8_T2(3, 12);
-#undef I8_T2
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(vm1, 6), _mm256_set1_epi8(0x03)),
+                                                             _mm256_and_si256(_mm256_slli_epi16(v, 2), _mm256_set1_epi8(0x0C))));
+        out[1] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v, m4));
+        out[2] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v, 2), m4));
+        out[3] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
     } else if (T) {
         /* Loads with lane 4i + c's dword D (its byte before, its 3 bytes) at bytes 3 + 3c of the
          * half: lanes 0–3 from the byte before (three filler bytes first), 4–7 from byte 8,
