@@ -242,38 +242,38 @@ typedef struct iseg {
 #define I8_PAIR_KEY4(B0, T0, B1, T1) ((((B0) * 4 + (T0)) * 8 + (B1)) * 4 + (T1))
 #define I8_PAIR_KEY(g) I8_PAIR_KEY4((g)[0].B, (g)[0].T, (g)[1].B, (g)[1].T)
 
+/* The pairs read in one pass, X(M, B0, T0, B1, T1) (M: passed along): the key split 4 + 2, turbo2.5's 3 + 2,
+ * turbo3.5's 4 + 3, each of Lloyd-Max codes or of the default's trellis codes (the two-state
+ * tables at 3 and 4 bits, the 2-bit table: one or two registers). */
+#define I8_PAIRS(X, M) \
+    X(M, 4, 0, 2, 0) X(M, 3, 0, 2, 0) X(M, 4, 0, 3, 0) X(M, 4, 2, 2, 1) X(M, 3, 2, 2, 1) X(M, 4, 2, 3, 2)
+
 /* 1 if x's records are read in one pass over both segments (i8_score_run2, i8_accum_block with
  * B1): two segments of one block each, both a half or both a quarter block — the key split and
- * the fractional widths at d 64 and 128 — of the widths and kinds I8_BY_PAIR has: Lloyd-Max
- * codes, or the short trellis lookups (two-state tables, 2-bit tables: one or two registers).
- * At whole blocks (d 256) and with the free 3- and 4-bit tables (four and eight registers) the
- * one pass measured slower than two (the decoders' constants and tables spill: AVX2 has 16
- * vector registers). */
+ * the fractional widths at d 64 and 128 — of a pair I8_PAIRS has. At whole blocks (d 256) and
+ * with the free 3- and 4-bit tables (four and eight registers) the one pass measured slower
+ * than two (the decoders' constants and tables spill: AVX2 has 16 vector registers). */
 static int i8_two_blocks(const tq_record *x, const iseg *g) {
     if (x->n_seg != 2 || g[0].nblk != 1 || g[1].nblk != 1 || g[0].last != g[1].last ||
         (g[0].last != I8_HALF && g[0].last != I8_QUARTER))
         return 0;
+#define I8_PAIR_CASE(M, B0, T0, B1, T1) case I8_PAIR_KEY4(B0, T0, B1, T1):
     switch (I8_PAIR_KEY(g)) {
-    case I8_PAIR_KEY4(4, 0, 2, 0): case I8_PAIR_KEY4(3, 0, 2, 0): case I8_PAIR_KEY4(4, 0, 3, 0):
-    case I8_PAIR_KEY4(4, 2, 2, 1): case I8_PAIR_KEY4(3, 2, 2, 1): case I8_PAIR_KEY4(4, 2, 3, 2):
+    I8_PAIRS(I8_PAIR_CASE, _)
         return 1;
     default:
         return 0;
     }
+#undef I8_PAIR_CASE
 }
 
 /* Runs the statement macro M(B0, T0, B1, T1) with the two segments' widths and kinds as
- * constants (i8_two_blocks' pairs: the key split 4 + 2, turbo2.5's 3 + 2, turbo3.5's 4 + 3, each
- * of Lloyd-Max codes or of the default trellis codes — the two-state tables at 3 and 4 bits,
- * the 2-bit table). */
-#define I8_BY_PAIR(g, M)                                    \
-    switch (I8_PAIR_KEY(g)) {                               \
-    case I8_PAIR_KEY4(4, 0, 2, 0): M(4, 0, 2, 0); break;    \
-    case I8_PAIR_KEY4(3, 0, 2, 0): M(3, 0, 2, 0); break;    \
-    case I8_PAIR_KEY4(4, 0, 3, 0): M(4, 0, 3, 0); break;    \
-    case I8_PAIR_KEY4(4, 2, 2, 1): M(4, 2, 2, 1); break;    \
-    case I8_PAIR_KEY4(3, 2, 2, 1): M(3, 2, 2, 1); break;    \
-    default: M(4, 2, 3, 2); break;                          \
+ * constants, for a pair of I8_PAIRS (i8_two_blocks). */
+#define I8_PAIR_RUN(M, B0, T0, B1, T1) case I8_PAIR_KEY4(B0, T0, B1, T1): M(B0, T0, B1, T1); break;
+#define I8_BY_PAIR(g, M)                   \
+    switch (I8_PAIR_KEY(g)) {              \
+    I8_PAIRS(I8_PAIR_RUN, M)               \
+    default: break;                        \
     }
 
 /* The segments' state; 0 if some segment has 1 bit, a value that is not finite, only zero
