@@ -1146,6 +1146,37 @@ static void test_norm_rule(void) {
     tq_codec_free(codec);
 }
 
+/* tq_record_absmax, the integer kernels' scale (one reduction on the values' bits): the
+ * largest |value| over the segments, centroids or pair tables; −1 if one is above 3.4e38, an
+ * infinity or a NaN (then the float kernels); −0 counts as 0. */
+static void test_record_absmax(void) {
+    float c[4] = {0.5f, -3.0f, -0.0f, 2.0f}, p[16], c2[4] = {1.0f, 2.0f, 4.0f, -1.5f};
+    for (int i = 0; i < 16; i++) p[i] = (float)(i - 8) * 0.75f; /* |−8 · 0.75| = 6 */
+    tq_record x;
+    memset(&x, 0, sizeof x);
+    x.format = TQ_KV_TURBO;
+    x.n_seg = 1;
+    x.seg[0].bits = 2, x.seg[0].count = 64, x.seg[0].centroids = c;
+    CHECK(tq_record_absmax(&x) == 3.0f);
+    x.n_seg = 2;
+    x.seg[1].bits = 2, x.seg[1].count = 64, x.seg[1].centroids = c2;
+    CHECK(tq_record_absmax(&x) == 4.0f);
+    x.seg[1].pairs = p, x.seg[1].pair_memory = 4; /* 16 pair values, the centroids unused */
+    CHECK(tq_record_seg_absmax(&x, 1) == 6.0f && tq_record_absmax(&x) == 6.0f);
+    const float bad[4] = {NAN, INFINITY, -INFINITY, 3.402e38f};
+    for (int i = 0; i < 4; i++) {
+        p[13] = bad[i];
+        CHECK_MSG(tq_record_absmax(&x) == -1.0f, "%g", (double)bad[i]);
+        CHECK(tq_record_seg_absmax(&x, 0) == 3.0f);
+    }
+    p[13] = -3.4e38f; /* the bound itself is a scale */
+    CHECK(tq_record_absmax(&x) == 3.4e38f);
+    for (int i = 0; i < 4; i++) c[i] = i % 2 ? -0.0f : 0.0f;
+    x.n_seg = 1;
+    float z = tq_record_absmax(&x);
+    CHECK(z == 0.0f && !signbit(z));
+}
+
 /* The integer kernels' switch in the public API (tq_set_int8_scores, tq_int8_scores): it
  * moves the one kernel selection (tq_kernel_set_get), applies under the AVX2 set (avx2-int8, or avx2-vnni with AVX-VNNI)
  * and the AVX-512 set (avx512-vnni, where the CPU has VBMI / VNNI, else the AVX2 set's), and survives
@@ -1576,6 +1607,7 @@ int main(int argc, char **argv) {
         RUN_TEST(test_int8_switch);
         RUN_TEST(test_int8_scores);
         RUN_TEST(test_norm_rule);
+        RUN_TEST(test_record_absmax);
         RUN_TEST(test_decode_vs_ref);
         RUN_TEST(test_trellis_unpack);
         RUN_TEST(test_trellis_lanes);
@@ -1587,6 +1619,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_int8_scores);
     RUN_TEST(test_int8_switch);
     RUN_TEST(test_norm_rule);
+    RUN_TEST(test_record_absmax);
     RUN_TEST(test_workspace_monotone);
     RUN_TEST(test_errors);
     RUN_TEST(test_asymmetric_dims);

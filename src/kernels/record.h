@@ -110,18 +110,27 @@ static inline int tq_record_window_entry(int B, int P, int w) {
     return ((w >> P) << B) | ((w & ((1 << P) - 1)) << (B - P));
 }
 
-/* The largest |value| of segment s (tq_record_seg_values), or −1 if one is not finite: the
- * scale the integer kernels round the values by. */
+/* The largest |value| of segment s (tq_record_seg_values), or −1 if one is above 3.4e38 or not
+ * finite: the scale the integer kernels round the values by. On the bits: |v| as an unsigned
+ * integer orders as |v| does (NaNs above every finite value), so the maximum is one integer
+ * reduction the compiler vectorizes (the integer kernels set up per call, and a 4-bit trellis
+ * table has 256 values: a scalar loop over them was most of a call's setup). */
 static inline float tq_record_seg_absmax(const tq_record *x, int s) {
     int n;
     const float *v = tq_record_seg_values(x, s, &n);
-    float m = 0.0f;
+    const float lim = 3.4e38f;
+    uint32_t m = 0, ulim;
+    memcpy(&ulim, &lim, 4);
     for (int i = 0; i < n; i++) {
-        float a = v[i] < 0.0f ? -v[i] : v[i];
-        if (!(a <= 3.4e38f)) return -1.0f;
-        m = a > m ? a : m;
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        u &= 0x7FFFFFFFu;
+        m = u > m ? u : m;
     }
-    return m;
+    if (m > ulim) return -1.0f;
+    float f;
+    memcpy(&f, &m, 4);
+    return f;
 }
 
 /* The largest |value| over every segment of x, −1 if one is not finite. */
