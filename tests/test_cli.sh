@@ -368,6 +368,9 @@ check "attn-bench table prefill run" 0 "$tq" attn-bench --head-dim 64 --q-heads 
 check "attn-bench -m without --from-model" 2 "$tq" attn-bench -m x.gguf
 check "attn-bench --from-model with --layers" 2 "$tq" attn-bench --from-model x.txt --layers 2
 check "attn-bench --from-model missing model" 1 "$tq" attn-bench --from-model x.txt -m /nonexistent/m.gguf
+check "attn-bench auto:3 without --from-model" 2 "$tq" attn-bench --scheme turbo3,auto:3
+has "attn-bench auto:3 without --from-model message" "auto:B needs --from-model"
+check "attn-bench --calib-tokens below 64" 2 "$tq" attn-bench --from-model x.txt --calib-tokens 63
 if [ -r "$model" ]; then
   text=/tmp/tq_cli_text.$$
   for i in 1 2 3 4 5 6 7 8; do
@@ -388,6 +391,23 @@ r = {x["scheme"]: x for x in d["results"]}
 assert r["f16"]["rel_l2"] < 2e-3 and r["turbo4"]["rel_l2"] < r["turbo2"]["rel_l2"] < 1, r
 ' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   attn-bench --from-model figures"
   else fail=$((fail+1)); echo "FAIL attn-bench --from-model figures"; cat /tmp/tq_cli_out.$$; fi
+  # auto:B: each layer's scheme from the calibration (printed), at turbo3's bytes or fewer. Under
+  # the sanitizers (TQ_TEST_QUICK) the calibration is test_kv_auto's alone.
+  if [ -n "${TQ_TEST_QUICK:-}" ]; then skip "attn-bench auto:3" "TQ_TEST_QUICK (sanitizer build: test_kv_auto calibrates)"; else
+  check "attn-bench auto:3" 0 "$tq" attn-bench --from-model "$text" -m "$model" --ctx 128 --scheme turbo3,auto:3 \
+    --calib-tokens 64 --reps 1 --threads 2 --json
+  has "attn-bench auto:3 calibration" "auto:3: calibrated on 64 tokens of the built-in text"
+  has "attn-bench auto:3 layer 0" "  layer  0: k "
+  if python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+r = {x["scheme"]: x for x in d["results"]}
+assert list(r) == ["f16", "turbo3", "auto:3"], r
+assert 0 < r["auto:3"]["bytes_per_token"] <= r["turbo3"]["bytes_per_token"], r
+assert r["auto:3"]["rel_l2"] < 1 and r["auto:3"]["us_per_step"] > 0, r
+' /tmp/tq_cli_out.$$; then pass=$((pass+1)); echo "ok   attn-bench auto:3 row at turbo3 bytes or fewer"
+  else fail=$((fail+1)); echo "FAIL attn-bench auto:3 row"; cat /tmp/tq_cli_out.$$; fi
+  fi
   rm -f "$text"
 else
   skip "attn-bench --from-model runs" "no model at $model (scripts/get-model.sh)"

@@ -118,3 +118,34 @@ done:
     session_close(&s);
     return rc;
 }
+
+int attn_record_auto_layers(const char *cmd, const char *model_path, int n_threads, int calib_tokens,
+                            const session_scheme *schemes, int n, int n_layers,
+                            tq_kv_layer_scheme *const *out) {
+    session_opts o;
+    session_opts_init(&o, cmd, 512, SESSION_KV_ONE); /* the list: f16; the calibration runs
+                                                        contexts of its own */
+    o.model_path = model_path;
+    o.n_threads = n_threads;
+    o.calib_tokens = calib_tokens;
+    int rc = session_opts_finish(&o);
+    if (rc) return rc;
+    session s;
+    memset(&s, 0, sizeof s);
+    if ((rc = session_open(&s, &o)) != 0) return rc;
+    if (s.cfg.n_layer != n_layers) {
+        fprintf(stderr, "tq %s: the model has %d layers, the recording %d\n", cmd, s.cfg.n_layer, n_layers);
+        rc = 1;
+    }
+    for (int i = 0; !rc && i < n; i++) {
+        const tq_kv_layer_scheme *ls = session_auto_layer_schemes(&s, &schemes[i]);
+        if (ls == NULL) {
+            if (!schemes[i].is_auto) fprintf(stderr, "tq %s: %s is not auto:B\n", cmd, schemes[i].name);
+            rc = 1;
+        } else {
+            memcpy(out[i], ls, sizeof *ls * (size_t)n_layers);
+        }
+    }
+    session_close(&s);
+    return rc;
+}

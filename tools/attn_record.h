@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "model_session.h"
 #include "turboquant.h"
 
 /* Leading query positions recorded for the key scale: as many as the library's statistics
@@ -37,5 +38,13 @@ typedef struct attn_record {
 int attn_record_from_model(const char *cmd, const char *model_path, const char *text_path,
                            size_t n_tokens, size_t n_queries, int n_threads, attn_record *out);
 void attn_record_free(attn_record *r); /* a zeroed record is fine */
+
+/* The per-layer schemes auto:B chooses for the model (model_path as above): one session, each
+ * of the n schemes (session_scheme_parse'd auto:B) calibrated on at most calib_tokens tokens of
+ * the built-in text as tq perplexity does (the choice printed to stderr), its n_layers layer schemes copied to out[i].
+ * Returns 0, or an exit code after printing why. */
+int attn_record_auto_layers(const char *cmd, const char *model_path, int n_threads, int calib_tokens,
+                            const session_scheme *schemes, int n, int n_layers,
+                            tq_kv_layer_scheme *const *out);
 
 #endif

@@ -23,6 +23,7 @@
 #include "attn_record.h"
 #include "commands.h"
 #include "common.h"
+#include "kv_auto.h"
 #include "model_session.h"
 #include "options.h"
 #include "turboquant.h"
@@ -118,13 +119,15 @@ static int exact_attention(const bench *b, int layer, const float *q, const tq_a
 }
 
 /* Builds the L-layer cache of one scheme holding the benchmark data, compressed as after the
- * first decode step. Recorded data also hands the cache the queries of the first positions,
+ * first decode step (layer_schemes: auto:B's per-layer schemes, or NULL). Recorded data also hands the cache the queries of the first positions,
  * as the engine does before each append (random data: none, so the key scale comes from the
  * keys alone). */
-static tq_status build_cache(const bench *b, const tq_kv_scheme *s, tq_threadpool *pool, tq_kv_cache **out) {
+static tq_status build_cache(const bench *b, const tq_kv_scheme *s, const tq_kv_layer_scheme *layer_schemes,
+                             tq_threadpool *pool, tq_kv_cache **out) {
     tq_kv_cache_config cfg;
     tq_kv_cache_config_init(&cfg, b->L, b->G, b->D, b->D);
     cfg.scheme = *s;
+    cfg.layer_schemes = layer_schemes; /* auto:B: each layer's own (NULL: the scheme's) */
     cfg.reserve_tokens = b->N;
     float *freqs = NULL;
     if (b->rec != NULL) { /* as the engine's cache */
@@ -179,7 +182,8 @@ typedef struct result {
 int cmd_attn_bench(int argc, char **argv) {
     /* 0 for --head-dim, --q-heads, --kv-heads and --layers: not given (the ranges start at 1
      * or more); --from-model takes them from the model, else the defaults below. */
-    long D = 0, H = 0, G = 0, N = 4096, L = 0, T = 1, Q = 1, reps = 0, rope_base = -1;
+    long D = 0, H = 0, G = 0, N = 4096, L = 0, T = 1, Q = 1, reps = 0, rope_base = -1,
+         calib = KV_AUTO_DEFAULT_TOKENS;
     uint64_t seed = 1;
     int json = 0;
     const char *scheme_list = "f16,q8_0,q4_0,turbo3,turbo4";
@@ -195,7 +199,9 @@ int cmd_attn_bench(int argc, char **argv) {
         {OPT_STRING("--scheme", "LIST", &scheme_list,
                     "KV schemes, comma-separated, none empty (default\n"
                     "f16,q8_0,q4_0,turbo3,turbo4; at most 15 besides f16); f16 is always\n"
-                    "measured, as the baseline")},
+                    "measured, as the baseline; auto:B[:options] (with --from-model):\n"
+                    "each layer's widths from a calibration on the model's built-in\n"
+                    "text, as tq perplexity chooses them (printed to stderr)")},
         {OPT_INT("--layers", "L", &L, 1, 4096,
                  "independent caches cycled per step, 1..4096 (default 1)")},
         {OPT_INT("--threads", "T", &T, 1, 256, "attention threads, 1..256 (default 1)")},
@@ -204,6 +210,8 @@ int cmd_attn_bench(int argc, char **argv) {
         {OPT_INT("--reps", "R", &reps, 1, 100000,
                  "timed repetitions, 1..100000 (default: about 1 s of work, 3..200)")},
         {OPT_U64("--seed", "S", &seed, "data seed, 0..2^64-1 (default 1)")},
+        {OPT_INT("--calib-tokens", "N", &calib, KV_AUTO_MIN_TOKENS, 1L << 20,
+                 "auto:B calibrates on at most N tokens of the built-in text (default\n128)")},
         {OPT_FLAG("--json", &json, "one JSON object instead of a table")},
         {OPT_INT("--rope-base", "B", &rope_base, 0, 100000000,
                  "the TurboQuant key mean turns with RoPE angles B^(-2j/D)\n"
@@ -282,6 +290,10 @@ int cmd_attn_bench(int argc, char **argv) {
     /* Parse and validate every scheme first; f16 goes first as the baseline. */
     char names[MAX_SCHEMES][64];
     tq_kv_scheme schemes[MAX_SCHEMES];
+    /* auto:B (--from-model): turboB's scheme, and the layers' own from the calibration */
+    session_scheme autos[MAX_SCHEMES];
+    int auto_of[MAX_SCHEMES] = {0}, n_auto = 0; /* auto_of[s]: 1 + its index in autos, or 0 */
+    tq_kv_layer_scheme *lsch[MAX_SCHEMES] = {NULL};
     int n_s = 1;
     strcpy(names[0], "f16");
     tq_kv_scheme_parse("f16", &schemes[0], NULL, 0);
@@ -311,7 +323,20 @@ int cmd_attn_bench(int argc, char **argv) {
                     MAX_SCHEMES - 1);
             return TQ_EXIT_USAGE;
         }
-        if (tq_kv_scheme_parse(name, &schemes[n_s], err, sizeof err)) {
+        if (!strncmp(name, "auto:", 5)) {
+            /* per-layer widths from a calibration: the model runs it */
+            if (!from_model) {
+                fprintf(stderr, "tq attn-bench: --scheme %s: auto:B needs --from-model (its calibration runs the "
+                                "model)\n", name);
+                return TQ_EXIT_USAGE;
+            }
+            if (session_scheme_parse(name, &autos[n_auto], err, sizeof err)) {
+                fprintf(stderr, "tq attn-bench: %s", err);
+                return TQ_EXIT_USAGE;
+            }
+            schemes[n_s] = autos[n_auto].scheme; /* turboB[:options], checked below */
+            auto_of[n_s] = ++n_auto;
+        } else if (tq_kv_scheme_parse(name, &schemes[n_s], err, sizeof err)) {
             fprintf(stderr, "tq attn-bench: %s", err);
             return TQ_EXIT_USAGE;
         }
@@ -335,6 +360,22 @@ int cmd_attn_bench(int argc, char **argv) {
         if (!e) break;
     }
 
+    /* auto:B: each layer's scheme from a calibration on the model (printed to stderr). */
+    if (n_auto) {
+        tq_kv_layer_scheme *dst[MAX_SCHEMES];
+        for (int s = 1; s < n_s; s++)
+            if (auto_of[s] && !(lsch[s] = dst[auto_of[s] - 1] = malloc(sizeof *lsch[s] * (size_t)b.L))) {
+                fprintf(stderr, "tq attn-bench: out of memory\n");
+                rc = 1;
+            }
+        if (!rc) rc = attn_record_auto_layers("attn-bench", model_path, (int)T, (int)calib, autos, n_auto, b.L, dst);
+        if (rc) {
+            for (int s = 0; s < n_s; s++) free(lsch[s]);
+            attn_record_free(&rec);
+            return rc;
+        }
+    }
+
     /* What the run will hold at its peak, before any of it is allocated: one scheme's cache at
      * a time (the largest; raw fp16 while it is filled, as prefill_raw keeps it, plus the
      * compressed pages), queries, outputs, the exact reference, the chunk buffers, the
@@ -344,17 +385,20 @@ int cmd_attn_bench(int argc, char **argv) {
         for (int s = 0; s < n_s; s++) {
             const tq_kv_scheme *sc = &schemes[s];
             double per_token = 0.0; /* bytes per token per KV head, the dearest layer */
-            const tq_kv_layer_scheme *ls[2] = {&sc->layer, &sc->edge};
-            for (int i = 0; i < (sc->edge_first || sc->edge_last ? 2 : 1); i++) {
+            const tq_kv_layer_scheme *two[2] = {&sc->layer, &sc->edge};
+            const tq_kv_layer_scheme *ls = lsch[s] ? lsch[s] : two[0];
+            const int n_ls = lsch[s] ? b.L : sc->edge_first || sc->edge_last ? 2 : 1;
+            for (int j = 0; j < n_ls; j++) {
+                const tq_kv_layer_scheme *li = lsch[s] ? &ls[j] : two[j];
                 size_t kb = 0, vb = 0;
-                tq_kv_layer_scheme_bytes(ls[i], (int)D, (int)D, &kb, &vb);
-                int plain = ls[i]->key_format == TQ_KV_F16 && ls[i]->value_format == TQ_KV_F16;
+                tq_kv_layer_scheme_bytes(li, (int)D, (int)D, &kb, &vb);
+                int plain = li->key_format == TQ_KV_F16 && li->value_format == TQ_KV_F16;
                 double t = (double)(kb + vb) + (plain ? 0.0 : 4.0 * (double)D);
                 if (t > per_token) per_token = t;
                 /* The workspace depends on the layer's scheme and the shapes, not on the
                  * length or the layer count: ask an empty one-layer cache of this scheme. */
                 tq_kv_scheme one = *sc;
-                one.layer = one.edge = *ls[i];
+                one.layer = one.edge = *li;
                 one.edge_first = one.edge_last = 0;
                 tq_kv_cache_config cfg;
                 tq_kv_cache *c;
@@ -388,6 +432,7 @@ int cmd_attn_bench(int argc, char **argv) {
         if (tool_check_memory("attn-bench", cache_max + io + work_max + recorded, detail,
                                "lower --ctx, --layers, --kv-heads, --head-dim, --q-heads or "
                                "--queries") != 1) {
+            for (int s = 0; s < n_s; s++) free(lsch[s]);
             attn_record_free(&rec);
             return TQ_EXIT_USAGE;
         }
@@ -423,7 +468,7 @@ int cmd_attn_bench(int argc, char **argv) {
     double f16_gflops = 0.0;
     for (int s = 0; s < n_s && !rc; s++) {
         tq_kv_cache *c = NULL;
-        tq_status st = build_cache(&b, &schemes[s], pool, &c);
+        tq_status st = build_cache(&b, &schemes[s], lsch[s], pool, &c);
         if (st) {
             fprintf(stderr, "tq attn-bench: building the %s cache: %s\n", names[s], tq_error_message(st));
             rc = 1;
@@ -470,12 +515,17 @@ int cmd_attn_bench(int argc, char **argv) {
             fprintf(stderr, "tq attn-bench: attention (%s): %s\n", names[s], tq_error_message(st));
             rc = 1;
         }
-        size_t kb = 0, vb = 0;
-        tq_kv_layer_scheme_bytes(&schemes[s].layer, (int)D, (int)D, &kb, &vb);
+        /* bytes per token of one layer: auto:B's mean over the layers */
+        double kvb = 0.0;
+        for (int l = 0; l < (lsch[s] ? b.L : 1); l++) {
+            size_t kb = 0, vb = 0;
+            tq_kv_layer_scheme_bytes(lsch[s] ? &lsch[s][l] : &schemes[s].layer, (int)D, (int)D, &kb, &vb);
+            kvb += (double)(kb + vb);
+        }
         result *r = &res[s];
         snprintf(r->scheme, sizeof r->scheme, "%.63s", names[s]);
         r->us = best * 1e6;
-        r->bytes_per_token = (double)(kb + vb) * (double)G;
+        r->bytes_per_token = kvb / (lsch[s] ? b.L : 1) * (double)G;
         r->ratio = 4.0 * (double)D * (double)G / r->bytes_per_token;
         r->rel_l2 = r2 > 0 ? sqrt(e2 / r2) : 0.0;
         r->max_abs = emax;
@@ -529,6 +579,7 @@ int cmd_attn_bench(int argc, char **argv) {
     }
     tq_threadpool_free(pool);
     free(q), free(out), free(ref), free(res);
+    for (int s = 0; s < n_s; s++) free(lsch[s]);
     attn_record_free(&rec);
     return rc;
 }

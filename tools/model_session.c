@@ -121,6 +121,12 @@ static const kv_auto_result *auto_result(session *s, const session_scheme *schem
     return &a->r;
 }
 
+const tq_kv_layer_scheme *session_auto_layer_schemes(session *s, const session_scheme *scheme) {
+    if (!scheme->is_auto) return NULL;
+    const kv_auto_result *r = auto_result(s, scheme);
+    return r ? r->layer_schemes : NULL;
+}
+
 int session_seq_reapply_auto(session *s, session_seq *q) {
     if (!q->scheme.is_auto) return 0;
     const kv_auto_result *r = auto_result(s, &q->scheme);

@@ -136,6 +136,10 @@ void session_seq_close(session_seq *q); /* a zeroed sequence is fine */
 /* Gives q's context the per-layer schemes of its auto:B scheme again (after
  * context_set_kv_keep_history, which drops them); nothing for other schemes. Returns 0 or 1. */
 int session_seq_reapply_auto(session *s, session_seq *q);
+/* The per-layer schemes (s->cfg.n_layer, owned by the session) an auto:B scheme chose,
+ * calibrating now (the choice printed) when not yet done; NULL after printing why, or when
+ * scheme is not auto:B. For commands that build caches without a sequence (tq attn-bench). */
+const tq_kv_layer_scheme *session_auto_layer_schemes(session *s, const session_scheme *scheme);
 /* Uses tokens[0, n) as the calibration text of auto:B when n >= KV_AUTO_MIN_TOKENS (else the
  * built-in text stays); source names them in the printed table. */
 void session_set_calibration(session *s, const int32_t *tokens, size_t n, const char *source);
