@@ -298,16 +298,24 @@ static int iseg_setup(const tq_record *x, iseg *g) {
          * registers the decode reads: 1 (plain codes, 2-bit trellis, tied 3-bit), 2 (tied
          * 4-bit), 4 (3-bit), 8 (4-bit) */
         _Alignas(32) int8_t ts[256];
+        _Alignas(32) float vs[256];
         int ne = nv > 16 ? nv : 16;
         for (int e = 0; e < ne; e++) {
             int j = e & (nv - 1);
             /* two-state, U[c][b] (b: the top bit of the code before) is the pair
              * (c, b · 2^(B−1)): at 3 bits entry j = 2c + b (the window's top four bits), at 4
              * bits j = c + 16b (register b, the code its index: i8_lookup2s) */
-            float v = T != 2  ? val[j]
-                      : B == 4 ? val[((j & 15) << B) + ((j >> 4) << (B - 1))]
-                               : val[(j >> 1 << B) + ((j & 1) << (B - 1))];
-            ts[e] = (int8_t)lrintf(v / g[s].alpha);
+            vs[e] = T != 2  ? val[j]
+                    : B == 4 ? val[((j & 15) << B) + ((j >> 4) << (B - 1))]
+                             : val[(j >> 1 << B) + ((j & 1) << (B - 1))];
+        }
+        /* ĉ = round(v / α), 8 at a time: vcvtps2dq rounds to nearest even, as lrintf (the
+         * 256-entry tables of 4-bit free trellis codes are rounded per call) */
+        const __m256 va = _mm256_set1_ps(g[s].alpha);
+        for (int e = 0; e < ne; e += 8) {
+            __m256i w = _mm256_cvtps_epi32(_mm256_div_ps(_mm256_load_ps(vs + e), va)); /* |ĉ| ≤ 63 */
+            __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+            _mm_storel_epi64((__m128i *)(void *)(ts + e), _mm_packs_epi16(w16, w16));
         }
         if (nv == 256) /* i8_lookup256 reads entry 255 − e as −ĉ[e] */
             for (int e = 0; e < 128; e++)
