@@ -839,6 +839,10 @@ static int i8_score_prepared(const tq_record *x, const uint8_t *rec, int nk, con
         else if (one) i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 1, I8_PART, ahp); \
         else if (last == I8_WHOLE)                                                                       \
             i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_WHOLE, ahp); \
+        else if (last == I8_HALF) /* after whole blocks: the last one in its own layout (lastL) */     \
+            i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_HALF, ahp); \
+        else if (last == I8_QUARTER)                                                                     \
+            i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_QUARTER, ahp); \
         else i8_score_run(&g[s], r0, rb, n, qp, G->vbias[s], G->vab[s], Pt, first, B, T, 0, I8_PART, ahp); \
     } while (0)
                 I8_BY_WIDTH(&g[s], I8_RUN);
