@@ -442,15 +442,14 @@ static inline __attribute__((always_inline)) void i8_decode(const iseg *g, const
 #undef I8_HI
 #undef I8_WLO
     } else if (T && B == 2 && nv == 1) {
-        /* A quarter (I8_LAYOUT_Q2): its 8 bytes' words in both halves, shifted by 6 | 8
-         * and 10 | 12, packed: runs of 8 bytes of the shifts 6, 10, 8, 12. */
-        __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)src);
-        __m128i vm1 = _mm_or_si128(_mm_slli_si128(v, 1), _mm_cvtsi32_si128(prev));
-        __m256i w = _mm256_broadcastsi128_si256(_mm_unpacklo_epi8(vm1, v));
-        const __m256i m4 = _mm256_set1_epi16(0x0F);
-        __m256i x1 = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(6, 6, 6, 6, 8, 8, 8, 8)), m4);
-        __m256i x2 = _mm256_and_si256(_mm256_srlv_epi32(w, _mm256_setr_epi32(10, 10, 10, 10, 12, 12, 12, 12)), m4);
-        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_packus_epi16(x1, x2));
+        /* A quarter (I8_LAYOUT_Q2): its 8 bytes in each quarter, the runs of codes 0, 2, 1, 3
+         * of every byte, as plain codes' below; code k's window is bits [2k − 2, 2k + 2) of
+         * its byte's qword: shifted left by 2 (code 0: the byte before's top two bits come
+         * with it, the block's first byte's from prev), right by 2, 0, 4, masked to 4 bits. */
+        __m256i v = _mm256_set1_epi64x((long long)_mm_cvtsi128_si64(_mm_loadl_epi64((const __m128i *)(const void *)src)));
+        v = _mm256_srlv_epi64(_mm256_sllv_epi64(v, _mm256_setr_epi64x(2, 0, 0, 0)), _mm256_setr_epi64x(0, 2, 0, 4));
+        v = _mm256_or_si256(v, _mm256_castsi128_si256(_mm_cvtsi32_si128(prev >> 6)));
+        out[0] = _mm256_shuffle_epi8(tab[0], _mm256_and_si256(v, _mm256_set1_epi8(0x0F)));
     } else if (T && B == 2 && nv == 2) {
         /* A half block (I8_LAYOUT_H2): code 0's windows | code 1's (out[0]), code 2's | code
          * 3's (out[1]), as a whole block's (below), of its 16 bytes */
