@@ -858,7 +858,8 @@ static void test_fused_kernels(void) {
     static const struct { int dim; float bits; } cfgs[] = {
         {128, 3}, {128, 4}, {128, 2}, {128, 1}, {128, 3.5f}, {80, 3.5f}, {96, 4}, {64, 2.5f},
         {256, 3}, {256, 4}, {200, 2}, {40, 3}, {18, 4}, {64, 3}, {64, 4}, {192, 3}, {192, 4},
-        {128, 2.5f}, {64, 2}, {48, 3.5f}, {48, 2.5f}, {16, 3}, {160, 2}, {160, 3}, {160, 4}, {192, 2}};
+        {128, 2.5f}, {64, 2}, {48, 3.5f}, {48, 2.5f}, {16, 3}, {160, 2}, {160, 3}, {160, 4}, {192, 2},
+        {224, 3}, {176, 2}, {240, 4}, {144, 3}, {208, 2}};
     /* a 2-bit half block; d 64 at 2.5 and 3.5: quarters (the integer kernels' own orders); d 48
      * at 3.5 and 2.5 (24 + 24) and d 16: quarters with absent lanes; d 160 and 192: a quarter
      * and a half block after a whole one */
@@ -1466,7 +1467,9 @@ static void trellis_lanes_table(const char *name, const tq_attn_kernels *t, int 
         {128, "turbo3:trellis=2"}, {256, "turbo4:trellis=2"}, {64, "turbo3:trellis=2"}, {64, "turbo4:trellis=2"},
         {48, "turbo3:trellis=2"}, {24, "turbo4:trellis=2"}, {64, "turbo3.5:trellis=2"}, {256, "turbo3:trellis=2"},
         {96, "turbo4:trellis=2"}, {128, "turbo3.5:trellis=2"}, {128, "turbo2.5:trellis=2"},
-        {160, "turbo2:trellis=2"}}; /* d 160: a quarter after a whole block (its window's byte before) */
+        {160, "turbo2:trellis=2"}, {160, "turbo4:trellis=2"}, {192, "turbo2:trellis=1"},
+        {224, "turbo3:trellis=2"}}; /* d 160 …: a quarter, half or part after a whole block (the
+                                     * windows' byte before) */
     enum { NK = 37, NQ = 6 };
     double worst_s = 0, worst_v = 0;
     for (size_t ci = 0; ci < sizeof cfgs / sizeof *cfgs; ci++) {
