@@ -323,23 +323,21 @@ int cmd_attn_bench(int argc, char **argv) {
                     MAX_SCHEMES - 1);
             return TQ_EXIT_USAGE;
         }
-        if (!strncmp(name, "auto:", 5)) {
-            /* per-layer widths from a calibration: the model runs it */
+        session_scheme ss; /* the model commands' parse: a scheme, or auto:B as turboB */
+        if (session_scheme_parse(name, &ss, err, sizeof err)) {
+            fprintf(stderr, "tq attn-bench: %s", err);
+            return TQ_EXIT_USAGE;
+        }
+        if (ss.is_auto) { /* per-layer widths from a calibration: the model runs it */
             if (!from_model) {
                 fprintf(stderr, "tq attn-bench: --scheme %s: auto:B needs --from-model (its calibration runs the "
                                 "model)\n", name);
                 return TQ_EXIT_USAGE;
             }
-            if (session_scheme_parse(name, &autos[n_auto], err, sizeof err)) {
-                fprintf(stderr, "tq attn-bench: %s", err);
-                return TQ_EXIT_USAGE;
-            }
-            schemes[n_s] = autos[n_auto].scheme; /* turboB[:options], checked below */
+            autos[n_auto] = ss;
             auto_of[n_s] = ++n_auto;
-        } else if (tq_kv_scheme_parse(name, &schemes[n_s], err, sizeof err)) {
-            fprintf(stderr, "tq attn-bench: %s", err);
-            return TQ_EXIT_USAGE;
         }
+        schemes[n_s] = ss.scheme; /* auto:B: turboB[:options], checked below */
         size_t kb, vb;
         tq_status st = tq_kv_layer_scheme_bytes(&schemes[n_s].layer, (int)D, (int)D, &kb, &vb);
         if (!st && schemes[n_s].layer.key_format == TQ_KV_TURBO) {
@@ -386,10 +384,9 @@ int cmd_attn_bench(int argc, char **argv) {
             const tq_kv_scheme *sc = &schemes[s];
             double per_token = 0.0; /* bytes per token per KV head, the dearest layer */
             const tq_kv_layer_scheme *two[2] = {&sc->layer, &sc->edge};
-            const tq_kv_layer_scheme *ls = lsch[s] ? lsch[s] : two[0];
             const int n_ls = lsch[s] ? b.L : sc->edge_first || sc->edge_last ? 2 : 1;
             for (int j = 0; j < n_ls; j++) {
-                const tq_kv_layer_scheme *li = lsch[s] ? &ls[j] : two[j];
+                const tq_kv_layer_scheme *li = lsch[s] ? &lsch[s][j] : two[j];
                 size_t kb = 0, vb = 0;
                 tq_kv_layer_scheme_bytes(li, (int)D, (int)D, &kb, &vb);
                 int plain = li->key_format == TQ_KV_F16 && li->value_format == TQ_KV_F16;
