@@ -18,7 +18,10 @@
  *   gain        the key scale's predicted score-error factor Σa·Σb / (Σ√(ab))² (doc/kvcache.md),
  *               a, b the query and key channel energies
  *   v|mean|/rms the same offset ratio for the values (a value mean would remove that share of
- *               their energy; measured: 0.38 on both models, doc/kvcache.md).
+ *               their energy; measured: 0.38 on both models, doc/kvcache.md);
+ *   vgain       a value scale's predicted error factor dv·Σc / (Σ√c)², c the value channel
+ *               energies (a per-channel scale c^(−1/4) before the rotation, undone after the
+ *               sum; W_o's weighting left out: doc/kvcache.md §2, "Key scale").
  *
  * --mean-drift (keeps every key: layers × heads × tokens × head_dim floats) adds, per layer, how
  * much of the key energy at the late positions [c/2, c) each key mean leaves (the residual
@@ -50,6 +53,7 @@ typedef struct {
     int n_ctx;
     double *k_sum, *k_sq, *q_sq, *k_norm, *k_norm_sq, *v_norm; /* per layer x kv head (x dk) */
     double *v_sum, *v_norm_sq; /* per layer x kv head (x dv), per layer x kv head */
+    double *v_sq;              /* per layer x kv head x dv */
     long n_tok;
 } stats;
 
@@ -79,6 +83,7 @@ static void hook(void *ctx, int il, int pos0, int n, const float *q, const float
             for (int i = 0; i < dv; i++) {
                 vn += (double)vr[i] * vr[i];
                 s->v_sum[lh * dv + i] += vr[i];
+                s->v_sq[lh * dv + i] += (double)vr[i] * vr[i];
             }
             s->v_norm_sq[lh] += vn;
             s->k_norm[lh] += sqrt(kn);
@@ -293,7 +298,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const model_config *c = model_get_config(m);
-    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, n_ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, n_ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
     if (drift && c->head_dim > 1024) {
         fprintf(stderr, "--mean-drift: head_dim %d > 1024\n", c->head_dim);
         return 1;
@@ -310,6 +315,7 @@ int main(int argc, char **argv) {
     s.k_norm_sq = calloc(lh, sizeof(double));
     s.v_norm = calloc(lh, sizeof(double));
     s.v_sum = calloc(lh * (size_t)s.dv, sizeof(double));
+    s.v_sq = calloc(lh * (size_t)s.dv, sizeof(double));
     s.v_norm_sq = calloc(lh, sizeof(double));
     context_set_attn_hook(x, hook, &s);
     for (int p0 = 0; p0 < n_ctx && ms == MODEL_OK; p0 += 512)
@@ -320,11 +326,11 @@ int main(int argc, char **argv) {
     }
     printf("%s: %ld tokens, %d layers, %d q heads on %d kv heads, head_dim %d\n", model_path, s.n_tok, s.n_layer,
            s.n_q, s.n_kv, s.dk);
-    printf("layer  |mean|/rms        kloud           qloud           |k|     k cv   |v|     gain  v|mean|/rms\n");
+    printf("layer  |mean|/rms        kloud           qloud           |k|     k cv   |v|     gain  v|mean|/rms    vgain\n");
     const double N = (double)s.n_tok;
-    double all_mr = 0, all_kl = 0, all_ql = 0, all_gain = 0, all_vr = 0;
+    double all_mr = 0, all_kl = 0, all_ql = 0, all_gain = 0, all_vr = 0, all_vgain = 0;
     for (int il = 0; il < s.n_layer; il++) {
-        double mr[2] = {1e9, 0}, kl[2] = {1e9, 0}, ql[2] = {1e9, 0}, kn = 0, cv = 0, vn = 0, gain = 0;
+        double mr[2] = {1e9, 0}, kl[2] = {1e9, 0}, ql[2] = {1e9, 0}, kn = 0, cv = 0, vn = 0, gain = 0, vgain = 0;
         double vr[2] = {1e9, 0};
         for (int h = 0; h < s.n_kv; h++) {
             const size_t o = ((size_t)il * s.n_kv + h) * (size_t)s.dk;
@@ -338,11 +344,13 @@ int main(int argc, char **argv) {
                 sa += a, sb += e, sab += sqrt(a * (e > 0 ? e : 0));
             }
             const size_t l = (size_t)il * s.n_kv + h;
-            double vmean_sq = 0;
+            double vmean_sq = 0, vc = 0, vrc = 0;
             for (int i = 0; i < s.dv; i++) {
                 double mu = s.v_sum[l * (size_t)s.dv + i] / N;
                 vmean_sq += mu * mu;
+                vc += s.v_sq[l * (size_t)s.dv + i] / N, vrc += sqrt(s.v_sq[l * (size_t)s.dv + i] / N);
             }
+            vgain += log(s.dv * vc / (vrc * vrc)) / s.n_kv;
             double vrat = sqrt(vmean_sq / (s.v_norm_sq[l] / N));
             vr[0] = fmin(vr[0], vrat), vr[1] = fmax(vr[1], vrat);
             all_vr += vrat;
@@ -357,18 +365,19 @@ int main(int argc, char **argv) {
             gain += log(sa * sb / (sab * sab)) / s.n_kv;
             all_mr += r, all_kl += log(k1), all_ql += log(q1);
         }
-        all_gain += gain;
-        printf("%5d  %.3f .. %.3f  %6.1f .. %5.1f  %6.1f .. %5.1f  %6.2f  %.3f  %6.2f  %.2f  %.3f .. %.3f\n", il,
-               mr[0], mr[1], kl[0], kl[1], ql[0], ql[1], kn, cv, vn, exp(gain), vr[0], vr[1]);
+        all_gain += gain, all_vgain += vgain;
+        printf("%5d  %.3f .. %.3f  %6.1f .. %5.1f  %6.1f .. %5.1f  %6.2f  %.3f  %6.2f  %.2f  %.3f .. %.3f  %.2f\n", il,
+               mr[0], mr[1], kl[0], kl[1], ql[0], ql[1], kn, cv, vn, exp(gain), vr[0], vr[1], exp(vgain));
     }
     const double nh = (double)s.n_layer * s.n_kv;
     printf("mean over heads: |mean|/rms %.3f, kloud (geo) %.1f, qloud (geo) %.1f, gain (geo) %.2f, value |mean|/rms "
-           "%.3f\n", all_mr / nh, exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer), all_vr / nh);
+           "%.3f, vgain (geo) %.2f\n", all_mr / nh, exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer), all_vr / nh,
+           exp(all_vgain / s.n_layer));
     if (s.keys) print_mean_drift(c, &s);
     fixture_close(&f);
     free(ids);
     free(s.keys);
     free(s.k_sum), free(s.k_sq), free(s.q_sq), free(s.k_norm), free(s.k_norm_sq), free(s.v_norm);
-    free(s.v_sum), free(s.v_norm_sq);
+    free(s.v_sum), free(s.v_norm_sq), free(s.v_sq);
     return 0;
 }
