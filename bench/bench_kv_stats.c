@@ -35,6 +35,10 @@
  *   fast     block64, and R_p μ at each key's own angle on the faster pairs the cache takes:
  *            the (up to) 8 per layer whose pre-RoPE mean removes the most energy beyond the
  *            frozen mean's, each at least 0.5% of the keys' energy (the cache today)
+ * and, per layer (geometric mean over its KV heads), what a lag-1 predictor across tokens would
+ * take off (doc/kvcache.md §7, "Prediction across tokens"): Σ|x_t|² / Σ|x_t − ρ·x_{t−1}|², ρ the
+ * least-squares factor per head, on [c/2, c): keys less the RoPE mean (x_{t−1} as it is, and
+ * turned by one position), values less their mean of the first 512 positions.
  * The RoPE angles are the model's (rope.freq_base, the sliding-window layers' base, freq_scale;
  * layers whose heads are not wholly rotated print "-"). */
 #include <math.h>
@@ -50,6 +54,7 @@
 typedef struct {
     int n_kv, n_q, dk, dv, n_layer;
     float *keys; /* --mean-drift: (layer, kv head, position, dk), else NULL */
+    float *vals; /* --mean-drift: (layer, kv head, position, dv), else NULL */
     int n_ctx;
     double *k_sum, *k_sq, *q_sq, *k_norm, *k_norm_sq, *v_norm; /* per layer x kv head (x dk) */
     double *v_sum, *v_norm_sq; /* per layer x kv head (x dv), per layer x kv head */
@@ -62,6 +67,10 @@ static void hook(void *ctx, int il, int pos0, int n, const float *q, const float
     stats *s = ctx;
     (void)ap;
     const int dk = s->dk, dv = s->dv, g = s->n_q / s->n_kv;
+    for (int t = 0; s->keys && t < n; t++)
+        for (int h = 0; h < s->n_kv; h++)
+            memcpy(s->vals + (((size_t)il * s->n_kv + h) * s->n_ctx + (size_t)(pos0 + t)) * dv,
+                   v + ((size_t)t * s->n_kv + h) * dv, sizeof(float) * (size_t)dv);
     for (int t = 0; s->keys && t < n; t++)
         for (int h = 0; h < s->n_kv; h++)
             memcpy(s->keys + (((size_t)il * s->n_kv + h) * s->n_ctx + (size_t)(pos0 + t)) * dk,
@@ -185,6 +194,55 @@ static void drift_static(const model_config *c, int il, const double *fr, const 
     }
 }
 
+static void print_lag(const model_config *c, const stats *s) {
+    const int dk = s->dk, dv = s->dv, n = s->n_ctx, fit = 512 < n / 2 ? 512 : n / 2, l0 = n / 2;
+    printf("\nlag-1 prediction gain on [%d, %d): keys (less the RoPE mean) as they are / turned by one position; values (less their mean)\nlayer   keys  turned  values\n", l0, n);
+    double gk = 0, gr = 0, gv = 0;
+    const int rot = c->n_rot == dk && dk % 2 == 0; /* else the keys' plain mean, nothing turned */
+    for (int il = 0; il < s->n_layer; il++) {
+        double lk = 0, lr = 0, lv = 0;
+        for (int h = 0; h < s->n_kv; h++) {
+            const float *K = s->keys + ((size_t)il * s->n_kv + h) * (size_t)n * dk;
+            const float *V = s->vals + ((size_t)il * s->n_kv + h) * (size_t)n * dv;
+            double mu[1024] = {0}, u[1024], vm[1024] = {0};
+            for (int t = 0; t < fit; t++) {
+                double row[1024];
+                for (int i = 0; i < dk; i++) row[i] = K[(size_t)t * dk + i];
+                if (rot) drift_turn(c, il, row, t, -1, NULL, u);
+                for (int i = 0; i < dk; i++) mu[i] += (rot ? u[i] : row[i]) / fit;
+                for (int i = 0; i < dv; i++) vm[i] += V[(size_t)t * dv + i] / fit;
+            }
+            double xx = 0, xp = 0, pp = 0, xr = 0, rr = 0, vv = 0, vp = 0, v2 = 0;
+            double prev[1024], cur[1024], turned[1024], mt[1024];
+            for (int t = l0 - 1; t < n; t++) {
+                if (rot) drift_turn(c, il, mu, t, 1, NULL, mt);
+                for (int i = 0; i < dk; i++) cur[i] = K[(size_t)t * dk + i] - (rot ? mt[i] : mu[i]);
+                if (t >= l0) {
+                    if (rot) drift_turn(c, il, prev, 1, 1, NULL, turned);
+                    else memcpy(turned, prev, sizeof(double) * (size_t)dk);
+                    for (int i = 0; i < dk; i++) {
+                        xx += cur[i] * cur[i], xp += cur[i] * prev[i], pp += prev[i] * prev[i];
+                        xr += cur[i] * turned[i], rr += turned[i] * turned[i];
+                    }
+                    for (int i = 0; i < dv; i++) {
+                        double a = V[(size_t)t * dv + i] - vm[i], b = V[(size_t)(t - 1) * dv + i] - vm[i];
+                        vv += a * a, vp += a * b, v2 += b * b;
+                    }
+                }
+                for (int i = 0; i < dk; i++) prev[i] = cur[i];
+            }
+            double rk = pp > 0 ? xp / pp : 0, rt = rr > 0 ? xr / rr : 0, rv = v2 > 0 ? vp / v2 : 0;
+            if (xx <= 0 || vv <= 0) continue; /* a silent head: nothing to predict */
+            lk += log(xx / (xx - rk * xp)) / s->n_kv;
+            lr += log(xx / (xx - rt * xr)) / s->n_kv;
+            lv += log(vv / (vv - rv * vp)) / s->n_kv;
+        }
+        printf("%5d  %.3f  %.3f  %.3f\n", il, exp(lk), exp(lr), exp(lv));
+        gk += lk / s->n_layer, gr += lr / s->n_layer, gv += lv / s->n_layer;
+    }
+    printf("geo mean  %.3f  %.3f  %.3f\n", exp(gk), exp(gr), exp(gv));
+}
+
 static void print_mean_drift(const model_config *c, const stats *s) {
     const int dk = s->dk, n = s->n_ctx, fit = n / 2 < DRIFT_FIT ? n / 2 : DRIFT_FIT, l0 = n / 2, half = c->n_rot / 2;
     printf("\nkey energy left at positions [%d, %d) by each key mean (fitted on [0, %d)):\n", l0, n, fit);
@@ -298,13 +356,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     const model_config *c = model_get_config(m);
-    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, n_ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
-    if (drift && c->head_dim > 1024) {
-        fprintf(stderr, "--mean-drift: head_dim %d > 1024\n", c->head_dim);
+    stats s = {c->n_head_kv, c->n_head, c->head_dim, c->head_dim_v, c->n_layer, NULL, NULL, n_ctx, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+    if (drift && (c->head_dim > 1024 || c->head_dim_v > 1024)) {
+        fprintf(stderr, "--mean-drift: head_dim %d / %d > 1024\n", c->head_dim, c->head_dim_v);
         return 1;
     }
-    if (drift && !(s.keys = malloc(sizeof(float) * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)n_ctx * (size_t)c->head_dim))) {
+    if (drift && (!(s.keys = malloc(sizeof(float) * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)n_ctx * (size_t)c->head_dim)) ||
+                  !(s.vals = malloc(sizeof(float) * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)n_ctx * (size_t)c->head_dim_v)))) {
         fprintf(stderr, "--mean-drift: out of memory\n");
+        free(s.keys);
+    free(s.vals);
         return 1;
     }
     const size_t lh = (size_t)c->n_layer * (size_t)c->n_head_kv;
@@ -373,7 +434,7 @@ int main(int argc, char **argv) {
     printf("mean over heads: |mean|/rms %.3f, kloud (geo) %.1f, qloud (geo) %.1f, gain (geo) %.2f, value |mean|/rms "
            "%.3f, vgain (geo) %.2f\n", all_mr / nh, exp(all_kl / nh), exp(all_ql / nh), exp(all_gain / s.n_layer), all_vr / nh,
            exp(all_vgain / s.n_layer));
-    if (s.keys) print_mean_drift(c, &s);
+    if (s.keys) print_mean_drift(c, &s), print_lag(c, &s);
     fixture_close(&f);
     free(ids);
     free(s.keys);
