@@ -37,8 +37,9 @@
  *            frozen mean's, each at least 0.5% of the keys' energy (the cache today)
  * and, per layer (geometric mean over its KV heads), what a lag-1 predictor across tokens would
  * take off (doc/kvcache.md §7, "Prediction across tokens"): Σ|x_t|² / Σ|x_t − ρ·x_{t−1}|², ρ the
- * least-squares factor per head, on [c/2, c): keys less the RoPE mean (x_{t−1} as it is, and
- * turned by one position), values less their mean of the first 512 positions.
+ * least-squares factor per head, on [c/2, c): keys less the RoPE mean (x_{t−1} as it is, turned
+ * by one position, and as it is in the key scale's weighting — the domain the codec codes),
+ * values less their mean of the first 512 positions.
  * The RoPE angles are the model's (rope.freq_base, the sliding-window layers' base, freq_scale;
  * layers whose heads are not wholly rotated print "-"). */
 #include <math.h>
@@ -196,11 +197,11 @@ static void drift_static(const model_config *c, int il, const double *fr, const 
 
 static void print_lag(const model_config *c, const stats *s) {
     const int dk = s->dk, dv = s->dv, n = s->n_ctx, fit = 512 < n / 2 ? 512 : n / 2, l0 = n / 2;
-    printf("\nlag-1 prediction gain on [%d, %d): keys (less the RoPE mean) as they are / turned by one position; values (less their mean)\nlayer   keys  turned  values\n", l0, n);
-    double gk = 0, gr = 0, gv = 0;
+    printf("\nlag-1 prediction gain on [%d, %d): keys (less the RoPE mean) as they are / turned by one position; values (less their mean)\nlayer   keys  turned  scaled  values\n", l0, n);
+    double gk = 0, gr = 0, gv = 0, gs = 0;
     const int rot = c->n_rot == dk && dk % 2 == 0; /* else the keys' plain mean, nothing turned */
     for (int il = 0; il < s->n_layer; il++) {
-        double lk = 0, lr = 0, lv = 0;
+        double lk = 0, lr = 0, lv = 0, ls = 0;
         for (int h = 0; h < s->n_kv; h++) {
             const float *K = s->keys + ((size_t)il * s->n_kv + h) * (size_t)n * dk;
             const float *V = s->vals + ((size_t)il * s->n_kv + h) * (size_t)n * dv;
@@ -212,7 +213,20 @@ static void print_lag(const model_config *c, const stats *s) {
                 for (int i = 0; i < dk; i++) mu[i] += (rot ? u[i] : row[i]) / fit;
                 for (int i = 0; i < dv; i++) vm[i] += V[(size_t)t * dv + i] / fit;
             }
-            double xx = 0, xp = 0, pp = 0, xr = 0, rr = 0, vv = 0, vp = 0, v2 = 0;
+            /* the key scale's weights s_i² (doc/kvcache.md §2, "Key scale": channel energies
+             * normalized to mean 1, +0.01, exponent 1/4 on a / b), from the whole text's statistics */
+            const size_t o = ((size_t)il * s->n_kv + h) * (size_t)dk;
+            double wa = 0, wb = 0, sw[1024];
+            for (int i = 0; i < dk; i++) {
+                double m1 = s->k_sum[o + i] / s->n_tok;
+                wa += s->q_sq[o + i] / s->n_tok / dk, wb += (s->k_sq[o + i] / s->n_tok - m1 * m1) / dk;
+            }
+            for (int i = 0; i < dk; i++) {
+                double m1 = s->k_sum[o + i] / s->n_tok, a = s->q_sq[o + i] / s->n_tok / wa,
+                       b = (s->k_sq[o + i] / s->n_tok - m1 * m1) / wb;
+                sw[i] = sqrt((a + 0.01) / (fmax(b, 0.0) + 0.01));
+            }
+            double xx = 0, xp = 0, pp = 0, xr = 0, rr = 0, vv = 0, vp = 0, v2 = 0, wx = 0, wxp = 0, wpp = 0;
             double prev[1024], cur[1024], turned[1024], mt[1024];
             for (int t = l0 - 1; t < n; t++) {
                 if (rot) drift_turn(c, il, mu, t, 1, NULL, mt);
@@ -223,6 +237,7 @@ static void print_lag(const model_config *c, const stats *s) {
                     for (int i = 0; i < dk; i++) {
                         xx += cur[i] * cur[i], xp += cur[i] * prev[i], pp += prev[i] * prev[i];
                         xr += cur[i] * turned[i], rr += turned[i] * turned[i];
+                        wx += sw[i] * cur[i] * cur[i], wxp += sw[i] * cur[i] * prev[i], wpp += sw[i] * prev[i] * prev[i];
                     }
                     for (int i = 0; i < dv; i++) {
                         double a = V[(size_t)t * dv + i] - vm[i], b = V[(size_t)(t - 1) * dv + i] - vm[i];
@@ -236,11 +251,13 @@ static void print_lag(const model_config *c, const stats *s) {
             lk += log(xx / (xx - rk * xp)) / s->n_kv;
             lr += log(xx / (xx - rt * xr)) / s->n_kv;
             lv += log(vv / (vv - rv * vp)) / s->n_kv;
+            double rw = wpp > 0 ? wxp / wpp : 0;
+            ls += log(wx / (wx - rw * wxp)) / s->n_kv;
         }
-        printf("%5d  %.3f  %.3f  %.3f\n", il, exp(lk), exp(lr), exp(lv));
-        gk += lk / s->n_layer, gr += lr / s->n_layer, gv += lv / s->n_layer;
+        printf("%5d  %.3f  %.3f  %.3f  %.3f\n", il, exp(lk), exp(lr), exp(ls), exp(lv));
+        gk += lk / s->n_layer, gr += lr / s->n_layer, gv += lv / s->n_layer, gs += ls / s->n_layer;
     }
-    printf("geo mean  %.3f  %.3f  %.3f\n", exp(gk), exp(gr), exp(gv));
+    printf("geo mean  %.3f  %.3f  %.3f  %.3f\n", exp(gk), exp(gr), exp(gs), exp(gv));
 }
 
 static void print_mean_drift(const model_config *c, const stats *s) {
