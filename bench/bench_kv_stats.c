@@ -69,13 +69,11 @@ static void hook(void *ctx, int il, int pos0, int n, const float *q, const float
     (void)ap;
     const int dk = s->dk, dv = s->dv, g = s->n_q / s->n_kv;
     for (int t = 0; s->keys && t < n; t++)
-        for (int h = 0; h < s->n_kv; h++)
-            memcpy(s->vals + (((size_t)il * s->n_kv + h) * s->n_ctx + (size_t)(pos0 + t)) * dv,
-                   v + ((size_t)t * s->n_kv + h) * dv, sizeof(float) * (size_t)dv);
-    for (int t = 0; s->keys && t < n; t++)
-        for (int h = 0; h < s->n_kv; h++)
-            memcpy(s->keys + (((size_t)il * s->n_kv + h) * s->n_ctx + (size_t)(pos0 + t)) * dk,
-                   k + ((size_t)t * s->n_kv + h) * dk, sizeof(float) * (size_t)dk);
+        for (int h = 0; h < s->n_kv; h++) {
+            const size_t at = ((size_t)il * s->n_kv + h) * s->n_ctx + (size_t)(pos0 + t);
+            memcpy(s->keys + at * dk, k + ((size_t)t * s->n_kv + h) * dk, sizeof(float) * (size_t)dk);
+            memcpy(s->vals + at * dv, v + ((size_t)t * s->n_kv + h) * dv, sizeof(float) * (size_t)dv);
+        }
     for (int t = 0; t < n; t++)
         for (int h = 0; h < s->n_kv; h++) {
             const size_t lh = (size_t)il * (size_t)s->n_kv + (size_t)h;
@@ -381,8 +379,7 @@ int main(int argc, char **argv) {
     if (drift && (!(s.keys = malloc(sizeof(float) * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)n_ctx * (size_t)c->head_dim)) ||
                   !(s.vals = malloc(sizeof(float) * (size_t)c->n_layer * (size_t)c->n_head_kv * (size_t)n_ctx * (size_t)c->head_dim_v)))) {
         fprintf(stderr, "--mean-drift: out of memory\n");
-        free(s.keys);
-    free(s.vals);
+        free(s.keys), free(s.vals);
         return 1;
     }
     const size_t lh = (size_t)c->n_layer * (size_t)c->n_head_kv;
@@ -454,7 +451,7 @@ int main(int argc, char **argv) {
     if (s.keys) print_mean_drift(c, &s), print_lag(c, &s);
     fixture_close(&f);
     free(ids);
-    free(s.keys);
+    free(s.keys), free(s.vals);
     free(s.k_sum), free(s.k_sq), free(s.q_sq), free(s.k_norm), free(s.k_norm_sq), free(s.v_norm);
     free(s.v_sum), free(s.v_norm_sq), free(s.v_sq);
     return 0;
