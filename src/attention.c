@@ -26,6 +26,7 @@
 
 #include "kernels/attn_kernels.h"
 #include "internal.h"
+#include "kv_predict.h"
 #include "kvcache_internal.h"
 
 #define KB 64 /* keys per tile */
@@ -359,6 +360,10 @@ static void task_fn(void *ctxp, size_t task, int thread) {
     /* Attention sinks: keys below ns are read exact from the sink store, as the raw part is
      * (fp16 rows, the raw kernels and accumulator); a block is sink, compressed or raw. */
     const size_t ns = tq_kv_sink_len(c, l);
+    /* Predicted keys (kv_predict.h): a compressed block's scores are summed along their chains
+     * (tq_kv_pred_scan), so each row scores its keys from its first one's chain start, cs ≤ v0
+     * (the tile from kb0, the chain start of b0), and its scores sit v0 − cs into its S row. */
+    const float rho = tq_kv_pred_rho(l, h);
     /* Decode on the integer lane kernels: each row's queries prepared once for all the task's
      * pages (prep_turbo_lanes), in the key panels' scratch, which decode does not use. */
     void *qprep[FUSED_QUERIES] = {NULL};
@@ -385,7 +390,10 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         if (b1 > page_end) b1 = page_end;
         if (comp && b1 > l->n_comp) b1 = l->n_comp;
         if (b0 < ns && b1 > ns) b1 = ns;
-        size_t nb = b1 - b0;
+        const int pred = comp && rho != 0.0f;
+        const size_t kb0 = pred ? tq_kv_pred_chain_start(c, l, b0) : b0; /* chain starts divide pages */
+        if (b1 > kb0 + bl) b1 = kb0 + bl; /* a row's scores from its chain start fit its S row */
+        size_t nb = b1 - b0, nbk = b1 - kb0;
         if (comp && nt) {
             cfirst = b0 / TQ_KEY_MEAN_BLOCK;
             for (size_t b = cfirst; b <= (b1 - 1) / TQ_KEY_MEAN_BLOCK; b++) {
@@ -416,17 +424,17 @@ static void task_fn(void *ctxp, size_t task, int thread) {
         int fk = comp ? fk_c : fk_r, fv = comp ? fv_c : fv_r;
         if (fk) {
         } else if (comp) {
-            if (!tq_record_decode_rows(x->ks, &l->k, tq_kv_krec(c, l, b0, h), nb, ktile, (size_t)pl->kt))
+            if (!tq_record_decode_rows(x->ks, &l->k, tq_kv_krec(c, l, kb0, h), nbk, ktile, (size_t)pl->kt))
                 atomic_store(&x->corrupt, 1);
         } else {
             tq_record_f16_rows(x->ks, tq_kv_kexact(c, l, b0, h), nb, pl->dk, ktile, (size_t)pl->kt);
         }
         if (tile_scores) {
-            tq_attn_key_panels(ktile, (size_t)pl->kt, (int)nb, kw, panels);
+            tq_attn_key_panels(ktile, (size_t)pl->kt, (int)nbk, kw, panels);
             const size_t qrow0 = i0 * (size_t)pl->nqh + (size_t)h * (size_t)G;
             const float *q0 = comp ? x->qprep + qrow0 * (size_t)pl->kw : x->q + qrow0 * (size_t)pl->dk;
             const size_t qw = comp ? (size_t)pl->kw : (size_t)pl->dk;
-            ak->score_panels(panels, (int)nb, kw, q0, (size_t)pl->nqh * qw, G, qw, (int)(i1 - i0), S, sb);
+            ak->score_panels(panels, (int)nbk, kw, q0, (size_t)pl->nqh * qw, G, qw, (int)(i1 - i0), S, sb);
         }
         /* Scores and online-softmax updates of every row. */
         for (size_t i = i0; i < i1; i++) {
@@ -436,33 +444,39 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             if (v0 >= v1) continue;
             size_t qrow = i * (size_t)pl->nqh + (size_t)h * (size_t)G;
             const float *qv = comp ? x->qprep + qrow * (size_t)pl->kw : x->q + qrow * (size_t)pl->dk;
-            float *Si = S + (i - i0) * (size_t)G * sb + (tile_scores ? v0 - b0 : 0);
+            /* The row's scores start at key u0 (its chain start where keys are predicted), Si
+             * at key v0 */
+            const size_t u0 = pred ? tq_kv_pred_chain_start(c, l, v0) : v0;
+            float *Su = S + (i - i0) * (size_t)G * sb + (tile_scores ? u0 - kb0 : 0);
+            float *Si = Su + (v0 - u0);
             if (tile_scores) {
             } else if (fk == FUSED_TURBO && x->lanes_k) {
                 /* ahead: the values of these keys, summed next */
                 tq_attn_ahead next = fv == FUSED_TURBO ? (tq_attn_ahead){tq_kv_vrec(c, l, v0, h), (v1 - v0) * l->v.rec_bytes}
                                                        : TQ_ATTN_NO_AHEAD;
                 const float *ql = x->qlane + qrow * (size_t)pl->kl;
-                const uint8_t *kr = tq_kv_krec(c, l, v0, h);
-                if (!(qprep[i - i0] ? ak->score_turbo_lanes_prepared(&l->k, kr, (int)(v1 - v0), qprep[i - i0], ql,
-                                                                     (size_t)pl->kl, G, Si, sb, next)
-                                    : ak->score_turbo_lanes(&l->k, kr, (int)(v1 - v0), ql, (size_t)pl->kl, G, Si, sb,
+                const uint8_t *kr = tq_kv_krec(c, l, u0, h);
+                if (!(qprep[i - i0] ? ak->score_turbo_lanes_prepared(&l->k, kr, (int)(v1 - u0), qprep[i - i0], ql,
+                                                                     (size_t)pl->kl, G, Su, sb, next)
+                                    : ak->score_turbo_lanes(&l->k, kr, (int)(v1 - u0), ql, (size_t)pl->kl, G, Su, sb,
                                                             next)))
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_TURBO) {
-                if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, v0, h), (int)(v1 - v0), qv,
-                                     (size_t)kw, G, Si, sb))
+                if (!ak->score_turbo(&l->k, tq_kv_krec(c, l, u0, h), (int)(v1 - u0), qv,
+                                     (size_t)kw, G, Su, sb))
                     atomic_store(&x->corrupt, 1);
             } else if (fk == FUSED_F16) {
                 const uint16_t *rows = comp ? (const uint16_t *)(const void *)tq_kv_krec(c, l, v0, h)
                                             : tq_kv_kexact(c, l, v0, h);
                 ak->score_f16(rows, (size_t)pl->dk, (int)(v1 - v0), pl->dk, qv, (size_t)kw, G, Si, sb);
             } else {
-                for (size_t t = v0; t < v1; t++) {
-                    ak->dot_multi(ktile + (t - b0) * (size_t)pl->kt, qv, (size_t)kw, G, kw, tmp);
-                    for (int g = 0; g < G; g++) Si[(size_t)g * sb + (t - v0)] = tmp[g];
+                for (size_t t = u0; t < v1; t++) {
+                    ak->dot_multi(ktile + (t - kb0) * (size_t)pl->kt, qv, (size_t)kw, G, kw, tmp);
+                    for (int g = 0; g < G; g++) Su[(size_t)g * sb + (t - u0)] = tmp[g];
                 }
             }
+            if (pred)
+                for (int g = 0; g < G; g++) tq_kv_pred_scan(Su + (size_t)g * sb, v1 - u0, u0, rho);
             if (comp && nt) add_turning_mean(x, qrow, G, v0, v1, cst, cfirst, Si, sb);
             for (int g = 0; g < G; g++) {
                 float *s = Si + (size_t)g * sb;
@@ -503,9 +517,12 @@ static void task_fn(void *ctxp, size_t task, int thread) {
             size_t v0 = lo > b0 ? lo : b0, v1 = hi < b1 ? hi : b1;
             inext = i + 1;
             if (v0 >= v1) continue;
+            /* where the row's scores of keys v0… sit (the scores section's Si) */
+            const size_t u0 = pred ? tq_kv_pred_chain_start(c, l, v0) : v0;
+            const size_t soff = tile_scores ? v0 - kb0 : v0 - u0;
             if (fv) {
                 float *acc0 = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->va);
-                const float *p0 = S + (i - i0) * (size_t)G * sb;
+                const float *p0 = S + (i - i0) * (size_t)G * sb + soff;
                 if (fv == FUSED_TURBO && x->lanes_v) {
                     if (!ak->accum_turbo_lanes(&l->v, tq_kv_vrec(c, l, v0, h), (int)(v1 - v0), p0, sb,
                                                G, acc0, pl->row_floats, next_keys(x, b1, t1, h)))
@@ -529,7 +546,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                 if ((lo2 > b0 ? lo2 : b0) != v0 || (hi2 < b1 ? hi2 : b1) != v1) break;
             }
             float *acc = part + (i - i0) * (size_t)G * pl->row_floats + (comp ? 2 : 2 + (size_t)pl->va);
-            const float *p0 = S + (i - i0) * (size_t)G * sb + (tile_scores ? v0 - b0 : 0);
+            const float *p0 = S + (i - i0) * (size_t)G * sb + soff;
             const int nr = (int)(inext - i) * G;
             if (ak->accum_multi)
                 ak->accum_multi(acc, pl->row_floats, p0, sb, nr, vtile + (v0 - b0) * (size_t)pl->vt, (size_t)pl->vt,

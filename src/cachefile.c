@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cachefile_internal.h"
+#include "kv_predict.h"
 #include "internal.h"
 
 const uint8_t tq_cf_magic[8] = {'T', 'Q', 'K', 'V', 'C', 'A', 'C', 'H'};
@@ -68,6 +69,7 @@ size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n
            dv = (size_t)c->cfg.head_dim_v;
     if (len > SIZE_MAX || n_comp > len) return SIZE_MAX;
     size_t n = CF_LAYER_FIXED + tq_key_transform_state_bytes(l->kt) + 2 * (size_t)n_fast;
+    if (l->rho) n += 4 * H; /* v12: ρ per head (kv_predict.h) */
     n = tq_cf_add_sat(n, tq_cf_mul_sat((size_t)n_comp, H * (l->k.rec_bytes + l->v.rec_bytes)));
     n = tq_cf_add_sat(n, tq_cf_mul_sat((size_t)(len - n_comp), H * 2 * (dk + dv)));
     /* v5: the sink store (none in files of earlier versions: their schemes have no sinks). */
@@ -85,7 +87,7 @@ void tq_cf_put_layer_scheme(uint8_t *p, const tq_kv_layer_scheme *l) {
     p[1] = (uint8_t)l->value_format;
     p[2] = (uint8_t)l->key_variant;
     p[3] = l->norm_correction ? 1 : 0;
-    p[4] = l->key_mean ? 1 : 0;
+    p[4] = (uint8_t)(l->key_mean == TQ_KV_KEY_MEAN_PREDICT ? 2 : l->key_mean ? 1 : 0); /* 2: v12 */
     p[5] = l->key_scale ? 1 : 0;
     p[6] = l->key_split ? 1 : 0;
     tq_store_f32(p + 8, l->key_format == TQ_KV_TURBO ? l->key_bits : 0.0f);
@@ -98,8 +100,10 @@ int tq_cf_get_layer_scheme(const uint8_t *p, uint32_t version, tq_kv_layer_schem
     /* v5 added the rotated formats q8_0r / q4_0r (codes 4, 5). */
     unsigned fmax = version >= 5 ? TQ_KV_Q4_0R : TQ_KV_TURBO;
     if (p[0] > fmax || p[1] > fmax || p[2] > TQ_VARIANT_PROD || p[3] > 1 ||
-        p[4] > 1 || p[5] > (version >= 2) || p[6] > (version >= 3) || p[7])
+        p[4] > (version >= 12 ? 2 : 1) || p[5] > (version >= 2) || p[6] > (version >= 3) || p[7])
         return 0;
+    /* v12: predicted keys (key_mean 2) are TurboQuant MSE keys */
+    if (p[4] == TQ_KV_KEY_MEAN_PREDICT && p[0] == TQ_KV_TURBO && p[2] != TQ_VARIANT_MSE) return 0;
     l->key_format = (tq_kv_format)p[0];
     l->value_format = (tq_kv_format)p[1];
     l->key_variant = (tq_variant)p[2];
@@ -208,7 +212,10 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n, ui
      * state); zero before, as bytes 21-23 are. */
     int n_fast = p[20];
     if (n_fast > TQ_KEY_MEAN_FAST || (n_fast && (version < 10 || !mean_set))) return TQ_ERR_FORMAT;
-    for (int j = 21; j < 24; j++)
+    /* v12: byte 21 says ρ is fitted (a layer that predicts keys, kv_predict.h) */
+    int rho_set = p[21];
+    if (rho_set > (l->rho != NULL) || (l->rho && n_comp && !rho_set)) return TQ_ERR_FORMAT;
+    for (int j = 22; j < 24; j++)
         if (p[j]) return TQ_ERR_FORMAT;
     if (started > 1 || mean_set > with_mean || with_mean != tq_key_transform_has_mean(like) ||
         scale_set > with_scale)
@@ -229,7 +236,15 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n, ui
     for (int k = 0; k < n_fast; k++) fast[k] = tq_load_u16(fp + 2 * k);
     if (!st && n_fast && !(kt && tq_key_transform_fast_ok(kt, n_fast, fast))) st = TQ_ERR_CORRUPT;
     if (!st && kt) tq_key_transform_set_fast(kt, n_fast, fast);
-    const uint8_t *krec = fp + 2 * (size_t)n_fast;
+    const uint8_t *rp = fp + 2 * (size_t)n_fast; /* v12: ρ per head */
+    float rho[1024];
+    for (int h = 0; l->rho && h < H; h++) {
+        rho[h] = tq_load_f32(rp + 4 * (size_t)h);
+        /* what a fit writes: 0 before it, then in [0, TQ_KV_PRED_RHO_MAX] (not −0) */
+        if (!(rho[h] >= 0.0f && rho[h] <= (float)TQ_KV_PRED_RHO_MAX) || signbit(rho[h]) || (!rho_set && rho[h] != 0.0f))
+            st = TQ_ERR_CORRUPT;
+    }
+    const uint8_t *krec = rp + (l->rho ? 4 * (size_t)H : 0);
     const uint8_t *vrec = krec + (size_t)n_comp * (size_t)H * l->k.rec_bytes;
     const uint8_t *kraw = vrec + (size_t)n_comp * (size_t)H * l->v.rec_bytes;
     size_t n_raw = (size_t)(len - n_comp);
@@ -253,6 +268,10 @@ tq_status tq_cf_read_layer(tq_kv_cache *c, int i, const uint8_t *p, size_t n, ui
         return st == TQ_ERR_INVALID ? TQ_ERR_FORMAT : st;
     }
     fill_pages(c, l, (size_t)n_comp, n_raw, krec, vrec, kraw, vraw);
+    if (l->rho) {
+        memcpy(c->layers[i].rho, rho, (size_t)H * sizeof *rho);
+        c->layers[i].rho_set = rho_set;
+    }
     for (size_t t = 0; t < ns; t++) /* restore allocated the sink store (n_comp ≥ ns > 0) */
         for (int h = 0; h < H; h++) {
             size_t at = t * (size_t)H + (size_t)h;

@@ -1,5 +1,5 @@
 /*
- * Cache files (doc/cachefile.md, format version 10; versions 1 to 9 still load), shared by the
+ * Cache files (doc/cachefile.md, format version 12; versions 1 to 11 still load), shared by the
  * three files that implement them: cachefile.c (the layout: CRC32C, section sizes, layer
  * scheme records, the checks of a layer section and its restore), cachefile_write.c (save) and
  * cachefile_read.c (load). Not public.
@@ -13,9 +13,9 @@
 #include "kvcache_internal.h"
 
 /* The version the writer writes is the public one; the layout these files read and write is
- * version 11, so moving the public macro without this code fails to compile. */
+ * version 12, so moving the public macro without this code fails to compile. */
 #define CF_VERSION ((uint32_t)TQ_KV_CACHE_FILE_VERSION)
-_Static_assert(TQ_KV_CACHE_FILE_VERSION == 11, "src/cachefile*.c write the version 11 layout");
+_Static_assert(TQ_KV_CACHE_FILE_VERSION == 12, "src/cachefile*.c write the version 12 layout");
 /* Header flags (offset 52), v6: bit 0 the scheme's trellis codes; v7: bits 1-2 the config's
  * key_rope_pairs (TQ_ROPE_PAIRS_*, at most 2); v9: bit 3 the config's key_rope_freqs (the
  * scheme section ends with them); v11: bit 4 with bit 0, the two-state trellis tables
@@ -70,7 +70,8 @@ static inline size_t tq_cf_add_sat(size_t a, size_t b) { return b > SIZE_MAX - a
 /* Payload bytes of the scheme section of a file of this version, header flags and key dim. */
 size_t tq_cf_scheme_payload(int n_layers, uint32_t version, uint32_t flags, int dk);
 /* Payload bytes of layer i's section for (len, n_comp) and n_fast fast pairs (v10; the key
- * transform's list after its state): SIZE_MAX on overflow. */
+ * transform's list after its state; v12: then ρ per head where the layer predicts keys):
+ * SIZE_MAX on overflow. */
 size_t tq_cf_layer_payload(const tq_kv_cache *c, int i, uint64_t len, uint64_t n_comp, int n_fast);
 
 /* A layer scheme record (16 bytes) of l, and back: 0 when a field holds a value no writer of

@@ -108,6 +108,7 @@ static int size_range(const cf_front *f, size_t *lo, size_t *hi) {
         fixed = tq_cf_add_sat(fixed, tq_key_transform_state_size(nm, l->key_mean, l->key_scale,
                                                                  l->key_scale && l->key_split));
         if (f->version >= 10 && (f->flags & CF_FLAG_FREQS) && l->key_mean) extra += 2 * TQ_KEY_MEAN_FAST;
+        if (l->key_mean == TQ_KV_KEY_MEAN_PREDICT) fixed = tq_cf_add_sat(fixed, 4 * H); /* v12: ρ */
         size_t comp = tq_cf_add_sat(kb, vb);
         size_t cheap = comp < raw ? comp : raw, dear = comp > raw ? comp : raw;
         if (f->sink) dear = tq_cf_add_sat(comp, raw); /* v5: a sink is stored twice */

@@ -212,11 +212,16 @@ static tq_status write_cache(const tq_kv_cache *c, sink *s) {
         uint16_t fast[TQ_KEY_MEAN_FAST];
         int nf = tq_key_transform_fast_pairs(l->kt, fast);
         b[20] = (uint8_t)nf; /* v10 */
+        b[21] = (uint8_t)(l->rho && l->rho_set); /* v12 */
         sink_write(s, b, CF_LAYER_FIXED);
         tq_key_transform_write_state(l->kt, sink_put, s);
         for (int k = 0; k < nf; k++) {
             tq_store_u16(b, fast[k]);
             sink_write(s, b, 2);
+        }
+        for (int hd = 0; l->rho && hd < cfg->n_kv_heads; hd++) { /* v12: ρ per head */
+            tq_store_f32(b, l->rho[hd]);
+            sink_write(s, b, 4);
         }
         write_records(s, c, l, 0);
         write_records(s, c, l, 1);

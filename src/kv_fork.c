@@ -48,6 +48,10 @@ static tq_status fork_layer(const tq_kv_cache *c, const tq_kv_layer *s, tq_kv_la
         memcpy(d->sink, s->sink, tq_kv_sink_bytes(c, s));
     }
     tq_key_transform_copy(d->kt, s->kt);
+    if (s->rho && d->rho) { /* ρ (kv_predict.h): the same heads */
+        memcpy(d->rho, s->rho, (size_t)c->cfg.n_kv_heads * sizeof *d->rho);
+        d->rho_set = s->rho_set;
+    }
     return TQ_OK;
 }
 

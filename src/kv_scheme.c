@@ -19,7 +19,7 @@ static const char scheme_help[] =
     " a plain format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4, kq8_0rvq4_0r)\n"
     "  k=K:v=V                      explicit form\n"
     "options, appended as :name=value\n"
-    "  variant=mse|prod norm=0|1 mean=0|1 kscale=0|1 ksplit=0|1|2 window=N\n"
+    "  variant=mse|prod norm=0|1 mean=0|1|2 kscale=0|1 ksplit=0|1|2 window=N\n"
     "  batch=N start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024;\n"
     "  default 4 with a TurboQuant side, else 0) trellis=0|1|2 (2-4 bit TurboQuant indices: 0\n"
     "  Lloyd-Max codes, 1 trellis codes, 2 trellis codes of two-state tables, the default with\n"
@@ -322,8 +322,10 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
                        KEY("prefill_raw")) {
                 char field[16];
                 snprintf(field, sizeof field, "%.*s", (int)kn, p);
-                /* ksplit=2: the default, the key split where measured to help (kv.h) */
-                if (!parse_number(val, vn, field, 0, 0, KEY("ksplit") ? TQ_KV_KEY_SPLIT_AUTO : 1, NULL, &u,
+                /* ksplit=2: the default, the key split where measured to help (kv.h); mean=2:
+                 * the mean and prediction across tokens (TQ_KV_KEY_MEAN_PREDICT) */
+                if (!parse_number(val, vn, field, 0, 0,
+                                  KEY("ksplit") ? TQ_KV_KEY_SPLIT_AUTO : KEY("mean") ? TQ_KV_KEY_MEAN_PREDICT : 1, NULL, &u,
                                   &d, why, sizeof why))
                     return scheme_error(err, cap, text, why, p, n);
                 if (KEY("norm")) norm = (int)u;
@@ -390,6 +392,9 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
         if (ls[i]->key_variant == TQ_VARIANT_PROD && ls[i]->key_format == TQ_KV_TURBO &&
             norm > 0)
             return scheme_error(err, cap, text, "norm correction is MSE only", "", 0);
+        if (ls[i]->key_variant == TQ_VARIANT_PROD && ls[i]->key_format == TQ_KV_TURBO &&
+            ls[i]->key_mean == TQ_KV_KEY_MEAN_PREDICT)
+            return scheme_error(err, cap, text, "mean=2 (prediction across tokens) is MSE only", "", 0);
     }
     if (!have_sink) s.sink = scheme_default_sink(&s);
     if (!have_trellis) s.trellis = scheme_default_trellis(&s);
@@ -408,6 +413,10 @@ int tq_kv_layer_scheme_valid(const tq_kv_layer_scheme *l) {
     if ((unsigned)l->key_format > TQ_KV_Q4_0R || (unsigned)l->value_format > TQ_KV_Q4_0R) return 0;
     if (l->key_variant != TQ_VARIANT_MSE && l->key_variant != TQ_VARIANT_PROD) return 0;
     if (l->key_split < 0 || l->key_split > TQ_KV_KEY_SPLIT_AUTO) return 0;
+    if (l->key_mean < 0 || l->key_mean > TQ_KV_KEY_MEAN_PREDICT) return 0;
+    /* prediction across tokens needs keys that decode linearly: MSE */
+    if (l->key_mean == TQ_KV_KEY_MEAN_PREDICT && l->key_format == TQ_KV_TURBO && l->key_variant != TQ_VARIANT_MSE)
+        return 0;
     return 1;
 }
 
@@ -447,7 +456,11 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) 
     /* norm=1 is the default and may not be written beside PROD TurboQuant keys (the parser
      * refuses it there: the values keep it), so only norm=0 is written. */
     if (!l->norm_correction || !e->norm_correction) snprintf(norm, sizeof norm, ":norm=0");
-    format_flag(mean, sizeof mean, "mean", l->key_mean, e->key_mean);
+    /* mean has three values: the parser gives both sides the one it was given */
+    if (l->key_mean != e->key_mean && (l->key_mean == TQ_KV_KEY_MEAN_PREDICT || e->key_mean == TQ_KV_KEY_MEAN_PREDICT))
+        return TQ_ERR_INVALID; /* no text parses to it */
+    if (l->key_mean == e->key_mean) snprintf(mean, sizeof mean, ":mean=%d", l->key_mean);
+    else format_flag(mean, sizeof mean, "mean", l->key_mean, e->key_mean);
     format_flag(kscale, sizeof kscale, "kscale", l->key_scale, e->key_scale);
     /* ksplit has three values (0, 1, TQ_KV_KEY_SPLIT_AUTO): written as they are. */
     if (l->key_split == e->key_split) snprintf(ksplit, sizeof ksplit, ":ksplit=%d", l->key_split);

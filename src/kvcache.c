@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kv_predict.h"
 #include "kvcache_internal.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -112,6 +113,7 @@ static void layer_free(tq_kv_layer *l) {
     free(l->rspare);
     free(l->cspare);
     free(l->sink);
+    free(l->rho);
     tq_key_transform_free(l->kt);
 }
 
@@ -216,6 +218,8 @@ tq_status tq_kv_cache_create(tq_kv_cache **out, const tq_kv_cache_config *given)
                                          c->freqs ? c->freqs + (size_t)i * (size_t)(cfg->head_dim_k / 2) : NULL);
             if (st) goto fail;
         }
+        st = tq_kv_pred_create(c, l);
+        if (st) goto fail;
     }
     if (cfg->reserve_tokens) {
         st = tq_kv_cache_reserve(c, cfg->reserve_tokens);
@@ -317,9 +321,9 @@ static void fit_keys(const tq_kv_cache *c, tq_kv_layer *l) {
     if (!l->kt) return;
     size_t held = l->len - l->n_comp, most = key_mean_tokens;
     raw_keys r = {c, l, l->n_comp};
-    tq_key_transform_fit_rows(l->kt, held < most ? held : most,
-                              held < TQ_KV_KEY_SCALE_TOKENS ? held : TQ_KV_KEY_SCALE_TOKENS,
-                              raw_key_row, &r, l->n_comp);
+    size_t n_scale = held < TQ_KV_KEY_SCALE_TOKENS ? held : TQ_KV_KEY_SCALE_TOKENS;
+    tq_key_transform_fit_rows(l->kt, held < most ? held : most, n_scale, raw_key_row, &r, l->n_comp);
+    tq_kv_pred_fit(c, l, l->n_comp, n_scale); /* ρ from the keys the scale saw */
 }
 
 tq_status tq_kv_cache_observe_queries(tq_kv_cache *c, int layer, const float *q, int n_q_heads,
@@ -373,14 +377,20 @@ tq_status tq_kv_sink_alloc(const tq_kv_cache *c, tq_kv_layer *l) {
 
 /* Encodes tokens [t0, t1) of a layer whose pages and key transform are ready, K and V of each
  * token in one pass (the sinks' fp16 copies too); *bad = the first token that failed (t1 if
- * none) and its status. Each record is a function of its token alone, so any split of a range
- * writes the same bytes. */
+ * none) and its status. Each record is a function of its token and, where the layer predicts
+ * keys (kv_predict.h), of the records before it in its chain, which the range reads back when
+ * it starts inside one: any split of a range at chain starts writes the same bytes. */
 static tq_status compress_range(const tq_kv_cache *c, const tq_kv_layer *l, size_t t0, size_t t1,
                                 size_t *bad) {
     int dk = c->cfg.head_dim_k, dv = c->cfg.head_dim_v, H = c->cfg.n_kv_heads;
     float kraw[TQ_MAX_DIM], kbuf[TQ_MAX_DIM], vbuf[TQ_MAX_DIM];
     tq_status st = TQ_OK;
-    for (size_t t = t0; t < t1; t++) {
+    /* ŷ_{t−1} per head, where the layer predicts */
+    float *prev = l->rho ? malloc((size_t)H * (size_t)dk * sizeof *prev) : NULL;
+    if (l->rho && !prev) return *bad = t0, TQ_ERR_NOMEM;
+    for (int h = 0; prev && h < H && !st; h++)
+        if (tq_kv_pred_rho(l, h) != 0.0f) st = tq_kv_pred_state(c, l, h, t0, prev + (size_t)h * (size_t)dk);
+    for (size_t t = st ? t1 : t0; t < t1; t++) {
         for (int h = 0; h < H && !st; h++) {
             const uint16_t *kr = tq_kv_kraw(c, l, t, h), *vr = tq_kv_vraw(c, l, t, h);
             if (l->sink && t < (size_t)c->cfg.scheme.sink) { /* an attention sink: kept exact */
@@ -390,18 +400,31 @@ static tq_status compress_range(const tq_kv_cache *c, const tq_kv_layer *l, size
             for (int i = 0; i < dk; i++) kraw[i] = tq_f16_to_f32(kr[i]);
             if (l->kt) tq_key_transform_key_row(l->kt, h, t, kraw, kbuf);
             for (int i = 0; i < dv; i++) vbuf[i] = tq_f16_to_f32(vr[i]);
-            st = tq_kv_tensor_encode(&l->k, l->kt ? kbuf : kraw, (uint8_t *)tq_kv_krec(c, l, t, h));
+            float *kin = l->kt ? kbuf : kraw, rho = tq_kv_pred_rho(l, h);
+            float *ph = rho != 0.0f ? prev + (size_t)h * (size_t)dk : NULL;
+            if (ph && tq_kv_pred_chain_start(c, l, t) != t) /* the residual of the prediction */
+                for (int i = 0; i < dk; i++) kin[i] -= rho * ph[i];
+            st = tq_kv_tensor_encode(&l->k, kin, (uint8_t *)tq_kv_krec(c, l, t, h));
+            if (!st && ph && t >= tq_kv_sink_held(c, l, (size_t)-1)) st = tq_kv_pred_next(c, l, h, t, ph);
             if (!st) st = tq_kv_tensor_encode(&l->v, vbuf, (uint8_t *)tq_kv_vrec(c, l, t, h));
         }
-        if (st) return *bad = t, st;
+        if (st) {
+            free(prev);
+            return *bad = t, st;
+        }
     }
+    free(prev);
+    if (st) return *bad = t0, st; /* the chain before t0 did not decode */
     *bad = t1;
     return TQ_OK;
 }
 
-/* Tokens per task of a pooled compression, and the fewest tokens worth a pool run. */
-#define COMPRESS_TASK_TOKENS 32
+/* Tokens per task of a pooled compression, and the fewest tokens worth a pool run. Tasks
+ * cover the positions between multiples of COMPRESS_TASK_TOKENS, so that no task starts inside
+ * a chain of predicted keys that another is writing (kv_predict.h). */
+#define COMPRESS_TASK_TOKENS 64
 #define COMPRESS_POOL_MIN 128
+_Static_assert(COMPRESS_TASK_TOKENS % TQ_KV_PRED_CHAIN == 0, "tasks start at chain starts");
 
 typedef struct compress_job {
     const tq_kv_cache *c;
@@ -414,7 +437,9 @@ typedef struct compress_job {
 static void compress_task(void *ctx, size_t task, int thread) {
     (void)thread;
     const compress_job *j = ctx;
-    size_t a = j->t0 + task * COMPRESS_TASK_TOKENS, b = a + COMPRESS_TASK_TOKENS < j->t1 ? a + COMPRESS_TASK_TOKENS : j->t1;
+    size_t a = (j->t0 / COMPRESS_TASK_TOKENS + task) * COMPRESS_TASK_TOKENS, b = a + COMPRESS_TASK_TOKENS;
+    if (a < j->t0) a = j->t0;
+    if (b > j->t1) b = j->t1;
     j->st[task] = compress_range(j->c, j->l, a, b, &j->bad[task]);
 }
 
@@ -430,7 +455,7 @@ static tq_status compress_to(tq_kv_cache *c, tq_kv_layer *l, size_t target, tq_t
     if (st) return st;
     fit_keys(c, l);
     size_t n = target - l->n_comp, reached = target;
-    size_t n_tasks = (n + COMPRESS_TASK_TOKENS - 1) / COMPRESS_TASK_TOKENS;
+    size_t n_tasks = (target + COMPRESS_TASK_TOKENS - 1) / COMPRESS_TASK_TOKENS - l->n_comp / COMPRESS_TASK_TOKENS;
     size_t *bad = NULL;
     tq_status *sts = NULL;
     if (pool && tq_threadpool_size(pool) > 1 && n >= COMPRESS_POOL_MIN) {
@@ -570,6 +595,7 @@ tq_status tq_kv_cache_truncate(tq_kv_cache *c, size_t length) {
         if (length == 0) {
             l->compress_started = 0;
             if (l->kt) tq_key_transform_reset(l->kt);
+            l->rho_set = 0;
         }
     }
     return TQ_OK;
@@ -587,6 +613,14 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
         (v && v_capacity / (size_t)H / (size_t)dv < n))
         return TQ_ERR_CAPACITY;
     tq_status st = TQ_OK;
+    /* Predicted keys (kv_predict.h): each head's ŷ carried along its chains from start. */
+    float *prev = k && l->rho && n ? malloc((size_t)H * (size_t)dk * sizeof *prev) : NULL;
+    if (k && l->rho && n && !prev) return TQ_ERR_NOMEM;
+    for (int h = 0; prev && h < H; h++)
+        if (tq_kv_pred_rho(l, h) != 0.0f && start < l->n_comp) {
+            tq_status s1 = tq_kv_pred_state(c, l, h, start, prev + (size_t)h * (size_t)dk);
+            if (s1 && !st) st = s1;
+        }
     for (size_t i = 0; i < n; i++) {
         size_t t = start + i;
         for (int h = 0; h < H; h++) {
@@ -594,7 +628,11 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
             float *vo = v ? v + (i * (size_t)H + (size_t)h) * (size_t)dv : NULL;
             if (t < l->n_comp && t >= tq_kv_sink_len(c, l)) {
                 tq_status s1 = TQ_OK;
-                if (ko) {
+                if (ko && tq_kv_pred_rho(l, h) != 0.0f) {
+                    float *ph = prev + (size_t)h * (size_t)dk;
+                    s1 = tq_kv_pred_next(c, l, h, t, ph);
+                    tq_key_transform_invert_row(l->kt, h, t, ph, ko);
+                } else if (ko) {
                     float dec[TQ_MAX_DIM];
                     s1 = tq_kv_tensor_decode(&l->k, tq_kv_krec(c, l, t, h), dec);
                     if (l->kt) tq_key_transform_invert_row(l->kt, h, t, dec, ko);
@@ -617,6 +655,7 @@ tq_status tq_kv_cache_read(const tq_kv_cache *c, int layer, size_t start, size_t
             }
         }
     }
+    free(prev);
     return st;
 }
 
@@ -650,6 +689,10 @@ tq_status tq_kv_cache_memory(const tq_kv_cache *c, tq_kv_memory *out, size_t out
         tq_key_transform_memory(l->kt, &kt_data, &kt_alloc);
         m->data_bytes += kt_data;
         m->allocated_bytes += kt_alloc;
+        if (l->rho) { /* ρ per head */
+            m->data_bytes += H * sizeof *l->rho;
+            m->allocated_bytes += H * sizeof *l->rho;
+        }
     }
     return tq_sized_out(out, out_size, m, sizeof *m, sizeof *m, 0);
 }

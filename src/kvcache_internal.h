@@ -60,6 +60,10 @@ typedef struct tq_kv_layer {
                              or key scale (TURBO keys), else NULL */
     int compress_started;
     uint16_t *sink; /* the sink store (NULL: scheme.sink 0 or an f16 layer); not shared by forks */
+    float *rho;     /* (n_kv_heads) prediction across tokens (kv_predict.h): each head's ρ, 0
+                       where it does not predict; NULL: a layer without key_mean
+                       TQ_KV_KEY_MEAN_PREDICT */
+    int rho_set;    /* ρ fitted (at the first compression, with the key transform) */
 } tq_kv_layer;
 
 /* The largest layer window (tq_kv_cache_config.layer_windows; cache files hold no more). */

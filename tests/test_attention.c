@@ -16,6 +16,7 @@
 #include "attn_kernels.h"
 #include "codec_record.h"
 #include "kernels.h"
+#include "kv_predict.h"
 #include "kvcache_internal.h"
 #include "test_api.h"
 #include "trellis.h"
@@ -31,7 +32,10 @@ static const char *schemes[] = {"f16",      "q8_0",     "q4_0",     "turbo2",   
                                 /* the rotated block formats (issue 17) */
                                 "q8_0r",    "q4_0r",    "kq4_0rv3", "turbo3vq8_0r",
                                 /* trellis-coded indices (issue 17): the tile path */
-                                "turbo3:trellis=1", "turbo3.5:trellis=1", "turbo4v2:trellis=1"};
+                                "turbo3:trellis=1", "turbo3.5:trellis=1", "turbo4v2:trellis=1",
+                                /* predicted keys (kv_predict.h; main() gives every head ρ 0.7):
+                                 * the lane kernels, and Lloyd-Max codes with a key split */
+                                "turbo3:mean=2", "turbo3.5:mean=2:trellis=0"};
 #define N_SCHEMES (sizeof schemes / sizeof *schemes)
 
 static unsigned long long rng_state = 88172645463325252ull;
@@ -433,6 +437,94 @@ static void test_key_mean(void) {
     }
     printf("     key bias 20: rms output error vs f16: mean off %.4f, mean on %.4f\n", err[0], err[1]);
     CHECK(err[1] < err[0]);
+}
+
+/* Keys that follow one another (per head an AR(1) process, y_t = 0.8·y_{t−1} + 0.6·ε_t, plus a
+ * bias): with mean=2 (prediction across tokens, kv_predict.h) the fit finds ρ near 0.8 in each
+ * head and the keys read back nearer than with mean=1 at the same bytes; attention matches the
+ * reference (decode, a prefill chunk, a pool, a sliding window that starts blocks inside
+ * chains); and the records do not depend on how compression was cut — decode steps of batch
+ * 16, one compression of the whole prompt, a pooled one, a fork, and a truncation inside a
+ * chain followed by the same tokens again all read back the same keys, bit for bit. */
+static void test_key_predict(void) {
+    enum { H = 2, D = 64, N = 1000, P0 = 600 };
+    tq_kv_pred_test_rho(-1.0f); /* the fit */
+    float *k = malloc(sizeof(float) * N * H * D), *v = malloc(sizeof(float) * N * H * D);
+    seed_rng(4711);
+    fill(v, (size_t)N * H * D, 0.0f);
+    for (size_t t = 0; t < N; t++)
+        for (int i = 0; i < H * D; i++) {
+            float prev = t ? k[(t - 1) * H * D + (size_t)i] - (i % 4 == 0 ? 3.0f : 0.0f) : grand();
+            k[t * H * D + (size_t)i] = 0.8f * prev + 0.6f * grand() + (i % 4 == 0 ? 3.0f : 0.0f);
+        }
+    tq_threadpool *pool = NULL;
+    CHECK(tq_threadpool_create(&pool, 3) == TQ_OK);
+    double rd[2] = {0, 0};
+    const size_t kn = (size_t)N * H * D;
+    float *ka = malloc(sizeof(float) * kn), *kb = malloc(sizeof(float) * kn);
+    for (int m = 1; m <= 2; m++) {
+        char scheme[64];
+        snprintf(scheme, sizeof scheme, "turbo3:mean=%d:batch=16", m);
+        tq_kv_cache *c = make_cache(scheme, 0, H, D, D);
+        CHECK(c != NULL);
+        if (!c) break;
+        /* a prompt, then one token at a time: compressed 16 at a time, from inside chains */
+        CHECK(tq_kv_cache_append(c, 0, k, v, P0) == TQ_OK);
+        for (size_t t = P0; t < N; t++) CHECK(tq_kv_cache_append(c, 0, k + t * H * D, v + t * H * D, 1) == TQ_OK);
+        const tq_kv_layer *l = &c->layers[0];
+        size_t nc = l->n_comp;
+        CHECK(nc == N / 16 * 16 && (m == 2) == (l->rho != NULL));
+        for (int h = 0; m == 2 && h < H; h++)
+            CHECK_MSG(l->rho_set && l->rho[h] > 0.7f && l->rho[h] < 0.9f, "head %d: rho %g", h, (double)l->rho[h]);
+        CHECK(tq_kv_cache_read(c, 0, 0, N, ka, kn, NULL, 0) == TQ_OK);
+        double e = 0, ek = 0;
+        for (size_t i = (size_t)64 * H * D; i < nc * H * D; i++) {
+            double b = i % 4 == 0 ? 3.0 : 0.0;
+            e += (ka[i] - k[i]) * (double)(ka[i] - k[i]), ek += (k[i] - b) * (k[i] - b);
+        }
+        rd[m - 1] = e / ek;
+        tq_attn_params p;
+        tq_attn_params_init(&p, D);
+        double fe1 = compare(c, 4, 1, &p, NULL), fe5 = compare(c, 4, 5, &p, NULL), fe7 = compare(c, 6, 7, &p, pool);
+        p.sliding_window = 300;
+        double few = compare(c, 4, 3, &p, pool);
+        CHECK_MSG(fe1 >= 0 && fe1 <= TOL && fe5 >= 0 && fe5 <= TOL && fe7 >= 0 && fe7 <= TOL && few >= 0 && few <= TOL,
+                  "mean=%d: fast vs ref %g %g %g %g", m, fe1, fe5, fe7, few);
+        if (m == 2) {
+            /* the whole prompt at once, one range and pooled tasks: the same records */
+            for (int pooled = 0; pooled < 2; pooled++) {
+                tq_kv_cache *b = make_cache(scheme, 0, H, D, D);
+                CHECK(b && tq_kv_cache_append(b, 0, k, v, N) == TQ_OK);
+                CHECK(b && tq_kv_cache_compress_pool(b, 0, pooled ? pool : NULL) == TQ_OK);
+                CHECK(b && tq_kv_cache_compressed_length(b, 0) == nc);
+                CHECK(b && tq_kv_cache_read(b, 0, 0, N, kb, kn, NULL, 0) == TQ_OK);
+                CHECK_MSG(b && !memcmp(ka, kb, kn * sizeof *ka), "pooled %d: records differ", pooled);
+                tq_kv_cache_free(b);
+            }
+            /* a fork reads the same; a truncation inside a chain (700 = 640 + 60), then the same
+             * tokens again, writes the same records */
+            tq_kv_cache *f = NULL;
+            CHECK(tq_kv_cache_fork(c, &f) == TQ_OK && f);
+            CHECK(f && tq_kv_cache_read(f, 0, 0, N, kb, kn, NULL, 0) == TQ_OK && !memcmp(ka, kb, kn * sizeof *ka));
+            tq_kv_cache_free(f);
+            CHECK(tq_kv_cache_truncate(c, 700) == TQ_OK);
+            for (size_t t = 700; t < N; t++) CHECK(tq_kv_cache_append(c, 0, k + t * H * D, v + t * H * D, 1) == TQ_OK);
+            CHECK(tq_kv_cache_read(c, 0, 0, N, kb, kn, NULL, 0) == TQ_OK);
+            CHECK_MSG(!memcmp(ka, kb, kn * sizeof *ka), "after a truncation inside a chain: records differ");
+            /* a read from inside a chain carries the chain from its start */
+            CHECK(tq_kv_cache_read(c, 0, 700, 100, kb, kn, NULL, 0) == TQ_OK);
+            CHECK(!memcmp(ka + (size_t)700 * H * D, kb, (size_t)100 * H * D * sizeof *ka));
+        }
+        tq_kv_cache_free(c);
+    }
+    printf("     AR(1) keys (rho 0.8), turbo3: read-back error %.4f with the mean, %.4f predicted\n", rd[0], rd[1]);
+    CHECK(rd[1] < 0.7 * rd[0]);
+    free(ka);
+    free(kb);
+    free(k);
+    free(v);
+    tq_threadpool_free(pool);
+    tq_kv_pred_test_rho(0.7f); /* main()'s */
 }
 
 /* Keys with a pre-RoPE offset (8σ on every fourth pair, turned by RoPE at position t, angles
@@ -1598,6 +1690,8 @@ int main(int argc, char **argv) {
     /* The fast path against the reference within fp32 rounding: float kernels, except in
      * test_fused_kernels / test_int8_scores, which test the integer scores by name. */
     tq_set_int8_scores(0);
+    /* The grid's predicted keys predict, whatever the random keys (test_key_predict fits). */
+    tq_kv_pred_test_rho(0.7f);
     if (argc > 1 && strcmp(argv[1], "threads") == 0) {
         RUN_TEST(test_threadpool_run);
         RUN_TEST(test_threads);
@@ -1635,6 +1729,7 @@ int main(int argc, char **argv) {
     RUN_TEST(test_threads);
     RUN_TEST(test_key_mean);
     RUN_TEST(test_key_mean_rope);
+    RUN_TEST(test_key_predict);
     RUN_TEST(test_key_scale);
     RUN_TEST(test_decode_chunks);
     RUN_TEST(test_trellis_unpack);

@@ -40,14 +40,21 @@
  * value depends on the index and the previous index's top bit), header flag bit 4 with bit 0;
  * the golden cache uses them, so the file pins their encoder's bits.
  *
- * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v11.bin (when the format version moves, or
+ * Version 12: predicted keys (key_mean 2, TQ_KV_KEY_MEAN_PREDICT: each key coded against ρ
+ * times the one before it as decoded, doc/kvcache.md §7): layer scheme byte 4 may be 2, layer
+ * byte 21 says ρ is fitted, and ρ per head follows the fast pairs; the golden cache's turbo
+ * layer predicts (ρ 0.5 by the tests' hook: 20 random tokens fit none), so the file pins ρ
+ * and the chained records.
+ *
+ * TQ_UPDATE_GOLDEN=1 rewrites tests/golden/cache_v12.bin (when the format version moves, or
  * what a cache computes from its tokens does); tests/golden/cache_v1.bin, cache_v2.bin,
  * cache_v3.bin, cache_v4.bin, cache_v5.bin, cache_v6.bin, cache_v7.bin, cache_v8.bin,
- * cache_v9.bin and cache_v10.bin,
+ * cache_v9.bin, cache_v10.bin and cache_v11.bin,
  * written by versions 1 (before the key scale), 2 (before the key split), 3 (before the layer
  * windows), 4 (before q8_0r / q4_0r and the sinks), 5 (before trellis codes), 6 (before the
  * RoPE pairs), 7 (before the whole-width key split), 8 (before the turning key mean), 9
- * (before the fast pairs) and 10 (before the two-state trellis tables), and
+ * (before the fast pairs), 10 (before the two-state trellis tables) and 11 (before predicted
+ * keys), and
  * cache_v3_mean8.bin (before the key mean came from 512 tokens) must still load.
  */
 #include <dirent.h>
@@ -65,12 +72,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kv_predict.h"
 #include "kvcache_internal.h"
 #include "test_api.h"
 #include "test_util.h"
 #include "turboquant.h"
 
-#define GOLDEN "tests/golden/cache_v11.bin"
+#define GOLDEN "tests/golden/cache_v12.bin"
+#define GOLDEN_V11 "tests/golden/cache_v11.bin"
 #define GOLDEN_V10 "tests/golden/cache_v10.bin"
 #define GOLDEN_V9 "tests/golden/cache_v9.bin"
 #define GOLDEN_V8 "tests/golden/cache_v8.bin"
@@ -610,6 +619,12 @@ static void test_roundtrip_window_and_edges(void) {
     roundtrip_one("turbo4v2:first=1:window=64", NULL, 3);
     roundtrip_one("turbo3:start=1000", NULL, 2); /* nothing compressed yet */
     roundtrip_one("turbo3:first=1:last=1:edge=kq8_0rvq4_0r", NULL, 3);
+    /* predicted keys (v12): ρ fitted (0.6 in every head by the tests' hook), and not yet */
+    tq_kv_pred_test_rho(0.6f);
+    roundtrip_one("turbo4:mean=2:window=40:batch=16", NULL, 2);
+    roundtrip_one("turbo3:mean=2:first=1:edge=q8_0:sink=0", NULL, 3);
+    roundtrip_one("turbo3:mean=2:start=1000", NULL, 2);
+    tq_kv_pred_test_rho(-1.0f);
     /* Per-layer overrides. */
     tq_kv_scheme a, b, c;
     tq_kv_scheme_parse("turbo3", &a, NULL, 0);
@@ -651,12 +666,14 @@ static tq_kv_cache *golden_pairs(const char *scheme) {
  * layer 1 turn at most 2 radians per 64 positions, so their mean turns; the others' is fixed. */
 static const float golden_freqs[16] = {1.0f, 0.316228f, 0.1f, 0.0316228f, 0.01f, 0.00316228f, 0.001f, 0.000316228f,
                                        1.0f, 0.562341f, 0.316228f, 0.177828f, 0.1f, 0.0562341f, 0.0316228f, 0.0177828f};
-/* The trellis tables of the golden builders: 1, or the two-state ones (golden_cache). */
-static int golden_trellis = 1;
+/* The trellis tables of the golden builders: 1, or the two-state ones (golden_cache_v11); the
+ * key mean: 1, or 2 (golden_cache: predicted keys). */
+static int golden_trellis = 1, golden_mean = 1;
 /* The cache version 8 wrote: version 10's without the angles. */
 static tq_kv_cache *golden_cache_v8(void) {
     char sch[128];
-    snprintf(sch, sizeof sch, "turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=%d", golden_trellis);
+    snprintf(sch, sizeof sch, "turbo3:mean=%d:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=%d", golden_mean,
+             golden_trellis);
     build_layer_split = 1; /* the golden file's split at d = 16 (TQ_KV_KEY_SPLIT_AUTO: none) */
     tq_kv_cache *c = golden_pairs(sch);
     build_layer_split = 0;
@@ -669,10 +686,20 @@ static tq_kv_cache *golden_cache_v10(void) {
     build_freqs = NULL;
     return c;
 }
-static tq_kv_cache *golden_cache(void) {
+/* The cache version 11 wrote: version 10's with the two-state tables. */
+static tq_kv_cache *golden_cache_v11(void) {
     golden_trellis = TQ_TRELLIS_TWO_STATE;
     tq_kv_cache *c = golden_cache_v10();
     golden_trellis = 1;
+    return c;
+}
+/* Today's: version 11's with predicted keys, ρ 0.5 in each head. */
+static tq_kv_cache *golden_cache(void) {
+    golden_mean = TQ_KV_KEY_MEAN_PREDICT;
+    tq_kv_pred_test_rho(0.5f);
+    tq_kv_cache *c = golden_cache_v11();
+    tq_kv_pred_test_rho(-1.0f);
+    golden_mean = 1;
     return c;
 }
 /* The cache version 9 wrote: version 10's without fast pairs. */
@@ -796,6 +823,7 @@ static void test_golden(void) {
         tq_kv_cache *b = NULL;
         CHECK(tq_kv_cache_load_memory(g, gn, &b) == TQ_OK);
         CHECK(b && same_cache(c, b, 4));
+        CHECK(b && b->layers[1].rho && b->layers[1].rho_set && !memcmp(b->layers[1].rho, c->layers[1].rho, 2 * sizeof(float)));
         CHECK(tq_kv_cache_length(b, 1) == 20 && tq_kv_cache_compressed_length(b, 1) == 16);
         CHECK(b && test_layer_scheme(b, 1).key_split == 1 && test_layer_scheme(b, 0).key_split == 0);
         /* the file pins fast pairs: layer 1 has some, the same as the cache's */
@@ -810,7 +838,7 @@ static void test_golden(void) {
         /* The default key split (TQ_KV_KEY_SPLIT_AUTO) splits turbo3 with trellis codes at
          * d = 16 (the golden file's), and with Lloyd-Max codes not: a file of those that did
          * is another scheme to today's default, a clear mismatch, and loads as what it is. */
-        tq_kv_cache *t = golden_pairs("turbo3:mean=1:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=2");
+        tq_kv_cache *t = golden_pairs("turbo3:mean=2:window=4:batch=8:first=1:edge=q8_0:sink=3:trellis=2");
         CHECK(t && test_layer_scheme(t, 1).key_split == 1);
         tq_kv_cache_config et = test_cache_config(t);
         et.key_rope_freqs = golden_freqs; /* t is built without them */
@@ -844,6 +872,17 @@ static void test_golden(void) {
                 *w3 = golden_cache_v3(), *w7 = golden_cache_v7(), *w8 = golden_cache_v8(),
                 *w10 = golden_cache_v10();
     {
+        /* Version 11 had no predicted keys: its file loads as today's cache with mean=1; today's
+         * file as version 11 (its turbo layer predicts) is a file no writer of version 11 made;
+         * ρ is not inert (the golden cache reads back other keys), and the file holds it. */
+        tq_kv_cache *w11 = golden_cache_v11();
+        check_old_version(GOLDEN_V11, w11, -1);
+        CHECK(c && w11 && !same_cache(c, w11, 4));
+        CHECK(c && c->layers[1].rho && c->layers[1].rho_set && c->layers[1].rho[0] == 0.5f && !c->layers[0].rho);
+        check_refused_with(img, n, 8, 11, "today's file as version 11");
+        tq_kv_cache_free(w11);
+    }
+    {
         /* Version 10 had no two-state tables: its file (trellis=1) loads as today's cache with
          * trellis=1, which saves with flag bit 4 clear; the tables are not inert (the golden
          * cache reads back other keys); bit 4 set in a version 10 file, or without bit 0, is a
@@ -853,8 +892,8 @@ static void test_golden(void) {
         CHECK(c && test_cache_config(c).scheme.trellis == TQ_TRELLIS_TWO_STATE);
         size_t n10 = 0, g10n = 0;
         uint8_t *i10 = w10 ? save_image(w10, &n10) : NULL, *g10 = read_file(GOLDEN_V10, &g10n);
-        CHECK(i10 && rd32(i10 + 8) == 11 && rd32(i10 + 52) == (rd32(img + 52) & ~16u) && (rd32(img + 52) & 17u) == 17u);
-        check_refused_with(img, n, 52, rd32(img + 52) & ~1u, "version 11, flag bit 4 without trellis codes");
+        CHECK(i10 && rd32(i10 + 8) == 12 && rd32(i10 + 52) == (rd32(img + 52) & ~16u) && (rd32(img + 52) & 17u) == 17u);
+        check_refused_with(img, n, 52, rd32(img + 52) & ~1u, "version 12, flag bit 4 without trellis codes");
         check_refused_with(g10, g10n, 52, g10 ? rd32(g10 + 52) | 16u : 0, "version 10 with flag bit 4");
         check_refused_with(img, n, 8, 10, "today's file as version 10");
         free(i10);
@@ -1252,7 +1291,8 @@ static void test_hostile(void) {
     memcpy(p, img, n);
     const int nfast = p[L1 + 16 + 20]; /* v10: the fast pairs' list follows the key transform */
     CHECK(nfast > 0 && nfast <= TQ_KEY_MEAN_FAST);
-    size_t krec0 = sblk + 8 + 2 * 16 * 14 + 2 * (size_t)nfast;
+    size_t rho0 = sblk + 8 + 2 * 16 * 14 + 2 * (size_t)nfast; /* v12: ρ of the 2 heads */
+    size_t krec0 = rho0 + 2 * 4;
     p[krec0 + 8] = 0x00, p[krec0 + 9] = 0x7E; /* fp16 NaN norm */
     fix_crcs(p, n);
     CHECK(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b);
@@ -1278,6 +1318,22 @@ static void test_hostile(void) {
         p[last] = (uint8_t)bad, p[last + 1] = 0;
         fix_crcs(p, n);
         CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b, "fast pair %d", bad);
+    }
+    /* ρ (v12) no fit writes: NaN, negative, −0, above TQ_KV_PRED_RHO_MAX; compressed tokens
+     * without ρ fitted; the flag at 2, or on a layer that does not predict (layer 0). */
+    CHECK(rd32(img + rho0) == 0x3F000000u && rd32(img + rho0 + 4) == 0x3F000000u); /* 0.5, 0.5 */
+    const uint32_t bad_rho[] = {0x7FC00000u, 0xBF000000u, 0x80000000u, 0x3F7AE148u /* 0.98 */};
+    for (size_t k = 0; k < sizeof bad_rho / sizeof *bad_rho; k++) {
+        memcpy(p, img, n);
+        wr32(p + rho0 + 4, bad_rho[k]);
+        fix_crcs(p, n);
+        CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_CORRUPT && !b, "bad rho %zu", k);
+    }
+    for (int k = 0; k < 3; k++) {
+        memcpy(p, img, n);
+        p[(k == 2 ? layer_at(img, 0) : L1) + 16 + 21] = (uint8_t)(k == 0 ? 0 : k == 1 ? 2 : 1);
+        fix_crcs(p, n);
+        CHECK_MSG(tq_kv_cache_load_memory(p, n, &b) == TQ_ERR_FORMAT && !b, "rho flag %d", k);
     }
     /* Compressed tokens without their key mean. */
     memcpy(p, img, n);

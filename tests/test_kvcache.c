@@ -133,6 +133,16 @@ static void test_parse(void) {
     CHECK(tq_kv_scheme_parse("turbo3:ksplit=2", &s, NULL, 0) == TQ_OK && s.layer.key_split == TQ_KV_KEY_SPLIT_AUTO);
     CHECK(tq_kv_scheme_parse("q8_0", &s, NULL, 0) == TQ_OK && s.layer.key_split == 0);
     CHECK(tq_kv_scheme_parse("turbo3.5:ksplit=3", &s, NULL, 0) == TQ_ERR_SCHEME);
+    /* mean=2: the key mean and prediction across tokens, MSE keys only */
+    CHECK(tq_kv_scheme_parse("turbo4:mean=2", &s, NULL, 0) == TQ_OK && s.layer.key_mean == TQ_KV_KEY_MEAN_PREDICT &&
+          s.edge.key_mean == TQ_KV_KEY_MEAN_PREDICT);
+    CHECK(tq_kv_scheme_parse("turbo4:mean=3", &s, NULL, 0) == TQ_ERR_SCHEME);
+    CHECK(tq_kv_scheme_parse("k=4:v=3:variant=prod:norm=0:mean=2", &s, NULL, 0) == TQ_ERR_SCHEME);
+    /* a hand-built scheme no text gives: the layer predicting, the edge with the plain mean */
+    CHECK(tq_kv_scheme_parse("turbo4:mean=2", &s, NULL, 0) == TQ_OK);
+    s.edge.key_mean = 1;
+    char fb[256];
+    CHECK(tq_kv_scheme_format(&s, fb, sizeof fb) == TQ_ERR_INVALID);
     /* Canonical form round-trips. */
     const char *forms[] = {"turbo3:kscale=0", "k=4:v=3:variant=prod:norm=0:window=32:seed=7",
                            "turbo2.5:first=2:last=2", "turbo0v2:edge=q8_0:first=1", "q4_0",
@@ -143,7 +153,9 @@ static void test_parse(void) {
                            "turbo3:first=2:edge=q8_0", "turbo3:edge=q8_0",
                            /* the rotated formats (issue 17) */
                            "q4_0r", "q8_0r:seed=9", "k=q8_0r:v=q4_0r", "kq4_0rv3", "turbo0vq8_0r",
-                           "turbo3:first=1:edge=kq8_0rvq4_0r", "q4_0r:first=1"};
+                           "turbo3:first=1:edge=kq8_0rvq4_0r", "q4_0r:first=1",
+                           /* predicted keys, beside an edge form */
+                           "turbo4:mean=2", "turbo3:mean=2:first=1:edge=q8_0"};
     for (int i = 0; i < (int)(sizeof forms / sizeof *forms); i++) {
         tq_kv_scheme a, b;
         char buf[256];

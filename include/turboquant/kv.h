@@ -26,6 +26,11 @@ typedef struct tq_threadpool tq_threadpool;
  * split"). */
 #define TQ_KV_KEY_SPLIT_AUTO 2
 #define TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM 256
+/* tq_kv_layer_scheme.key_mean's third value: besides the key mean, each compressed key of a
+ * head is coded as its difference from ρ times the key before it as decoded, in chains of
+ * TQ_KV_PRED_CHAIN positions (ρ per head, fitted with the key scale; doc/kvcache.md §7). */
+#define TQ_KV_KEY_MEAN_PREDICT 2
+#define TQ_KV_PRED_CHAIN 64
 
 /* How one of K or V is stored once compressed. */
 typedef enum tq_kv_format {
@@ -45,7 +50,10 @@ typedef struct tq_kv_layer_scheme {
                                    tq_codec_create (split TQ_SPLIT_FIXED); ignored otherwise */
     tq_variant key_variant;     /* TURBO keys: MSE (default) or PROD; values are always MSE */
     int norm_correction;        /* TURBO MSE keys and values; default 1 */
-    int key_mean;               /* TURBO keys: subtract the per-head key mean; default 1 */
+    int key_mean;               /* TURBO keys: subtract the per-head key mean; default 1.
+                                   TQ_KV_KEY_MEAN_PREDICT (2, MSE keys): the mean and, per
+                                   head, a prediction from the previous key (doc/kvcache.md
+                                   §7, "Prediction across tokens") */
     int key_scale;              /* TURBO keys: per-channel key scale from keys and observed
                                    queries; default 1 */
     int key_split;              /* TURBO MSE keys with key_scale at a fractional width ≤ 4 or
@@ -258,7 +266,7 @@ TQ_API tq_status tq_kv_caches_memory(const tq_kv_cache *const *caches, size_t n,
  * before version 6 no trellis codes, one before version 7 no key_rope_pairs, one before
  * version 8 no key split at a whole width, one before version 9 no key_rope_freqs, one before
  * version 10 no key-mean fast pairs, one before version 11 no two-state trellis tables). */
-#define TQ_KV_CACHE_FILE_VERSION 11
+#define TQ_KV_CACHE_FILE_VERSION 12
 
 /* Exact bytes tq_kv_cache_save_memory writes for the cache now; 0 for NULL or a cache that
  * dropped positions. */
