@@ -475,8 +475,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                     for (int g = 0; g < G; g++) Su[(size_t)g * sb + (t - u0)] = tmp[g];
                 }
             }
-            if (pred)
-                for (int g = 0; g < G; g++) tq_kv_pred_scan(Su + (size_t)g * sb, v1 - u0, u0, rho);
+            if (pred) tq_kv_pred_scan(Su, sb, G, v1 - u0, u0, rho);
             if (comp && nt) add_turning_mean(x, qrow, G, v0, v1, cst, cfirst, Si, sb);
             for (int g = 0; g < G; g++) {
                 float *s = Si + (size_t)g * sb;
