@@ -361,7 +361,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
      * (fp16 rows, the raw kernels and accumulator); a block is sink, compressed or raw. */
     const size_t ns = tq_kv_sink_len(c, l);
     /* Predicted keys (kv_predict.h): a compressed block's scores are summed along their chains
-     * (tq_kv_pred_scan), so each row scores its keys from its first one's chain start, cs ≤ v0
+     * (the kernels' chain_scan), so each row scores its keys from its first one's chain start, cs ≤ v0
      * (the tile from kb0, the chain start of b0), and its scores sit v0 − cs into its S row. */
     const float rho = tq_kv_pred_rho(l, h);
     /* Decode on the integer lane kernels: each row's queries prepared once for all the task's
@@ -475,7 +475,7 @@ static void task_fn(void *ctxp, size_t task, int thread) {
                     for (int g = 0; g < G; g++) Su[(size_t)g * sb + (t - u0)] = tmp[g];
                 }
             }
-            if (pred) tq_kv_pred_scan(Su, sb, G, v1 - u0, u0, rho);
+            if (pred) ak->chain_scan(Su, sb, G, (int)(v1 - u0), (int)(u0 % TQ_KV_PRED_CHAIN), TQ_KV_PRED_CHAIN, rho);
             if (comp && nt) add_turning_mean(x, qrow, G, v0, v1, cst, cfirst, Si, sb);
             for (int g = 0; g < G; g++) {
                 float *s = Si + (size_t)g * sb;

@@ -1,14 +1,15 @@
 /*
- * Prediction across tokens (doc/kvcache.md §7): in a layer whose scheme has key_mean
+ * Prediction across tokens (doc/kvcache.md §2): in a layer whose scheme has key_mean
  * TQ_KV_KEY_MEAN_PREDICT, head h's compressed key at position t is the record of the residual
  * r_t = y_t − ρ_h·ŷ_{t−1}, y_t the key as the key transform stores it and ŷ_{t−1} the key
  * before it as decoded (closed loop): ŷ_t = ρ_h·ŷ_{t−1} + r̂_t. Chains restart at every
  * multiple of TQ_KV_PRED_CHAIN and at the first position past the attention sinks, so any
  * block of a chain's positions can be read from its start within one page. Because the
  * codec's rotation and the key transform are linear, a score follows the same recurrence:
- * ⟨q, ŷ_t⟩ = ρ_h·⟨q, ŷ_{t−1}⟩ + ⟨q, r̂_t⟩ — attention scans its kernels' scores
- * (tq_kv_pred_scan) and the kernels are unchanged. This file owns ρ (its fit), the chains and
- * the recurrence; kvcache.c encodes and reads through it, attention.c scans. Not public.
+ * ⟨q, ŷ_t⟩ = ρ_h·⟨q, ŷ_{t−1}⟩ + ⟨q, r̂_t⟩ — attention scans its kernels' scores (the
+ * attention kernels' chain_scan) and the score kernels are unchanged. This file owns ρ (its
+ * fit), the chains and the recurrence of keys; kvcache.c encodes and reads through it,
+ * attention.c scans. Not public.
  */
 #ifndef TQ_KV_PREDICT_H
 #define TQ_KV_PREDICT_H
@@ -42,35 +43,5 @@ void tq_kv_pred_test_rho(float rho);
 tq_status tq_kv_pred_next(const tq_kv_cache *c, const tq_kv_layer *l, int h, size_t t, float *prev);
 /* prev = ŷ_{t−1} of t's chain (zeros where t starts it), from the records before t. */
 tq_status tq_kv_pred_state(const tq_kv_cache *c, const tq_kv_layer *l, int h, size_t t, float *prev);
-
-/* The scores of G rows (row g at s + g·sb; s[i] the score of position t0 + i, i < n, t0 a
- * chain start) from ⟨q, r̂⟩ to ⟨q, ŷ⟩: the recurrence in place, restarting at multiples of
- * TQ_KV_PRED_CHAIN. A step of a chain waits for the one before it (a multiply-add's latency),
- * so up to four rows — the same positions, the same restarts — advance together, each chain's
- * last value held in a register (one row at a time through memory: +16% decode time on
- * SmolLM2). */
-static inline void tq_kv_pred_scan(float *s, size_t sb, int G, size_t n, size_t t0, float rho) {
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        float *r0 = s + (size_t)g0 * sb;
-        float *r1 = g0 + 1 < G ? r0 + sb : r0, *r2 = g0 + 2 < G ? r0 + 2 * sb : r0,
-              *r3 = g0 + 3 < G ? r0 + 3 * sb : r0; /* absent rows repeat row g0's reads only */
-        const int w1 = g0 + 1 < G, w2 = g0 + 2 < G, w3 = g0 + 3 < G;
-        float a0 = r0[0], a1 = r1[0], a2 = r2[0], a3 = r3[0];
-        for (size_t i = 1; i < n; i++) {
-            if ((t0 + i) % TQ_KV_PRED_CHAIN == 0) {
-                a0 = r0[i], a1 = r1[i], a2 = r2[i], a3 = r3[i];
-                continue;
-            }
-            a0 = r0[i] + rho * a0;
-            a1 = r1[i] + rho * a1;
-            a2 = r2[i] + rho * a2;
-            a3 = r3[i] + rho * a3;
-            r0[i] = a0;
-            if (w1) r1[i] = a1;
-            if (w2) r2[i] = a2;
-            if (w3) r3[i] = a3;
-        }
-    }
-}
 
 #endif

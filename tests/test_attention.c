@@ -816,6 +816,37 @@ static void test_attn_kernels(void) {
             CHECK(t->shift_scale_max(s2, 0, 0.0f, 1.0f) == -INFINITY);
             for (int i = 0; i < n; i++) s2[i] = NAN;
             CHECK(t->shift_scale_max(s2, n, 0.0f, 1.0f) == -INFINITY);
+            /* chain_scan: the recurrence within float rounding, chains starting at any phase
+             * (64: the cache's; 5, 17: short and odd ones), 1 to 5 rows */
+            {
+                static const int chains[3][2] = {{64, 0}, {64, 60}, {17, 3}};
+                static float c1[5 * 300], c2[5 * 300];
+                for (int ci = 0; ci < 4; ci++) {
+                    int chain = ci < 3 ? chains[ci][0] : 5, phase = ci < 3 ? chains[ci][1] : 4, nr = 1 + ci % 5;
+                    float rho = ci == 3 ? 0.95f : 0.3f + 0.2f * (float)ci;
+                    for (int i = 0; i < nr * 300; i++) c1[i] = c2[i] = 4.0f * (float)urand() - 2.0f;
+                    ref->chain_scan(c1, 300, nr, n, phase, chain, rho);
+                    t->chain_scan(c2, 300, nr, n, phase, chain, rho);
+                    double worst = 0.0;
+                    for (int rr = 0; rr < nr; rr++)
+                        for (int i = 0; i < n; i++) {
+                            double e = fabs((double)c1[rr * 300 + i] - c2[rr * 300 + i]);
+                            if (!(e <= worst)) worst = e;
+                        }
+                    CHECK_MSG(worst <= 2e-5, "%s chain_scan n %d chain %d phase %d rows %d: %g", t->name, n, chain,
+                              phase, nr, worst);
+                    /* a chain start is left as it was; the first position too */
+                    for (int i = 0; i < n; i++) c2[i] = (float)i;
+                    t->chain_scan(c2, 300, 1, n, phase, chain, rho);
+                    for (int i = 0; i < n; i++)
+                        if (i == 0 || (phase + i) % chain == 0) CHECK(c2[i] == (float)i);
+                }
+                /* by hand: rho 0.5, chains of 4 from phase 2: starts at 0, 2, 6 */
+                float hb[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+                t->chain_scan(hb, 8, 1, 8, 2, 4, 0.5f);
+                const float want[8] = {1, 1.5f, 1, 1.5f, 1.75f, 1.875f, 1, 1.5f};
+                CHECK_MSG(!memcmp(hb, want, sizeof hb), "%s chain_scan by hand", t->name);
+            }
             uint16_t h[300];
             for (int i = 0; i < n; i++) h[i] = tq_f32_to_f16(k[i]);
             ref->f16_to_f32(h, a1, n);

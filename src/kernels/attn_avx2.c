@@ -213,6 +213,39 @@ static void avx2_scale(float *y, float a, int n) {
     for (; i < n; i++) y[i] *= a;
 }
 
+/* Each chain in vectors of 8: a doubling scan in the vector (v[i] += rho^d·v[i − d] for d = 1,
+ * 2, 4: a lane permute and a blend with zero each), then the previous vector's last value
+ * carried in with rho^(i+1). */
+static void avx2_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
+    float pw[8];
+    pw[0] = rho;
+    for (int i = 1; i < 8; i++) pw[i] = pw[i - 1] * rho;
+    const __m256 P = _mm256_loadu_ps(pw), z = _mm256_setzero_ps();
+    const __m256 d1 = _mm256_set1_ps(pw[0]), d2 = _mm256_set1_ps(pw[1]), d4 = _mm256_set1_ps(pw[3]);
+    const __m256i i1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6), i2 = _mm256_setr_epi32(0, 0, 0, 1, 2, 3, 4, 5),
+                  i4 = _mm256_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3), last = _mm256_set1_epi32(7);
+    int first = (chain - phase % chain) % chain; /* the first chain start after 0 */
+    if (first == 0) first = chain;
+    for (int r = 0; r < nr; r++) {
+        float *x = s + (size_t)r * stride;
+        for (int a = 0, b = first < n ? first : n; a < n; a = b, b = b + chain < n ? b + chain : n) {
+            __m256 carry = z;
+            for (int m = a; m < b; m += 8) {
+                const int full = b - m >= 8;
+                const __m256i mk = full ? _mm256_set1_epi32(-1) : lanes_below(b - m);
+                __m256 v = full ? _mm256_loadu_ps(x + m) : _mm256_maskload_ps(x + m, mk);
+                v = _mm256_fmadd_ps(d1, _mm256_blend_ps(_mm256_permutevar8x32_ps(v, i1), z, 0x01), v);
+                v = _mm256_fmadd_ps(d2, _mm256_blend_ps(_mm256_permutevar8x32_ps(v, i2), z, 0x03), v);
+                v = _mm256_fmadd_ps(d4, _mm256_blend_ps(_mm256_permutevar8x32_ps(v, i4), z, 0x0F), v);
+                v = _mm256_fmadd_ps(P, carry, v);
+                if (full) _mm256_storeu_ps(x + m, v);
+                else _mm256_maskstore_ps(x + m, mk, v);
+                carry = _mm256_permutevar8x32_ps(v, last);
+            }
+        }
+    }
+}
+
 /* max_ps(x, m) returns m where x is NaN: NaNs are ignored as in the reference. */
 static float avx2_shift_scale_max(float *s, int n, float add, float scale) {
     __m256 va = _mm256_set1_ps(add), vs = _mm256_set1_ps(scale), m = _mm256_set1_ps(-INFINITY);
@@ -455,6 +488,7 @@ static const tq_attn_kernels avx2_table = {
     .exp_sum = avx2_exp_sum,
     .scale = avx2_scale,
     .shift_scale_max = avx2_shift_scale_max,
+    .chain_scan = avx2_chain_scan,
     .f16_to_f32 = avx2_f16_to_f32,
     .q8_0_decode = avx2_q8_0_decode,
     .q4_0_decode = avx2_q4_0_decode,

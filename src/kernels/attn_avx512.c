@@ -224,6 +224,37 @@ static float avx512_shift_scale_max(float *s, int n, float add, float scale) {
     return _mm512_reduce_max_ps(m);
 }
 
+/* Each chain in vectors of 16: a doubling scan in the vector (v[i] += rho^d·v[i − d] for d =
+ * 1, 2, 4, 8), then the previous vector's last value carried in with rho^(i+1). */
+static void avx512_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
+    float pw[16];
+    pw[0] = rho;
+    for (int i = 1; i < 16; i++) pw[i] = pw[i - 1] * rho;
+    const __m512 P = _mm512_loadu_ps(pw), z = _mm512_setzero_ps();
+    const __m512 d1 = _mm512_set1_ps(pw[0]), d2 = _mm512_set1_ps(pw[1]), d4 = _mm512_set1_ps(pw[3]),
+                 d8 = _mm512_set1_ps(pw[7]);
+    const __m512i last = _mm512_set1_epi32(15);
+    int first = (chain - phase % chain) % chain; /* the first chain start after 0 */
+    if (first == 0) first = chain;
+    for (int r = 0; r < nr; r++) {
+        float *x = s + (size_t)r * stride;
+        for (int a = 0, b = first < n ? first : n; a < n; a = b, b = b + chain < n ? b + chain : n) {
+            __m512 carry = z;
+            for (int m = a; m < b; m += 16) {
+                __mmask16 mk = tail_mask(b - m);
+                __m512 v = _mm512_maskz_loadu_ps(mk, x + m);
+                v = _mm512_fmadd_ps(d1, _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(z), 15)), v);
+                v = _mm512_fmadd_ps(d2, _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(z), 14)), v);
+                v = _mm512_fmadd_ps(d4, _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(z), 12)), v);
+                v = _mm512_fmadd_ps(d8, _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(z), 8)), v);
+                v = _mm512_fmadd_ps(P, carry, v);
+                _mm512_mask_storeu_ps(x + m, mk, v);
+                carry = _mm512_permutexvar_ps(last, v);
+            }
+        }
+    }
+}
+
 static void avx512_f16_to_f32(const uint16_t *in, float *out, int n) {
     int i = 0;
     for (; i + 16 <= n; i += 16)
@@ -663,6 +694,7 @@ static const tq_attn_kernels avx512_table = {
     .exp_sum = avx512_exp_sum,
     .scale = avx512_scale,
     .shift_scale_max = avx512_shift_scale_max,
+    .chain_scan = avx512_chain_scan,
     .f16_to_f32 = avx512_f16_to_f32,
     .q8_0_decode = avx512_q8_0_decode,
     .q4_0_decode = avx512_q4_0_decode,

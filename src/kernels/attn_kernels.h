@@ -55,6 +55,12 @@ typedef struct tq_attn_kernels {
      * ignored (−∞ when there is none). Bit-exact across tables (but for the sign of a zero
      * maximum). */
     float (*shift_scale_max)(float *s, int n, float add, float scale);
+    /* Chains of a first-order recurrence (prediction across tokens, the cache's kv_predict.h):
+     * for each row r < nr (s + r·stride), s[i] += rho·s[i − 1] for 0 < i < n, in order, except
+     * where a chain starts: (phase + i) % chain == 0 (chain > 0). Within float rounding of
+     * that order (a SIMD form sums each chain by doubling steps with powers of rho: relative
+     * error a few 1e-7 for |rho| < 1). */
+    void (*chain_scan)(float *s, size_t stride, int nr, int n, int phase, int chain, float rho);
     /* out[i] = f32(in[i]). */
     void (*f16_to_f32)(const uint16_t *in, float *out, int n);
     /* One q8_0 / q4_0 record of dim elements → floats (blockq.h; bit-exact with its

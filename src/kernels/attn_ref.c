@@ -67,6 +67,33 @@ static float ref_shift_scale_max(float *s, int n, float add, float scale) {
     return m;
 }
 
+/* A step of a chain waits for the one before it (a multiply-add's latency), so up to four rows
+ * — the same positions, the same chain starts — advance together, each chain's last value in a
+ * register. */
+static void ref_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
+    for (int g0 = 0; g0 < nr; g0 += 4) {
+        float *r0 = s + (size_t)g0 * stride;
+        const int w1 = g0 + 1 < nr, w2 = g0 + 2 < nr, w3 = g0 + 3 < nr;
+        float *r1 = w1 ? r0 + stride : r0, *r2 = w2 ? r0 + 2 * stride : r0,
+              *r3 = w3 ? r0 + 3 * stride : r0; /* absent rows: row g0's values, never written */
+        float a0 = n ? r0[0] : 0.0f, a1 = n ? r1[0] : 0.0f, a2 = n ? r2[0] : 0.0f, a3 = n ? r3[0] : 0.0f;
+        for (int i = 1; i < n; i++) {
+            if ((phase + i) % chain == 0) {
+                a0 = r0[i], a1 = r1[i], a2 = r2[i], a3 = r3[i];
+                continue;
+            }
+            a0 = r0[i] + rho * a0;
+            a1 = r1[i] + rho * a1;
+            a2 = r2[i] + rho * a2;
+            a3 = r3[i] + rho * a3;
+            r0[i] = a0;
+            if (w1) r1[i] = a1;
+            if (w2) r2[i] = a2;
+            if (w3) r3[i] = a3;
+        }
+    }
+}
+
 static void ref_f16_to_f32(const uint16_t *in, float *out, int n) {
     for (int i = 0; i < n; i++) out[i] = tq_f16_to_f32(in[i]);
 }
@@ -156,6 +183,7 @@ static const tq_attn_kernels ref_table = {
     .exp_sum = ref_exp_sum,
     .scale = ref_scale,
     .shift_scale_max = ref_shift_scale_max,
+    .chain_scan = ref_chain_scan,
     .f16_to_f32 = ref_f16_to_f32,
     .q8_0_decode = tq_blockq_q8_0_decode,
     .q4_0_decode = tq_blockq_q4_0_decode,
