@@ -217,18 +217,13 @@ static void avx2_scale(float *y, float a, int n) {
  * 2, 4: a lane permute and a blend with zero each), then the previous vector's last value
  * carried in with rho^(i+1). */
 static void avx2_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
-    float pw[8];
-    pw[0] = rho;
-    for (int i = 1; i < 8; i++) pw[i] = pw[i - 1] * rho;
-    const __m256 P = _mm256_loadu_ps(pw), z = _mm256_setzero_ps();
-    const __m256 d1 = _mm256_set1_ps(pw[0]), d2 = _mm256_set1_ps(pw[1]), d4 = _mm256_set1_ps(pw[3]);
     const __m256i i1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6), i2 = _mm256_setr_epi32(0, 0, 0, 1, 2, 3, 4, 5),
                   i4 = _mm256_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3), last = _mm256_set1_epi32(7);
-    int first = (chain - phase % chain) % chain; /* the first chain start after 0 */
-    if (first == 0) first = chain;
-    for (int r = 0; r < nr; r++) {
-        float *x = s + (size_t)r * stride;
-        for (int a = 0, b = first < n ? first : n; a < n; a = b, b = b + chain < n ? b + chain : n) {
+    const __m256 z = _mm256_setzero_ps();
+    float pw[8];
+    SIMD_FOR_CHAINS(pw, 8, rho, s, stride, nr, n, phase, chain, x, a, b) {
+            const __m256 P = _mm256_loadu_ps(pw), d1 = _mm256_set1_ps(pw[0]), d2 = _mm256_set1_ps(pw[1]),
+                         d4 = _mm256_set1_ps(pw[3]);
             __m256 carry = z;
             for (int m = a; m < b; m += 8) {
                 const int full = b - m >= 8;
@@ -242,7 +237,6 @@ static void avx2_chain_scan(float *s, size_t stride, int nr, int n, int phase, i
                 else _mm256_maskstore_ps(x + m, mk, v);
                 carry = _mm256_permutevar8x32_ps(v, last);
             }
-        }
     }
 }
 

@@ -227,18 +227,12 @@ static float avx512_shift_scale_max(float *s, int n, float add, float scale) {
 /* Each chain in vectors of 16: a doubling scan in the vector (v[i] += rho^d·v[i − d] for d =
  * 1, 2, 4, 8), then the previous vector's last value carried in with rho^(i+1). */
 static void avx512_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
-    float pw[16];
-    pw[0] = rho;
-    for (int i = 1; i < 16; i++) pw[i] = pw[i - 1] * rho;
-    const __m512 P = _mm512_loadu_ps(pw), z = _mm512_setzero_ps();
-    const __m512 d1 = _mm512_set1_ps(pw[0]), d2 = _mm512_set1_ps(pw[1]), d4 = _mm512_set1_ps(pw[3]),
-                 d8 = _mm512_set1_ps(pw[7]);
+    const __m512 z = _mm512_setzero_ps();
     const __m512i last = _mm512_set1_epi32(15);
-    int first = (chain - phase % chain) % chain; /* the first chain start after 0 */
-    if (first == 0) first = chain;
-    for (int r = 0; r < nr; r++) {
-        float *x = s + (size_t)r * stride;
-        for (int a = 0, b = first < n ? first : n; a < n; a = b, b = b + chain < n ? b + chain : n) {
+    float pw[16];
+    SIMD_FOR_CHAINS(pw, 16, rho, s, stride, nr, n, phase, chain, x, a, b) {
+            const __m512 P = _mm512_loadu_ps(pw), d1 = _mm512_set1_ps(pw[0]), d2 = _mm512_set1_ps(pw[1]),
+                         d4 = _mm512_set1_ps(pw[3]), d8 = _mm512_set1_ps(pw[7]);
             __m512 carry = z;
             for (int m = a; m < b; m += 16) {
                 __mmask16 mk = tail_mask(b - m);
@@ -251,7 +245,6 @@ static void avx512_chain_scan(float *s, size_t stride, int nr, int n, int phase,
                 _mm512_mask_storeu_ps(x + m, mk, v);
                 carry = _mm512_permutexvar_ps(last, v);
             }
-        }
     }
 }
 

@@ -16,6 +16,18 @@ static inline float simd_load_f16(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
+/* chain_scan's chains (attn_kernels.h): with the powers rho^(i+1) into pw[0 … w), for each row
+ * r of s (stride apart) the chains [a, b) of its n positions, the first ending at the first
+ * chain start after 0 (phase), then every `chain`: the vector forms share the walk. */
+#define SIMD_FOR_CHAINS(pw, w, rho, s, stride, nr, n, phase, chain, x, a, b)                     \
+    pw[0] = (rho);                                                                               \
+    for (int i_ = 1; i_ < (w); i_++) pw[i_] = pw[i_ - 1] * (rho);                               \
+    const int first_ = (chain) - (phase) % (chain);                                              \
+    for (int r_ = 0; r_ < (nr); r_++)                                                            \
+        for (float *x = (s) + (size_t)r_ * (stride); x; x = NULL)                                \
+            for (int a = 0, b = first_ < (n) ? first_ : (n); a < (n);                            \
+                 a = b, b = b + (chain) < (n) ? b + (chain) : (n))
+
 /* The scale of a TURBO record's row: norm · inv_sqrt_dim, or −1 for a corrupt norm
  * (tq_record_norm_ok, as ref_row_scale in attn_ref.c). */
 static inline float simd_rec_scale(const tq_record *x, const uint8_t *r) {
