@@ -54,7 +54,7 @@ static int layer_ok(const tq_kv_layer_scheme *l) {
     return side_ok(l->key_format, l->key_bits) && side_ok(l->value_format, l->value_bits) &&
            (l->key_variant == TQ_VARIANT_MSE || l->key_variant == TQ_VARIANT_PROD) &&
            (l->norm_correction == 0 || l->norm_correction == 1) &&
-           (l->key_mean == 0 || l->key_mean == 1) && (l->key_scale == 0 || l->key_scale == 1) &&
+           (l->key_mean >= 0 && l->key_mean <= TQ_KV_KEY_MEAN_PREDICT) && (l->key_scale == 0 || l->key_scale == 1) &&
            (l->key_split >= 0 && l->key_split <= TQ_KV_KEY_SPLIT_AUTO);
 }
 
