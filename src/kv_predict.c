@@ -1,5 +1,5 @@
 /*
- * Prediction across tokens (kv_predict.h; doc/kvcache.md §7): ρ per head, the chains and the
+ * Prediction across tokens (kv_predict.h; doc/kvcache.md §2): ρ per head, the chains and the
  * recurrence of decoded keys that the encoder (kvcache.c), tq_kv_cache_read and, through it, the
  * reference attention share, so every path sums the same records in the same order.
  */

@@ -219,11 +219,11 @@ static void avx2_scale(float *y, float a, int n) {
 static void avx2_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
     const __m256i i1 = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6), i2 = _mm256_setr_epi32(0, 0, 0, 1, 2, 3, 4, 5),
                   i4 = _mm256_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3), last = _mm256_set1_epi32(7);
-    const __m256 z = _mm256_setzero_ps();
     float pw[8];
-    SIMD_FOR_CHAINS(pw, 8, rho, s, stride, nr, n, phase, chain, x, a, b) {
-            const __m256 P = _mm256_loadu_ps(pw), d1 = _mm256_set1_ps(pw[0]), d2 = _mm256_set1_ps(pw[1]),
-                         d4 = _mm256_set1_ps(pw[3]);
+    simd_chain_powers(pw, 8, rho);
+    const __m256 z = _mm256_setzero_ps(), P = _mm256_loadu_ps(pw), d1 = _mm256_set1_ps(pw[0]),
+                 d2 = _mm256_set1_ps(pw[1]), d4 = _mm256_set1_ps(pw[3]);
+    SIMD_FOR_CHAINS(s, stride, nr, n, phase, chain, x, a, b) {
             __m256 carry = z;
             for (int m = a; m < b; m += 8) {
                 const int full = b - m >= 8;

@@ -227,12 +227,12 @@ static float avx512_shift_scale_max(float *s, int n, float add, float scale) {
 /* Each chain in vectors of 16: a doubling scan in the vector (v[i] += rho^d·v[i − d] for d =
  * 1, 2, 4, 8), then the previous vector's last value carried in with rho^(i+1). */
 static void avx512_chain_scan(float *s, size_t stride, int nr, int n, int phase, int chain, float rho) {
-    const __m512 z = _mm512_setzero_ps();
-    const __m512i last = _mm512_set1_epi32(15);
     float pw[16];
-    SIMD_FOR_CHAINS(pw, 16, rho, s, stride, nr, n, phase, chain, x, a, b) {
-            const __m512 P = _mm512_loadu_ps(pw), d1 = _mm512_set1_ps(pw[0]), d2 = _mm512_set1_ps(pw[1]),
-                         d4 = _mm512_set1_ps(pw[3]), d8 = _mm512_set1_ps(pw[7]);
+    simd_chain_powers(pw, 16, rho);
+    const __m512 z = _mm512_setzero_ps(), P = _mm512_loadu_ps(pw), d1 = _mm512_set1_ps(pw[0]),
+                 d2 = _mm512_set1_ps(pw[1]), d4 = _mm512_set1_ps(pw[3]), d8 = _mm512_set1_ps(pw[7]);
+    const __m512i last = _mm512_set1_epi32(15);
+    SIMD_FOR_CHAINS(s, stride, nr, n, phase, chain, x, a, b) {
             __m512 carry = z;
             for (int m = a; m < b; m += 16) {
                 __mmask16 mk = tail_mask(b - m);

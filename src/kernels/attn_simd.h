@@ -16,14 +16,16 @@ static inline float simd_load_f16(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
-/* chain_scan's chains (attn_kernels.h): with the powers rho^(i+1) into pw[0 … w), for each row
- * r of s (stride apart) the chains [a, b) of its n positions, the first ending at the first
- * chain start after 0 (phase), then every `chain`: the vector forms share the walk. */
-#define SIMD_FOR_CHAINS(pw, w, rho, s, stride, nr, n, phase, chain, x, a, b)                     \
-    pw[0] = (rho);                                                                               \
-    for (int i_ = 1; i_ < (w); i_++) pw[i_] = pw[i_ - 1] * (rho);                               \
-    const int first_ = (chain) - (phase) % (chain);                                              \
-    for (int r_ = 0; r_ < (nr); r_++)                                                            \
+/* pw[i] = rho^(i+1) for i < w (chain_scan's carry-in powers). */
+static inline void simd_chain_powers(float *pw, int w, float rho) {
+    pw[0] = rho;
+    for (int i = 1; i < w; i++) pw[i] = pw[i - 1] * rho;
+}
+/* chain_scan's chains (attn_kernels.h): for each row of s (stride apart), x the row and [a, b)
+ * each chain of its n positions, the first ending at the first chain start after 0 (phase),
+ * then every `chain`: the vector forms share the walk. */
+#define SIMD_FOR_CHAINS(s, stride, nr, n, phase, chain, x, a, b)                                  \
+    for (int r_ = 0, first_ = (chain) - (phase) % (chain); r_ < (nr); r_++)                      \
         for (float *x = (s) + (size_t)r_ * (stride); x; x = NULL)                                \
             for (int a = 0, b = first_ < (n) ? first_ : (n); a < (n);                            \
                  a = b, b = b + (chain) < (n) ? b + (chain) : (n))
