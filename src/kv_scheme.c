@@ -19,7 +19,8 @@ static const char scheme_help[] =
     " a plain format (turbo4v2, turbo0v4, k3.5v3, kq8_0v4, kq8_0rvq4_0r)\n"
     "  k=K:v=V                      explicit form\n"
     "options, appended as :name=value\n"
-    "  variant=mse|prod norm=0|1 mean=0|1|2 kscale=0|1 ksplit=0|1|2 window=N\n"
+    "  variant=mse|prod norm=0|1 mean=0|1|2 (2, the default for MSE keys, predicts each key from the\n"
+    "  one before it; 1 the key mean alone) kscale=0|1 ksplit=0|1|2 window=N\n"
     "  batch=N start=N prefill_raw=0|1 seed=N sink=N (first N positions kept fp16 too, N to 1024;\n"
     "  default 4 with a TurboQuant side, else 0) trellis=0|1|2 (2-4 bit TurboQuant indices: 0\n"
     "  Lloyd-Max codes, 1 trellis codes, 2 trellis codes of two-state tables, the default with\n"
@@ -29,6 +30,13 @@ static const char scheme_help[] =
     "  bits 0 (f16) or 1 to 8, N 0 to 2^30 (batch from 1), seed 0 to 2^64-1\n";
 
 const char *tq_kv_scheme_help(void) { return scheme_help; }
+
+/* A side's key mean when the text does not say: 2 (prediction across tokens, below) for
+ * TurboQuant MSE keys, 1 for PROD keys, which do not decode linearly, 0 for other forms. */
+static int default_key_mean(const tq_kv_layer_scheme *l) {
+    if (l->key_format != TQ_KV_TURBO) return 0;
+    return l->key_variant == TQ_VARIANT_MSE ? TQ_KV_KEY_MEAN_PREDICT : 1;
+}
 
 static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, tq_kv_format vf,
                              float vb) {
@@ -42,8 +50,11 @@ static void layer_scheme_set(tq_kv_layer_scheme *l, tq_kv_format kf, float kb, t
     /* Measured on Gemma 3 270M (wikitext-2, ctx 2048, fully compressed cache): the per-head key
      * mean cuts turbo4's KLD against fp16 from 0.131 to 0.090 (turbo3 at ctx 512: 0.52 to 0.30)
      * for head_dim floats per head and layer; so it is on by default for TurboQuant keys
-     * (`:mean=0` turns it off). */
-    l->key_mean = kf == TQ_KV_TURBO;
+     * (`:mean=0` turns it off). Prediction across tokens (mean=2: each key coded as its residual
+     * from rho times the key before it as decoded) takes 6-7% more off turbo3's and turbo4's KLD
+     * on both real models over 20 windows and improves or ties every other view
+     * (doc/kvcache.md §2), so it is the default for MSE keys; PROD keys (variant=prod) keep 1. */
+    l->key_mean = default_key_mean(l);
     /* Measured on Gemma 3 270M (wikitext-2, ctx 2048, 20 windows, every key compressed): the
      * per-channel key scale cuts turbo4's KLD against fp16 from 0.096 to 0.036 (ΔPPL 9.0% to
      * 2.9%) and turbo3's from 0.42 to 0.13 (52.6% to 13.6%); doc/kvcache.md §2. */
@@ -386,7 +397,7 @@ tq_status tq_kv_scheme_parse_sized(const char *text, tq_kv_scheme *out, size_t o
     for (int i = 0; i < 2; i++) {
         if (variant >= 0) ls[i]->key_variant = (tq_variant)variant;
         if (norm >= 0) ls[i]->norm_correction = norm;
-        if (mean >= 0) ls[i]->key_mean = mean;
+        ls[i]->key_mean = mean >= 0 ? mean : default_key_mean(ls[i]);
         if (kscale >= 0) ls[i]->key_scale = kscale;
         if (ksplit >= 0) ls[i]->key_split = ksplit;
         if (ls[i]->key_variant == TQ_VARIANT_PROD && ls[i]->key_format == TQ_KV_TURBO &&
@@ -456,11 +467,16 @@ tq_status tq_kv_scheme_format(const tq_kv_scheme *given, char *buf, size_t cap) 
     /* norm=1 is the default and may not be written beside PROD TurboQuant keys (the parser
      * refuses it there: the values keep it), so only norm=0 is written. */
     if (!l->norm_correction || !e->norm_correction) snprintf(norm, sizeof norm, ":norm=0");
-    /* mean has three values: the parser gives both sides the one it was given */
-    if (l->key_mean != e->key_mean && (l->key_mean == TQ_KV_KEY_MEAN_PREDICT || e->key_mean == TQ_KV_KEY_MEAN_PREDICT))
-        return TQ_ERR_INVALID; /* no text parses to it */
+    /* mean has three values: the parser gives both sides the one it was given, or each its
+     * default. Sides that differ are written as nothing when both are at their defaults, as
+     * the TurboQuant side's value when the other side's keys have no mean to keep; any other
+     * mix no text gives. */
+    int lt = l->key_format == TQ_KV_TURBO, et = e->key_format == TQ_KV_TURBO;
+    mean[0] = 0;
     if (l->key_mean == e->key_mean) snprintf(mean, sizeof mean, ":mean=%d", l->key_mean);
-    else format_flag(mean, sizeof mean, "mean", l->key_mean, e->key_mean);
+    else if (l->key_mean == default_key_mean(l) && e->key_mean == default_key_mean(e)) mean[0] = 0;
+    else if (lt != et) snprintf(mean, sizeof mean, ":mean=%d", lt ? l->key_mean : e->key_mean);
+    else if (lt) return TQ_ERR_INVALID; /* no text parses to it */
     format_flag(kscale, sizeof kscale, "kscale", l->key_scale, e->key_scale);
     /* ksplit has three values (0, 1, TQ_KV_KEY_SPLIT_AUTO): written as they are. */
     if (l->key_split == e->key_split) snprintf(ksplit, sizeof ksplit, ":ksplit=%d", l->key_split);

@@ -557,8 +557,9 @@ static void test_key_mean_rope(void) {
         tq_kv_cache_config cfg;
         tq_kv_cache_config_init(&cfg, 1, H, D, D);
         char err[256];
-        /* Lloyd-Max codes, no key split at d 64: the case the bounds below were set on */
-        CHECK(tq_kv_scheme_parse("turbo3:sink=0:trellis=0", &cfg.scheme, err, sizeof err) == TQ_OK);
+        /* Lloyd-Max codes, no key split at d 64, the key mean without prediction: the case
+         * the bounds below were set on */
+        CHECK(tq_kv_scheme_parse("turbo3:sink=0:trellis=0:mean=1", &cfg.scheme, err, sizeof err) == TQ_OK);
         cfg.key_rope_pairs = TQ_ROPE_PAIRS_ADJACENT;
         cfg.key_rope_freqs = turn ? freqs : NULL;
         tq_kv_cache *c = NULL, *f16 = make_cache("f16", 0, H, D, D);
@@ -1401,8 +1402,11 @@ static void test_int8_scores(void) {
                 /* The AVX2 tables round centroids and pair values to 63 levels (VNNI: 127) and
                  * avx2-int8 its queries to 63: up to 3–7× VNNI's error on this random data
                  * (worst 0.13: 3-bit trellis codes at d 80, VNNI 0.019); on Gemma 3's recorded
-                 * K/V their output error is the float kernels' (doc/kvcache.md §4). */
-                double lim = avx512 || neon ? 0.1 : 0.15;
+                 * K/V their output error is the float kernels' (doc/kvcache.md §4). The AVX-512
+                 * set without VBMI + VNNI runs those AVX2 tables. Predicted keys (mean=2, the
+                 * default) at main()'s ρ 0.7 on these independent keys carry each record's
+                 * rounding on through the chain (worst 0.148 on the AVX2 tables, 0.073 VNNI). */
+                double lim = !strcmp(it->name, "avx512-vnni") || neon ? 0.1 : 0.15;
                 CHECK_MSG(e >= 0 && e <= lim, "%s d %d gqa %d window %d: err %g", schemes[si], d, G,
                           window, e);
                 if (e > worst) worst = e;

@@ -342,8 +342,10 @@ static void test_two_phase(void) {
     /* 96 compressed tokens, 17 raw fp16 ones, the per-head key mean and key scale (on by
      * default; no key split at turbo3 with Lloyd-Max codes and head dim 128,
      * TQ_KV_KEY_SPLIT_AUTO) and the 4
-     * attention sinks' fp16 K and V (sink=4, the default with TurboQuant) */
-    CHECK(m.data_bytes == 96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) + 4 * H * 4 * D);
+     * attention sinks' fp16 K and V (sink=4, the default with TurboQuant), and ρ per head
+     * (mean=2, the default for MSE keys) */
+    CHECK(m.data_bytes ==
+          96 * H * (50 + 50) + 17 * H * 4 * D + 2 * H * D * sizeof(float) + 4 * H * 4 * D + H * sizeof(float));
     CHECK(m.f16_bytes == 113 * H * 4 * D);
     CHECK(m.allocated_bytes >= m.data_bytes);
     tq_kv_cache_free(c);

@@ -132,6 +132,7 @@ static size_t key_bytes(const tq_kv_cache *c) {
         const tq_kv_layer *l = &c->layers[i];
         size_t data = 0, alloc = 0;
         if (l->kt) tq_key_transform_memory(l->kt, &data, &alloc);
+        if (l->rho) data += (size_t)c->cfg.n_kv_heads * sizeof *l->rho; /* ρ per head (mean=2) */
         size_t ns = tq_kv_sink_len(c, l);
         b += data + (ns > l->dropped ? ns - l->dropped : 0) * (size_t)c->cfg.n_kv_heads * 2 *
                         (size_t)(c->cfg.head_dim_k + c->cfg.head_dim_v);

@@ -218,12 +218,15 @@ static void test_schemes_chunk(void) {
         const size_t mean_bytes = ((size_t)((ls.key_mean ? 1 : 0) + (ls.key_scale ? 1 : 0)) * sizeof(float) +
                                    (ls.key_split ? sizeof(uint16_t) : 0)) *
                                   (size_t)nl * (size_t)g_fx.m->cfg.n_head_kv * (size_t)g_fx.m->cfg.head_dim;
+        /* and ρ per head where keys are predicted (mean=2, the default for MSE keys) */
+        const size_t rho_bytes = ls.key_mean == TQ_KV_KEY_MEAN_PREDICT
+                                     ? (size_t)nl * (size_t)g_fx.m->cfg.n_head_kv * sizeof(float) : 0;
         /* and the attention sinks' fp16 K and V (4 by default with TurboQuant) */
         const size_t sink_bytes = (size_t)test_cache_config(kv).scheme.sink * (size_t)nl *
                                   (size_t)g_fx.m->cfg.n_head_kv * 2 *
                                   (size_t)(g_fx.m->cfg.head_dim + g_fx.m->cfg.head_dim_v);
         CHECK_MSG(mem.data_bytes == (size_t)nl * CTX * (size_t)g_fx.m->cfg.n_head_kv * (kb + vb) + mean_bytes +
-                                        sink_bytes,
+                                        rho_bytes + sink_bytes,
                   "%s: %zu data bytes", names[i], mem.data_bytes);
         CHECK(mem.tokens == (size_t)nl * CTX);
         printf("  %-9s %9.4f %+9.4f %9.5f %6.1f%% %7.2fx\n", names[i], r.ppl, r.ppl - ppl_f16, r.kld, 100 * r.top1,
