@@ -178,10 +178,22 @@ typedef struct calib {
     float *head_z;     /* (EVAL_PIECE, head_cap) a piece's logits there */
     eval_piece *plan;
     float *logits, *lp, *ref; /* (EVAL_PIECE, max(nv, n_embd)), (nv), (n_rows, nv) */
-    tq_kv_scheme base;        /* prefill_raw = 0 */
+    tq_kv_scheme base;        /* prefill_raw = 0; the probes' (no prediction across tokens) */
+    int predict[2];           /* the layer / edge form predicts keys (mean=2): the check and the
+                                 result do, the probes not (doc/kv-auto.md, "Predicted keys") */
     char *err;
     size_t err_cap;
 } calib;
+
+/* The layer schemes of the cache itself: TurboQuant MSE keys predicted where the scheme
+ * calibrated says so (the probes' schemes do not). */
+static void with_prediction(const calib *c, tq_kv_layer_scheme *ls, int n_layer) {
+    for (int il = 0; il < n_layer; il++) {
+        const int edge = il < c->base.edge_first || il >= n_layer - c->base.edge_last;
+        if (c->predict[edge] && ls[il].key_format == TQ_KV_TURBO && ls[il].key_variant == TQ_VARIANT_MSE)
+            ls[il].key_mean = TQ_KV_KEY_MEAN_PREDICT;
+    }
+}
 
 /* Runs the tokens with layer schemes ls; ref run (kld NULL): stores the log-probabilities. */
 static model_status run(calib *c, const tq_kv_layer_scheme *ls, double *kld) {
@@ -422,6 +434,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
             }
         }
     }
+    if (st == MODEL_OK) with_prediction(c, out->layer_schemes, L);
     if (st == MODEL_OK && !(flags & KV_AUTO_NO_CHECK)) {
         st = run(c, out->layer_schemes, &out->measured_kld);
         if (st == MODEL_OK) {
@@ -429,6 +442,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
                 const int edge = il < c->base.edge_first || il >= L - c->base.edge_last;
                 ls[il] = edge ? c->base.edge : c->base.layer;
             }
+            with_prediction(c, ls, L);
             st = run(c, ls, &out->uniform_kld);
         }
         /* The allocation measured worse than uniform turboB on the very tokens it was made
@@ -451,6 +465,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
                     out->bytes_per_token += bytes[(size_t)(2 * il + side) * KV_AUTO_N_OPT + uniform];
                 }
             }
+            with_prediction(c, out->layer_schemes, L);
         }
     }
     free(ls), free(bytes), free(kld), free(ch), free(lowest);
@@ -490,6 +505,16 @@ model_status kv_auto_calibrate_from(const model *m, tq_threadpool *pool, const i
     c.n_rows = eval_rows_per_window(n);
     c.base = *base;
     c.base.prefill_raw = 0; /* every key compressed (eval_scheme_for_view, EVAL_COMPRESSED) */
+    /* The probes run without prediction across tokens (mean=2 becomes 1): its gain on a short
+     * calibration is not its gain at a long context, and allocations made from probes with it
+     * measured worse there (SmolLM2's auto:3 1.14x turbo3 at ctx 2048; doc/kv-auto.md,
+     * "Predicted keys"). The check against uniform turboB and the result predict as asked.
+     * TQ_AUTO_PROBE_PREDICT set (any value): the probes predict too (that measurement). */
+    for (int e = 0; e < 2; e++) {
+        tq_kv_layer_scheme *side = e ? &c.base.edge : &c.base.layer;
+        c.predict[e] = side->key_mean == TQ_KV_KEY_MEAN_PREDICT;
+        if (c.predict[e] && getenv("TQ_AUTO_PROBE_PREDICT") == NULL) side->key_mean = 1;
+    }
     c.err = err;
     c.err_cap = err_cap;
     c.n_pieces = eval_plan(n, EVAL_COMPRESSED, NULL, 0);

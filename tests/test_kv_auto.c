@@ -504,7 +504,13 @@ static void test_model_auto3(void) {
         for (int il = 0; il < r.n_layer; il++) {
             CHECK(r.sens[il][0] >= 0.0 && r.sens[il][1] >= 0.0);
             CHECK(r.choice[il][0] < KV_AUTO_N_OPT && r.choice[il][1] < KV_AUTO_N_OPT);
+            /* auto:3's keys are predicted as turbo3's (mean=2, the default), though the probes
+             * ran without it */
+            const tq_kv_layer_scheme *ls = &r.layer_schemes[il];
+            CHECK_MSG(ls->key_format != TQ_KV_TURBO || ls->key_mean == TQ_KV_KEY_MEAN_PREDICT, "layer %d: mean %d", il,
+                      ls->key_mean);
         }
+        CHECK(base.layer.key_mean == TQ_KV_KEY_MEAN_PREDICT);
         /* Gemma 3 (sliding-window layers, calibrated on fewer tokens than the window): its
          * global layers do not go below 3 bits */
         CHECK(r.global_floor == (c->sliding_window > 0 && want <= c->sliding_window));

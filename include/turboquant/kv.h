@@ -28,7 +28,7 @@ typedef struct tq_threadpool tq_threadpool;
 #define TQ_KV_KEY_SPLIT_WHOLE_MIN_DIM 256
 /* tq_kv_layer_scheme.key_mean's third value: besides the key mean, each compressed key of a
  * head is coded as its difference from ρ times the key before it as decoded, in chains of
- * TQ_KV_PRED_CHAIN positions (ρ per head, fitted with the key scale; doc/kvcache.md §7). */
+ * TQ_KV_PRED_CHAIN positions (ρ per head, fitted with the key scale; doc/kvcache.md §2). */
 #define TQ_KV_KEY_MEAN_PREDICT 2
 #define TQ_KV_PRED_CHAIN 64
 
@@ -50,10 +50,11 @@ typedef struct tq_kv_layer_scheme {
                                    tq_codec_create (split TQ_SPLIT_FIXED); ignored otherwise */
     tq_variant key_variant;     /* TURBO keys: MSE (default) or PROD; values are always MSE */
     int norm_correction;        /* TURBO MSE keys and values; default 1 */
-    int key_mean;               /* TURBO keys: subtract the per-head key mean; default 1.
-                                   TQ_KV_KEY_MEAN_PREDICT (2, MSE keys): the mean and, per
-                                   head, a prediction from the previous key (doc/kvcache.md
-                                   §7, "Prediction across tokens") */
+    int key_mean;               /* TURBO keys: 1 subtracts the per-head key mean (the
+                                   default for PROD keys); TQ_KV_KEY_MEAN_PREDICT (2, MSE keys,
+                                   their default): the mean and, per head, a prediction from
+                                   the previous key (doc/kvcache.md §2, "Prediction across
+                                   tokens") */
     int key_scale;              /* TURBO keys: per-channel key scale from keys and observed
                                    queries; default 1 */
     int key_split;              /* TURBO MSE keys with key_scale at a fractional width ≤ 4 or
