@@ -138,6 +138,33 @@ static void test_parse(void) {
           s.edge.key_mean == TQ_KV_KEY_MEAN_PREDICT);
     CHECK(tq_kv_scheme_parse("turbo4:mean=3", &s, NULL, 0) == TQ_ERR_SCHEME);
     CHECK(tq_kv_scheme_parse("k=4:v=3:variant=prod:norm=0:mean=2", &s, NULL, 0) == TQ_ERR_SCHEME);
+    /* the defaults: predicted MSE keys (also the turbo8 edge), the mean alone for PROD keys,
+     * none for plain formats; mean=N sets both sides */
+    CHECK(tq_kv_scheme_parse("turbo3", &s, NULL, 0) == TQ_OK && s.layer.key_mean == TQ_KV_KEY_MEAN_PREDICT);
+    CHECK(tq_kv_scheme_parse("turbo3:first=1", &s, NULL, 0) == TQ_OK && s.layer.key_mean == TQ_KV_KEY_MEAN_PREDICT &&
+          s.edge.key_mean == TQ_KV_KEY_MEAN_PREDICT);
+    CHECK(tq_kv_scheme_parse("turbo3:variant=prod", &s, NULL, 0) == TQ_OK && s.layer.key_mean == 1);
+    CHECK(tq_kv_scheme_parse("k=4:v=3:variant=prod:norm=0", &s, NULL, 0) == TQ_OK && s.layer.key_mean == 1);
+    CHECK(tq_kv_scheme_parse("turbo0v4", &s, NULL, 0) == TQ_OK && s.layer.key_mean == 0);
+    CHECK(tq_kv_scheme_parse("q4_0r:first=1", &s, NULL, 0) == TQ_OK && s.layer.key_mean == 0 &&
+          s.edge.key_mean == TQ_KV_KEY_MEAN_PREDICT);
+    CHECK(tq_kv_scheme_parse("turbo3:mean=1:first=1", &s, NULL, 0) == TQ_OK && s.layer.key_mean == 1 && s.edge.key_mean == 1);
+    {
+        /* hand-built: TurboQuant keys with the plain mean beside f16 edge keys without one
+         * write the TurboQuant side's value (the f16 side has no mean to keep) */
+        tq_kv_scheme h, back;
+        char hb[256];
+        CHECK(tq_kv_scheme_parse("turbo3:first=1:edge=f16", &h, NULL, 0) == TQ_OK);
+        h.layer.key_mean = 1;
+        h.edge.key_mean = 0;
+        CHECK(tq_kv_scheme_format(&h, hb, sizeof hb) == TQ_OK && strstr(hb, ":mean=1") != NULL);
+        CHECK(tq_kv_scheme_parse(hb, &back, NULL, 0) == TQ_OK && back.layer.key_mean == 1);
+        /* both sides TurboQuant, neither at its default and not alike: no text gives it */
+        CHECK(tq_kv_scheme_parse("turbo3:first=1", &h, NULL, 0) == TQ_OK);
+        h.layer.key_mean = 0;
+        h.edge.key_mean = 1;
+        CHECK(tq_kv_scheme_format(&h, hb, sizeof hb) == TQ_ERR_INVALID);
+    }
     /* a hand-built scheme no text gives: the layer predicting, the edge with the plain mean */
     CHECK(tq_kv_scheme_parse("turbo4:mean=2", &s, NULL, 0) == TQ_OK);
     s.edge.key_mean = 1;
