@@ -182,6 +182,14 @@ void eval_score_row(eval_acc *a, const float *ref, const float *mine, int n_voca
         for (int j = 0; j < n_vocab; j++) k += (double)(expf(ref[j]) * (ref[j] - mine[j]));
     a->nll -= mine[target];
     a->kld += k;
+    a->d_block += (double)ref[target] - (double)mine[target];
+    if ((a->rows + 1) % EVAL_SE_BLOCK == 0) {
+        const double m = a->d_block / EVAL_SE_BLOCK;
+        a->d_means += m;
+        a->d_means2 += m * m;
+        a->n_blocks++;
+        a->d_block = 0.0;
+    }
     if (a->rows < a->cap) a->kld_rows[a->rows] = (float)k;
     a->top1 += mine == ref || sampler_argmax(ref, n_vocab) == sampler_argmax(mine, n_vocab);
     a->rows++;
@@ -199,6 +207,15 @@ int eval_summarize(const eval_acc *a, eval_summary *out) {
     out->ppl = exp(a->nll / (double)a->rows);
     out->kld_mean = a->kld / (double)a->rows;
     out->top1 = (double)a->top1 / (double)a->rows;
+    /* ΔPPL from the paired rows: the mean of d over every row (whole blocks and the rest) */
+    const double d_all = (a->d_means * EVAL_SE_BLOCK + a->d_block) / (double)a->rows, r = exp(d_all);
+    out->dppl_pct = 100.0 * (r - 1.0);
+    out->dppl_pct_se = -1.0;
+    if (a->n_blocks >= 2) {
+        const double nb = (double)a->n_blocks, mean = a->d_means / nb;
+        const double var = (a->d_means2 - nb * mean * mean) / (nb - 1.0);
+        out->dppl_pct_se = 100.0 * r * sqrt(var > 0.0 ? var / nb : 0.0);
+    }
     const long kept = a->rows < a->cap ? a->rows : a->cap;
     if (kept == 0) return 0;
     float *sorted = malloc((size_t)kept * sizeof *sorted);

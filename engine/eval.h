@@ -75,9 +75,16 @@ model_status eval_run_piece(model_context *x, const int32_t *win, const eval_pie
 void eval_log_softmax(const float *row, float *out, int n);
 
 /* What a scheme scored, summed over rows. */
+/* Scored rows per block of the batch-means standard error of ΔPPL (eval_summary). */
+#define EVAL_SE_BLOCK 128
+
 typedef struct eval_acc {
     double nll, kld;  /* sums over scored rows */
     long top1, rows;
+    /* ΔPPL's uncertainty by batch means: d = log p_ref(target) − log p(target) per row, summed
+     * over the current block of EVAL_SE_BLOCK rows; the whole blocks' means, their squares */
+    double d_block, d_means, d_means2;
+    long n_blocks;
     float *kld_rows;  /* (cap) the rows' KLD, for the quantiles */
     long cap;
     double ratio;     /* eval_kv_ratio after the first window; 0 before */
@@ -106,6 +113,11 @@ void eval_score_row(eval_acc *a, const float *ref, const float *mine, int n_voca
 typedef struct eval_summary {
     long rows;
     double ppl, kld_mean, kld_median, kld_p99, top1; /* top1 as a fraction */
+    /* ΔPPL against the reference rows in percent, 100 (PPL / PPL_ref − 1) (the same rows,
+     * paired), and its standard error by batch means: the spread of the mean of d over blocks
+     * of EVAL_SE_BLOCK consecutive rows (neighbouring positions are not independent), / √blocks,
+     * through exp; −1 with fewer than 2 whole blocks. */
+    double dppl_pct, dppl_pct_se;
 } eval_summary;
 
 /* Returns 0, or -1 out of memory (the quantiles need a sorted copy). */

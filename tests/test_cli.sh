@@ -176,7 +176,8 @@ if [ -r "$model" ]; then
   done >"$text"
   check "perplexity run" 0 "$tq" perplexity -m "$model" -f "$text" -c 128 --chunks 1 --json -t 2
   for key in '"ctx":128' '"chunks":1' '"tokens_scored":63' '"results":[' '"scheme":"f16"' '"ppl":' \
-             '"kld_mean":0' '"kld_median":0' '"kld_p99":0' '"top1":1' '"kv_bytes_per_token":'; do
+             '"kld_mean":0' '"kld_median":0' '"kld_p99":0' '"top1":1' '"kv_bytes_per_token":' \
+             '"delta_ppl_pct":0.000000' '"delta_ppl_pct_se":null'; do
     has "perplexity json $key" "$key"
   done
   if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert 1 < d["results"][0]["ppl"] < 1e4' \

@@ -293,6 +293,51 @@ static void test_head_kld(void) {
     CHECK(eval_head(ref, NV, 0.999, 0, ids) == 0);
 }
 
+/* ΔPPL in percent from the paired rows and its batch-means standard error (eval_summary):
+ * whole blocks of EVAL_SE_BLOCK rows at d = 0.01 and 0.03 in turn, then a partial block. */
+static void test_dppl_se(void) {
+    enum { NV = 4 };
+    const float ref[NV] = {-1.0f, -2.0f, -3.0f, -0.5f};
+    float mine[NV];
+    eval_acc a;
+    eval_summary e;
+    CHECK(eval_acc_init(&a, 8 * EVAL_SE_BLOCK) == 0);
+    double sum = 0.0;
+    for (int b = 0; b < 4; b++)
+        for (int r = 0; r < EVAL_SE_BLOCK; r++) {
+            const double d = b % 2 ? 0.03 : 0.01;
+            memcpy(mine, ref, sizeof mine);
+            mine[1] = ref[1] - (float)d;
+            eval_score_row(&a, ref, mine, NV, 1);
+            sum += (double)ref[1] - (double)mine[1];
+            if (b == 0 && r == EVAL_SE_BLOCK - 2) { /* under two whole blocks: no error */
+                CHECK(eval_summarize(&a, &e) == 0 && e.dppl_pct_se == -1.0);
+            }
+        }
+    CHECK(eval_summarize(&a, &e) == 0);
+    /* block means 0.01, 0.03, 0.01, 0.03 (as float rows hold them): mean 0.02, sample variance
+     * 4e-4 / 3, standard error sqrt(var / 4), through exp */
+    const double m = sum / (4.0 * EVAL_SE_BLOCK), want = 100.0 * (exp(m) - 1.0);
+    CHECK_MSG(fabs(e.dppl_pct - want) < 1e-9 && fabs(e.dppl_pct - 2.0201) < 1e-3, "dPPL %% %.6f, want %.6f", e.dppl_pct,
+              want);
+    const double se = 100.0 * exp(m) * sqrt(4e-4 / 3.0 / 4.0);
+    CHECK_MSG(fabs(e.dppl_pct_se - se) < 1e-4 * se, "SE %.6f, want %.6f", e.dppl_pct_se, se);
+    /* a partial block counts in ΔPPL, not in the error (which only scales with the ratio) */
+    memcpy(mine, ref, sizeof mine);
+    mine[1] = ref[1] - 1.0f;
+    eval_score_row(&a, ref, mine, NV, 1);
+    eval_summary e2;
+    CHECK(eval_summarize(&a, &e2) == 0 && e2.dppl_pct > e.dppl_pct + 0.1);
+    CHECK(fabs(e2.dppl_pct_se / (100.0 + e2.dppl_pct) - e.dppl_pct_se / (100.0 + e.dppl_pct)) < 1e-12);
+    /* the reference against itself */
+    eval_acc z;
+    CHECK(eval_acc_init(&z, 4 * EVAL_SE_BLOCK) == 0);
+    for (int r = 0; r < 4 * EVAL_SE_BLOCK; r++) eval_score_row(&z, ref, ref, NV, 2);
+    CHECK(eval_summarize(&z, &e) == 0 && e.dppl_pct == 0.0 && e.dppl_pct_se == 0.0);
+    eval_acc_free(&z);
+    eval_acc_free(&a);
+}
+
 /* context_output_logits after context_set_hidden_out: bit for bit the logits of the whole
  * output matrix under f32_act, for chosen tokens of several rows; bad ids refused. */
 static void test_output_logits(void) {
@@ -582,6 +627,7 @@ int main(void) {
     RUN_TEST(test_option_rule);
     RUN_TEST(test_parse);
     RUN_TEST(test_head_kld);
+    RUN_TEST(test_dppl_se);
     RUN_TEST(test_output_logits);
     RUN_TEST(test_replay);
     RUN_TEST(test_tiny_auto3);

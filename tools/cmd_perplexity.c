@@ -72,7 +72,9 @@ int cmd_perplexity(int argc, char **argv) {
         .opts = opts, .n_opts = OPT_COUNT(opts), .shared = o.flags, .n_shared = o.n_flags,
         .epilogue = "\nllama.cpp's method: BOS-tokenized text, non-overlapping chunks of CTX whose first\n"
                     "token becomes BOS, positions CTX/2..CTX-2 scored. Schemes other than f16 also get\n"
-                    "KL divergence to the f16 run (mean, median, p99), top-1 agreement and delta PPL.\n"
+                    "KL divergence to the f16 run (mean, median, p99), top-1 agreement and delta PPL,\n"
+                    "also in percent with its standard error (batch means over blocks of 128 scored\n"
+                    "positions, which are not independent; '?' under 256 positions).\n"
                     "Progress goes to stderr.\n",
     };
     int rc;
@@ -200,8 +202,8 @@ int cmd_perplexity(int argc, char **argv) {
                ctx, n_chunks, scored, n_tok, dt, view != EVAL_COMPRESSED ? "true" : "false",
                view == EVAL_PROMPT ? "true" : "false", f32_act ? "true" : "false");
     } else {
-        printf("%-14s %9s %9s %10s %10s %10s %8s %7s %10s\n", "scheme", "PPL", "dPPL", "KLD mean",
-               "KLD median", "KLD p99", "top-1", "ratio", "KV B/tok");
+        printf("%-14s %9s %9s %10s %10s %10s %8s %7s %10s  %s\n", "scheme", "PPL", "dPPL", "KLD mean",
+               "KLD median", "KLD p99", "top-1", "ratio", "KV B/tok", "dPPL% +- SE");
     }
     for (int k = 0; k < n_schemes; k++) {
         eval_summary e;
@@ -210,12 +212,18 @@ int cmd_perplexity(int argc, char **argv) {
         if (json) {
             printf("%s{\"scheme\":", k ? "," : "");
             session_json_str(stdout, o.schemes[k].name);
-            printf(",\"ppl\":%.6f,\"delta_ppl\":%.6f,\"kld_mean\":%.6g,\"kld_median\":%.6g,"
-                   "\"kld_p99\":%.6g,\"top1\":%.6f,\"kv_ratio\":%.4f,\"kv_bytes_per_token\":%zu}",
-                   e.ppl, e.ppl - s16.ppl, e.kld_mean, e.kld_median, e.kld_p99, e.top1, res[k].ratio, bpt);
+            printf(",\"ppl\":%.6f,\"delta_ppl\":%.6f,\"delta_ppl_pct\":%.6f,", e.ppl, e.ppl - s16.ppl, e.dppl_pct);
+            if (e.dppl_pct_se >= 0.0) printf("\"delta_ppl_pct_se\":%.6f,", e.dppl_pct_se);
+            else printf("\"delta_ppl_pct_se\":null,");
+            printf("\"kld_mean\":%.6g,\"kld_median\":%.6g,\"kld_p99\":%.6g,\"top1\":%.6f,\"kv_ratio\":%.4f,"
+                   "\"kv_bytes_per_token\":%zu}",
+                   e.kld_mean, e.kld_median, e.kld_p99, e.top1, res[k].ratio, bpt);
         } else {
-            printf("%-14s %9.4f %+9.4f %10.5f %10.5f %10.5f %7.2f%% %6.2fx %10zu\n", o.schemes[k].name,
-                   e.ppl, e.ppl - s16.ppl, e.kld_mean, e.kld_median, e.kld_p99, 100.0 * e.top1, res[k].ratio, bpt);
+            printf("%-14s %9.4f %+9.4f %10.5f %10.5f %10.5f %7.2f%% %6.2fx %10zu  %+.2f", o.schemes[k].name,
+                   e.ppl, e.ppl - s16.ppl, e.kld_mean, e.kld_median, e.kld_p99, 100.0 * e.top1, res[k].ratio, bpt,
+                   e.dppl_pct);
+            if (e.dppl_pct_se >= 0.0) printf(" +- %.2f\n", e.dppl_pct_se);
+            else printf(" +- ?\n");
         }
     }
     if (json) printf("]}\n");
