@@ -74,10 +74,10 @@ model_status eval_run_piece(model_context *x, const int32_t *win, const eval_pie
 /* log_softmax of row[0..n) into out (see the arithmetic above). */
 void eval_log_softmax(const float *row, float *out, int n);
 
-/* What a scheme scored, summed over rows. */
 /* Scored rows per block of the batch-means standard error of ΔPPL (eval_summary). */
 #define EVAL_SE_BLOCK 128
 
+/* What a scheme scored, summed over rows. */
 typedef struct eval_acc {
     double nll, kld;  /* sums over scored rows */
     long top1, rows;
