@@ -185,11 +185,16 @@ typedef struct calib {
     size_t err_cap;
 } calib;
 
+/* 1 if layer il of n_layer takes the scheme's edge form (its first edge_first and last edge_last). */
+static int edge_layer(const tq_kv_scheme *s, int il, int n_layer) {
+    return il < s->edge_first || il >= n_layer - s->edge_last;
+}
+
 /* The layer schemes of the cache itself: TurboQuant MSE keys predicted where the scheme
  * calibrated says so (the probes' schemes do not). */
 static void with_prediction(const calib *c, tq_kv_layer_scheme *ls, int n_layer) {
     for (int il = 0; il < n_layer; il++) {
-        const int edge = il < c->base.edge_first || il >= n_layer - c->base.edge_last;
+        const int edge = edge_layer(&c->base, il, n_layer);
         if (c->predict[edge] && ls[il].key_format == TQ_KV_TURBO && ls[il].key_variant == TQ_VARIANT_MSE)
             ls[il].key_mean = TQ_KV_KEY_MEAN_PREDICT;
     }
@@ -340,7 +345,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
     }
     out->budget_bytes = 0;
     for (int il = 0; il < L && st == MODEL_OK; il++) {
-        const int edge = il < c->base.edge_first || il >= L - c->base.edge_last;
+        const int edge = edge_layer(&c->base, il, L);
         size_t kb, vb;
         if (tq_kv_layer_scheme_bytes(edge ? &c->base.edge : &c->base.layer, cfg->head_dim, cfg->head_dim_v, &kb, &vb) !=
             TQ_OK) {
@@ -439,7 +444,7 @@ static model_status calibrate(calib *c, const model_config *cfg, int flags, cons
         st = run(c, out->layer_schemes, &out->measured_kld);
         if (st == MODEL_OK) {
             for (int il = 0; il < L; il++) {
-                const int edge = il < c->base.edge_first || il >= L - c->base.edge_last;
+                const int edge = edge_layer(&c->base, il, L);
                 ls[il] = edge ? c->base.edge : c->base.layer;
             }
             with_prediction(c, ls, L);
